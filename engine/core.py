@@ -1,0 +1,200 @@
+"""`decide(state, intent) -> events`: what a commit or a solve means for the log.
+
+Intents come from the edges (a parsed commit, a rejected commit, a placement
+plan); the events returned are all the log needs to fold into the new state.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from engine import events as ev
+from engine.model import (
+    ClusterSpec,
+    CommitInfo,
+    Finding,
+    Job,
+    Node,
+    Policy,
+    Queue,
+)
+from engine.placement.plan import OutcomeStatus, PlacementInstance, PlacementPlan
+from engine.state import ClusterState
+
+
+@dataclass(frozen=True, slots=True)
+class DesiredState:
+    """Everything one valid commit declares."""
+
+    cluster: ClusterSpec
+    policy: Policy
+    nodes: Mapping[str, Node]
+    queues: Mapping[str, Queue]
+    jobs: Mapping[str, Job]
+
+
+@dataclass(frozen=True, slots=True)
+class ApplyCommit:
+    commit: CommitInfo
+    desired: DesiredState
+
+
+@dataclass(frozen=True, slots=True)
+class RejectCommit:
+    commit: CommitInfo
+    errors: tuple[Finding, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ApplyPlan:
+    plan: PlacementPlan
+    solve_id: str
+    at: str
+
+
+Intent = ApplyCommit | RejectCommit | ApplyPlan
+
+
+def decide(state: ClusterState, intent: Intent) -> tuple[ev.Event, ...]:
+    if isinstance(intent, ApplyCommit):
+        return _apply_commit(state, intent)
+    if isinstance(intent, RejectCommit):
+        return (ev.CommitRejected(commit=intent.commit, errors=intent.errors),)
+    return _apply_plan(state, intent)
+
+
+def _apply_commit(state: ClusterState, intent: ApplyCommit) -> tuple[ev.Event, ...]:
+    desired = intent.desired
+    out: list[ev.Event] = []
+    if state.cluster != desired.cluster:
+        out.append(ev.ClusterConfigured(cluster=desired.cluster))
+    if state.policy != desired.policy:
+        out.append(ev.PolicyChanged(policy=desired.policy))
+
+    for name in sorted(set(state.nodes) - set(desired.nodes)):
+        out.append(ev.NodeRemoved(node=name))
+    for name in sorted(desired.nodes):
+        node = desired.nodes[name]
+        old = state.nodes.get(name)
+        if old == node:
+            continue
+        if old is not None and dataclasses.replace(old, state=node.state) == node:
+            out.append(
+                ev.NodeStateChanged(
+                    node=name, state=node.state, reason=f"set to {node.state} in the cluster repo"
+                )
+            )
+        else:
+            out.append(ev.NodeRegistered(node=node))
+
+    for name in sorted(desired.queues):
+        if state.queues.get(name) != desired.queues[name]:
+            out.append(ev.QueueConfigured(queue=desired.queues[name]))
+
+    for key in sorted(set(state.jobs) - set(desired.jobs)):
+        out.append(ev.JobWithdrawn(job=key))
+    for key in sorted(desired.jobs):
+        job = desired.jobs[key]
+        old_job = state.jobs.get(key)
+        if old_job is None:
+            out.append(
+                ev.JobSubmitted(
+                    job=dataclasses.replace(job, submitted_at=intent.commit.committed_at)
+                )
+            )
+            continue
+        job = dataclasses.replace(job, submitted_at=old_job.submitted_at)
+        if job != old_job:
+            out.append(ev.JobChanged(job=job, fields=_changed_fields(old_job, job)))
+
+    # Queues go after their jobs are withdrawn, so no job is ever left without its queue.
+    for name in sorted(set(state.queues) - set(desired.queues)):
+        out.append(ev.QueueRemoved(queue=name))
+
+    out.append(ev.CommitApplied(commit=intent.commit, changes=len(out)))
+    return tuple(out)
+
+
+def _changed_fields(old: Job, new: Job) -> tuple[str, ...]:
+    return tuple(
+        f.name for f in dataclasses.fields(Job) if getattr(old, f.name) != getattr(new, f.name)
+    )
+
+
+def _apply_plan(state: ClusterState, intent: ApplyPlan) -> tuple[ev.Event, ...]:
+    plan = intent.plan
+    out: list[ev.Event] = []
+    for outcome in plan.outcomes:
+        if outcome.job not in state.jobs:
+            continue
+        if outcome.status in (OutcomeStatus.PLACED, OutcomeStatus.MOVED):
+            out.append(
+                ev.PlacementDecided(
+                    job=outcome.job,
+                    flavor=outcome.flavor,
+                    replicas=outcome.replicas,
+                    action="admitted" if outcome.status is OutcomeStatus.PLACED else "moved",
+                    reason=outcome.reason,
+                    solve_id=intent.solve_id,
+                    at=intent.at,
+                )
+            )
+        elif outcome.status is OutcomeStatus.PREEMPTED:
+            out.append(
+                ev.JobPreempted(
+                    job=outcome.job,
+                    reason=outcome.reason,
+                    preempted_by=outcome.preempted_by,
+                    lost_gpu_seconds=outcome.lost_gpu_seconds,
+                    solve_id=intent.solve_id,
+                )
+            )
+        elif outcome.status is OutcomeStatus.PENDING:
+            known = state.pending.get(outcome.job)
+            running = outcome.job in state.placements
+            if running or known is None or known.reason != outcome.reason:
+                out.append(
+                    ev.JobPending(
+                        job=outcome.job,
+                        reason=outcome.reason,
+                        constraint=outcome.constraint,
+                        solve_id=intent.solve_id,
+                    )
+                )
+    stats = plan.stats
+    counts = plan.counts()
+    out.append(
+        ev.SolveCompleted(
+            solve_id=intent.solve_id,
+            solver=stats.solver,
+            status=stats.status,
+            objective=stats.objective,
+            bound=stats.bound,
+            gap=stats.gap,
+            seconds=stats.seconds,
+            variables=stats.variables,
+            constraints=stats.constraints,
+            placed=counts[OutcomeStatus.PLACED],
+            kept=counts[OutcomeStatus.KEPT],
+            moved=counts[OutcomeStatus.MOVED],
+            preempted=counts[OutcomeStatus.PREEMPTED],
+            pending=counts[OutcomeStatus.PENDING],
+            broken_soft=plan.broken_soft,
+        )
+    )
+    return tuple(out)
+
+
+def placement_instance(state: ClusterState, now: str) -> PlacementInstance:
+    """What the solver sees of the state: every job, node, queue, and what runs where."""
+    return PlacementInstance(
+        cluster=state.cluster,
+        nodes=tuple(state.nodes[n] for n in sorted(state.nodes)),
+        queues=tuple(state.queues[q] for q in sorted(state.queues)),
+        jobs=tuple(state.jobs[j] for j in sorted(state.jobs)),
+        current=dict(state.placements),
+        policy=state.policy,
+        now=now,
+    )

@@ -1,0 +1,23 @@
+"""gitsched's one error tree, shared by every layer.
+
+Adapters wrap library errors in these (`raise ... from e`), so the reconciler
+can tell a bad commit (record it, move on) from an outage (retry with backoff).
+"""
+
+from __future__ import annotations
+
+
+class GitschedError(Exception):
+    """Root of every error gitsched raises on purpose."""
+
+
+class PermanentError(GitschedError):
+    """Retrying will not help: bad input, a rejected commit, a refused configuration."""
+
+
+class TemporaryError(GitschedError):
+    """Retrying later may help: a broker down, a lock held."""
+
+
+class UsageError(PermanentError):
+    """The command line or configuration asks for something that cannot be done."""

@@ -1,0 +1,194 @@
+"""Every kind of event the log holds.
+
+A type name is never renamed or reused; each class carries its schema_version,
+and older payloads are upcast on read (eventlog.upcasting).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from engine.model import (
+    ClusterSpec,
+    CommitInfo,
+    Finding,
+    Job,
+    Node,
+    NodeState,
+    Policy,
+    Queue,
+    ReplicaPlacement,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    type: ClassVar[str] = "Event"
+    schema_version: ClassVar[int] = 1
+
+
+@dataclass(frozen=True, slots=True)
+class CommitApplied(Event):
+    type: ClassVar[str] = "CommitApplied"
+    commit: CommitInfo
+    changes: int
+
+
+@dataclass(frozen=True, slots=True)
+class CommitRejected(Event):
+    type: ClassVar[str] = "CommitRejected"
+    commit: CommitInfo
+    errors: tuple[Finding, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterConfigured(Event):
+    type: ClassVar[str] = "ClusterConfigured"
+    cluster: ClusterSpec
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyChanged(Event):
+    type: ClassVar[str] = "PolicyChanged"
+    policy: Policy
+
+
+@dataclass(frozen=True, slots=True)
+class NodeRegistered(Event):
+    """A node joined, or its spec changed."""
+
+    type: ClassVar[str] = "NodeRegistered"
+    node: Node
+
+
+@dataclass(frozen=True, slots=True)
+class NodeRemoved(Event):
+    type: ClassVar[str] = "NodeRemoved"
+    node: str
+
+
+@dataclass(frozen=True, slots=True)
+class NodeStateChanged(Event):
+    """Drain, failure or recovery: only the node's state moved."""
+
+    type: ClassVar[str] = "NodeStateChanged"
+    node: str
+    state: NodeState
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class QueueConfigured(Event):
+    type: ClassVar[str] = "QueueConfigured"
+    queue: Queue
+
+
+@dataclass(frozen=True, slots=True)
+class QueueRemoved(Event):
+    type: ClassVar[str] = "QueueRemoved"
+    queue: str
+
+
+@dataclass(frozen=True, slots=True)
+class JobSubmitted(Event):
+    type: ClassVar[str] = "JobSubmitted"
+    job: Job
+
+
+@dataclass(frozen=True, slots=True)
+class JobChanged(Event):
+    type: ClassVar[str] = "JobChanged"
+    job: Job
+    fields: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class JobWithdrawn(Event):
+    type: ClassVar[str] = "JobWithdrawn"
+    job: str
+
+
+@dataclass(frozen=True, slots=True)
+class JobFinished(Event):
+    type: ClassVar[str] = "JobFinished"
+    job: str
+
+
+@dataclass(frozen=True, slots=True)
+class PlacementDecided(Event):
+    """The solver put a job on nodes: admitted for the first time, or moved."""
+
+    type: ClassVar[str] = "PlacementDecided"
+    job: str
+    flavor: str | None
+    replicas: tuple[ReplicaPlacement, ...]
+    action: str
+    reason: str
+    solve_id: str
+    at: str
+
+
+@dataclass(frozen=True, slots=True)
+class JobPreempted(Event):
+    type: ClassVar[str] = "JobPreempted"
+    job: str
+    reason: str
+    preempted_by: str | None
+    lost_gpu_seconds: float
+    solve_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class JobPending(Event):
+    """The job waits; the reason says what would let it run."""
+
+    type: ClassVar[str] = "JobPending"
+    job: str
+    reason: str
+    constraint: str
+    solve_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class SolveCompleted(Event):
+    type: ClassVar[str] = "SolveCompleted"
+    solve_id: str
+    solver: str
+    status: str
+    objective: float
+    bound: float | None
+    gap: float | None
+    seconds: float
+    variables: int
+    constraints: int
+    placed: int
+    kept: int
+    moved: int
+    preempted: int
+    pending: int
+    broken_soft: tuple[str, ...] = ()
+
+
+EVENT_TYPES: dict[str, type[Event]] = {
+    cls.type: cls
+    for cls in (
+        CommitApplied,
+        CommitRejected,
+        ClusterConfigured,
+        PolicyChanged,
+        NodeRegistered,
+        NodeRemoved,
+        NodeStateChanged,
+        QueueConfigured,
+        QueueRemoved,
+        JobSubmitted,
+        JobChanged,
+        JobWithdrawn,
+        JobFinished,
+        PlacementDecided,
+        JobPreempted,
+        JobPending,
+        SolveCompleted,
+    )
+}

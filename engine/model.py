@@ -1,0 +1,277 @@
+"""The domain: cluster, nodes, queues, jobs, policy and placements.
+
+Frozen dataclasses only. Resource amounts are integers in the smallest unit
+used anywhere (milli-GPU, milli-CPU, MiB), so capacity sums are exact.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+GPU_MILLI = 1000
+NODE_LEVEL = "node"
+
+
+class NodeState(StrEnum):
+    READY = "Ready"
+    DRAINED = "Drained"
+    FAILED = "Failed"
+
+
+class Isolation(StrEnum):
+    SHARED = "shared"
+    DEDICATED = "dedicated"
+
+
+class TopologyMode(StrEnum):
+    REQUIRED = "required"
+    PREFERRED = "preferred"
+
+
+@dataclass(frozen=True, slots=True)
+class GpuFlavor:
+    name: str
+    model: str
+    memory_gib: int
+
+
+@dataclass(frozen=True, slots=True)
+class PriorityClass:
+    name: str
+    value: int
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterSpec:
+    name: str
+    topology_levels: tuple[str, ...]
+    gpu_flavors: tuple[GpuFlavor, ...]
+    priority_classes: tuple[PriorityClass, ...]
+    default_priority_class: str
+
+    def priority_value(self, class_name: str) -> int:
+        for pc in self.priority_classes:
+            if pc.name == class_name:
+                return pc.value
+        raise KeyError(class_name)
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    name: str
+    flavor: str | None
+    gpus: int
+    cpu_milli: int
+    memory_mib: int
+    topology: dict[str, str] = field(default_factory=dict)
+    region: str | None = None
+    isolation: Isolation = Isolation.SHARED
+    state: NodeState = NodeState.READY
+    labels: dict[str, str] = field(default_factory=dict)
+
+    def domain(self, level: str) -> str:
+        """The node's domain at `level`; a node unlabelled at a level is a domain of its own."""
+        if level == NODE_LEVEL:
+            return self.name
+        return self.topology.get(level, f"{level}:{self.name}")
+
+    @property
+    def schedulable(self) -> bool:
+        return self.state is NodeState.READY
+
+
+@dataclass(frozen=True, slots=True)
+class FlavorQuota:
+    """A queue's quota of one GPU flavor, in milli-GPU; None means no limit of that kind."""
+
+    flavor: str
+    nominal: int
+    borrowing_limit: int | None = None
+    lending_limit: int | None = None
+
+    @property
+    def guaranteed(self) -> int:
+        """What the queue keeps for itself: the part of nominal it never lends."""
+        if self.lending_limit is None:
+            return 0
+        return max(0, self.nominal - self.lending_limit)
+
+    @property
+    def ceiling(self) -> int | None:
+        if self.borrowing_limit is None:
+            return None
+        return self.nominal + self.borrowing_limit
+
+
+@dataclass(frozen=True, slots=True)
+class Queue:
+    name: str
+    team: str
+    cohort: str | None = None
+    weight: float = 1.0
+    max_priority_class: str | None = None
+    quotas: tuple[FlavorQuota, ...] = ()
+    owners: tuple[str, ...] = ()
+
+    def quota(self, flavor: str) -> FlavorQuota | None:
+        for q in self.quotas:
+            if q.flavor == flavor:
+                return q
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class Resources:
+    """Per replica. gpu_milli below 1000 is a share of one physical GPU."""
+
+    gpu_milli: int = 0
+    cpu_milli: int = 0
+    memory_mib: int = 0
+
+    @property
+    def fractional(self) -> bool:
+        return 0 < self.gpu_milli < GPU_MILLI
+
+    @property
+    def whole_gpus(self) -> int:
+        return self.gpu_milli // GPU_MILLI
+
+
+@dataclass(frozen=True, slots=True)
+class TopologyRequirement:
+    level: str
+    mode: TopologyMode = TopologyMode.REQUIRED
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    name: str
+    queue: str
+    replicas: int
+    resources: Resources
+    priority_class: str
+    priority: int
+    min_replicas: int | None = None
+    gpu_flavors: tuple[str, ...] = ()
+    topology: TopologyRequirement | None = None
+    preemptible: bool = True
+    checkpoint_interval_minutes: int | None = None
+    isolation: Isolation = Isolation.SHARED
+    residency: tuple[str, ...] = ()
+    file: str = ""
+    submitted_at: str = ""
+
+    @property
+    def key(self) -> str:
+        return job_key(self.queue, self.name)
+
+    @property
+    def smallest_gang(self) -> int:
+        return self.min_replicas if self.min_replicas is not None else self.replicas
+
+    @property
+    def gpu_milli_total(self) -> int:
+        return self.replicas * self.resources.gpu_milli
+
+    def placement_fields(self) -> tuple[object, ...]:
+        """The fields a running placement depends on: change one and the job must be placed anew."""
+        return (
+            self.replicas,
+            self.min_replicas,
+            self.resources,
+            self.gpu_flavors,
+            self.topology,
+            self.isolation,
+            self.residency,
+        )
+
+
+def job_key(queue: str, name: str) -> str:
+    return f"{queue}/{name}"
+
+
+class PreemptionScope(StrEnum):
+    NEVER = "Never"
+    LOWER_PRIORITY = "LowerPriority"
+    ANY = "Any"
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    """The merged Policy documents: what the solver optimises and what it may do."""
+
+    solver: str = "greedy"
+    time_limit_s: float = 10.0
+    gap_tolerance: float = 0.01
+    priority_weight: float = 1.0
+    move_cost: float = 1.0
+    preemption_cost: float = 1.0
+    fragmentation_weight: float = 0.1
+    fairness_weight: float = 0.0
+    preemption_enabled: bool = True
+    preempt_within_queue: PreemptionScope = PreemptionScope.LOWER_PRIORITY
+    reclaim_within_cohort: PreemptionScope = PreemptionScope.ANY
+    require_owner_approval: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaPlacement:
+    """One replica on one node: the GPU indices it holds and the milli-GPU it takes on each."""
+
+    node: str
+    gpus: tuple[int, ...] = ()
+    gpu_milli: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    job: str
+    flavor: str | None
+    replicas: tuple[ReplicaPlacement, ...]
+    started_at: str = ""
+
+    @property
+    def nodes(self) -> tuple[str, ...]:
+        return tuple(sorted({r.node for r in self.replicas}))
+
+    @property
+    def gpu_milli(self) -> int:
+        return sum(r.gpu_milli * len(r.gpus) for r in self.replicas)
+
+
+@dataclass(frozen=True, slots=True)
+class CommitInfo:
+    sha: str
+    author: str
+    author_email: str
+    committed_at: str
+    subject: str
+    approvers: tuple[str, ...] = ()
+
+    @property
+    def actor(self) -> str:
+        who = f"{self.author} <{self.author_email}>"
+        if self.approvers:
+            return f"{who} (approved by {', '.join(self.approvers)})"
+        return who
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """One validation or policy error of a commit, located in the repo."""
+
+    file: str
+    line: int | None
+    column: int | None
+    path: str
+    message: str
+    code: str
+
+    def format(self) -> str:
+        where = self.file
+        if self.line is not None:
+            where += f":{self.line}"
+            if self.column is not None:
+                where += f":{self.column}"
+        return f"{where}: {self.path}: {self.message} [{self.code}]"

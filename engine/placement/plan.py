@@ -1,0 +1,100 @@
+"""The placement interface: the instance a solver reads and the plan it returns."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Protocol
+
+from engine.model import ClusterSpec, Job, Node, Placement, Policy, Queue, ReplicaPlacement
+
+
+@dataclass(frozen=True, slots=True)
+class PlacementInstance:
+    """Everything a solver may look at. `now` (ISO-8601 UTC) prices lost work."""
+
+    cluster: ClusterSpec | None
+    nodes: tuple[Node, ...]
+    queues: tuple[Queue, ...]
+    jobs: tuple[Job, ...]
+    current: Mapping[str, Placement]
+    policy: Policy
+    now: str = ""
+
+    def queue(self, name: str) -> Queue | None:
+        for q in self.queues:
+            if q.name == name:
+                return q
+        return None
+
+
+class OutcomeStatus(StrEnum):
+    PLACED = "placed"  # admitted now
+    KEPT = "kept"  # running and stays where it is
+    MOVED = "moved"  # running and goes elsewhere
+    PREEMPTED = "preempted"  # was running, now stops
+    PENDING = "pending"  # was not running and still is not
+
+
+@dataclass(frozen=True, slots=True)
+class JobOutcome:
+    job: str
+    status: OutcomeStatus
+    flavor: str | None = None
+    replicas: tuple[ReplicaPlacement, ...] = ()
+    reason: str = ""
+    constraint: str = ""
+    preempted_by: str | None = None
+    lost_gpu_seconds: float = 0.0
+
+    @property
+    def running(self) -> bool:
+        return self.status in (OutcomeStatus.PLACED, OutcomeStatus.KEPT, OutcomeStatus.MOVED)
+
+
+@dataclass(frozen=True, slots=True)
+class SolveStats:
+    solver: str
+    status: str  # optimal | feasible | time-limit | heuristic | infeasible
+    objective: float
+    bound: float | None = None
+    gap: float | None = None
+    seconds: float = 0.0
+    variables: int = 0
+    constraints: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class PlacementPlan:
+    outcomes: tuple[JobOutcome, ...]
+    stats: SolveStats
+    broken_soft: tuple[str, ...] = field(default=())
+
+    def outcome(self, job: str) -> JobOutcome | None:
+        for o in self.outcomes:
+            if o.job == job:
+                return o
+        return None
+
+    def counts(self) -> Counter[OutcomeStatus]:
+        counts: Counter[OutcomeStatus] = Counter({s: 0 for s in OutcomeStatus})
+        counts.update(o.status for o in self.outcomes)
+        return counts
+
+    def placements(self) -> dict[str, Placement]:
+        """The placements the cluster has once the plan is applied."""
+        return {
+            o.job: Placement(job=o.job, flavor=o.flavor, replicas=o.replicas)
+            for o in self.outcomes
+            if o.running
+        }
+
+
+class Placer(Protocol):
+    """A placement solver. Pure: the same instance gives the same plan (up to time limits)."""
+
+    name: str
+
+    def solve(self, instance: PlacementInstance) -> PlacementPlan: ...

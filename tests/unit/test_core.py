@@ -1,0 +1,167 @@
+"""decide/evolve: what a commit means, and that replaying the log always gives the same state."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from engine import events as ev
+from engine.codec import from_data, to_data
+from engine.core import (
+    ApplyCommit,
+    ApplyPlan,
+    DesiredState,
+    RejectCommit,
+    decide,
+    placement_instance,
+)
+from engine.model import CommitInfo, Finding, NodeState, Policy
+from engine.placement.greedy import GreedyPlacer
+from engine.state import ClusterState, fold
+from tests.unit.factories import CLUSTER, job, node, queue
+
+
+def commit(n: int) -> CommitInfo:
+    return CommitInfo(
+        f"{n:040x}", "Ana", "ana@example.com", f"2026-11-20T10:{n % 60:02d}:00+00:00", f"commit {n}"
+    )
+
+
+def desired(jobs=(), nodes=None, queues=None, policy=None) -> DesiredState:  # type: ignore[no-untyped-def]
+    nodes = nodes if nodes is not None else [node("n1"), node("n2")]
+    queues = queues if queues is not None else [queue("q")]
+    return DesiredState(
+        cluster=CLUSTER,
+        policy=policy or Policy(),
+        nodes={n.name: n for n in nodes},
+        queues={q.name: q for q in queues},
+        jobs={j.key: j for j in jobs},
+    )
+
+
+def apply(state: ClusterState, intent) -> ClusterState:  # type: ignore[no-untyped-def]
+    return fold(decide(state, intent), state)
+
+
+def test_first_commit_registers_everything_and_ends_with_commit_applied() -> None:
+    events = decide(ClusterState(), ApplyCommit(commit(1), desired([job("a")])))
+    types = [type(e).__name__ for e in events]
+    assert types == [
+        "ClusterConfigured",
+        "NodeRegistered",
+        "NodeRegistered",
+        "QueueConfigured",
+        "JobSubmitted",
+        "CommitApplied",
+    ]
+    submitted = events[4]
+    assert isinstance(submitted, ev.JobSubmitted)
+    assert submitted.job.submitted_at == commit(1).committed_at
+
+
+def test_an_unchanged_commit_yields_only_commit_applied() -> None:
+    state = apply(ClusterState(), ApplyCommit(commit(1), desired([job("a")])))
+    events = decide(state, ApplyCommit(commit(2), desired([job("a")])))
+    assert [type(e) for e in events] == [ev.CommitApplied]
+    assert events[0].changes == 0  # type: ignore[attr-defined]
+
+
+def test_changes_withdrawals_and_node_state() -> None:
+    state = apply(ClusterState(), ApplyCommit(commit(1), desired([job("a"), job("b")])))
+    drained = dataclasses.replace(node("n2"), state=NodeState.DRAINED)
+    events = decide(
+        state, ApplyCommit(commit(2), desired([job("a", gpu=2)], nodes=[node("n1"), drained]))
+    )
+    kinds = {type(e) for e in events}
+    assert {ev.JobChanged, ev.JobWithdrawn, ev.NodeStateChanged} <= kinds
+    changed = next(e for e in events if isinstance(e, ev.JobChanged))
+    assert changed.fields == ("resources",)
+    assert changed.job.submitted_at == commit(1).committed_at, (
+        "a change keeps the job's place in line"
+    )
+
+
+def test_a_rejected_commit_changes_nothing_but_is_recorded() -> None:
+    state = apply(ClusterState(), ApplyCommit(commit(1), desired([job("a")])))
+    finding = Finding("teams/q/jobs/x.yaml", 3, 5, "$.spec", "bad", "schema")
+    after = apply(state, RejectCommit(commit(2), (finding,)))
+    assert after.jobs == state.jobs and after.last_good_commit == commit(1)
+    assert after.last_commit == commit(2) and after.last_rejection == (finding,)
+
+
+def test_placement_events_fold_into_placements_and_pending() -> None:
+    state = apply(
+        ClusterState(),
+        ApplyCommit(commit(1), desired([job("a", gpu=8), job("big", gpu=8, replicas=3)])),
+    )
+    assert state.needs_placement
+    plan = GreedyPlacer().solve(placement_instance(state, "2026-11-20T10:00:00+00:00"))
+    state = apply(state, ApplyPlan(plan, "s1", "2026-11-20T10:00:00+00:00"))
+    assert not state.needs_placement
+    assert set(state.placements) == {"q/a"}
+    assert "q/big" in state.pending
+    # Solving again with nothing changed emits no new pending event (the reason is the same).
+    again = decide(
+        state, ApplyPlan(GreedyPlacer().solve(placement_instance(state, "t")), "s2", "t")
+    )
+    assert [type(e) for e in again] == [ev.SolveCompleted]
+
+
+def test_every_event_type_round_trips_through_the_codec() -> None:
+    state = apply(
+        ClusterState(),
+        ApplyCommit(
+            commit(1), desired([job("a", gpu=0.5), job("b", replicas=2, topology="nvlink")])
+        ),
+    )
+    plan = GreedyPlacer().solve(placement_instance(state, "2026-11-20T10:00:00+00:00"))
+    produced = [
+        *decide(ClusterState(), ApplyCommit(commit(1), desired([job("a", gpu=0.5)]))),
+        *decide(state, ApplyPlan(plan, "s", "2026-11-20T10:00:00+00:00")),
+        ev.CommitRejected(commit(3), (Finding("f", None, None, "$", "m", "yaml"),)),
+        ev.NodeStateChanged("n1", NodeState.FAILED, "fan"),
+        ev.JobPreempted("q/a", "r", "q/b", 12.5, "s"),
+        ev.PolicyChanged(Policy(solver="highs")),
+    ]
+    for event in produced:
+        data = to_data(event)
+        assert from_data(type(event), data) == event
+
+
+# -- replay determinism ------------------------------------------------------------------------
+
+job_strategy = st.builds(
+    lambda name, gpu, replicas, prio: job(
+        name, gpu=gpu, replicas=replicas, priority=prio, submitted_at=name
+    ),
+    st.sampled_from(["a", "b", "c", "d", "e"]),
+    st.sampled_from([0.5, 1, 4, 8]),
+    st.integers(1, 3),
+    st.sampled_from([100, 500, 900]),
+)
+commits_strategy = st.lists(st.lists(job_strategy, max_size=5), min_size=1, max_size=6)
+
+
+@settings(max_examples=60, deadline=None)
+@given(commits_strategy)
+def test_replaying_the_log_always_gives_the_same_state(history) -> None:  # type: ignore[no-untyped-def]
+    """Fold the events of a commit history twice, and through the codec: identical states."""
+    state = ClusterState()
+    log: list[ev.Event] = []
+    for n, jobs in enumerate(history):
+        unique = {j.key: j for j in jobs}
+        for intent in (ApplyCommit(commit(n), desired(list(unique.values()))),):
+            events = decide(state, intent)
+            log.extend(events)
+            state = fold(events, state)
+        plan = GreedyPlacer().solve(placement_instance(state, f"2026-11-20T10:{n:02d}:00+00:00"))
+        events = decide(state, ApplyPlan(plan, f"s{n}", f"2026-11-20T10:{n:02d}:00+00:00"))
+        log.extend(events)
+        state = fold(events, state)
+    assert fold(log) == state
+    decoded = [from_data(type(e), to_data(e)) for e in log]
+    assert fold(decoded) == state
+    assert set(state.placements) <= set(state.jobs)
+    assert not (set(state.placements) & set(state.pending))
