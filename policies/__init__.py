@@ -1,0 +1,17 @@
+"""Cross-document rules of a cluster repo, and the Policy they are judged by.
+
+Pure functions over already schema-checked documents: no I/O beyond reading the
+built-in policy library that ships inside this package.
+"""
+
+from policies.policy import default_policy, merge_policies
+from policies.rules import CLUSTER_FILE, Place, check_repository, place_of
+
+__all__ = [
+    "CLUSTER_FILE",
+    "Place",
+    "check_repository",
+    "default_policy",
+    "merge_policies",
+    "place_of",
+]

@@ -1,0 +1,546 @@
+"""Rules that need more than one document: layout, names, references and admission.
+
+A commit is judged as a whole, so every broken rule in every file is reported at the
+line of the field that breaks it, and a pull request shows all of them at once.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections import defaultdict
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import PurePosixPath
+from typing import Any
+
+from schemas import Document, JsonPath, SpecError
+
+CLUSTER_FILE = "cluster.yaml"
+_YAML_SUFFIXES = (".yaml", ".yml")
+_HOMES = {
+    "Cluster": "cluster.yaml",
+    "Node": "inventory/<name>.yaml",
+    "NodePool": "inventory/<name>.yaml",
+    "Queue": "teams/<team>/queue.yaml",
+    "Job": "teams/<team>/jobs/<name>.yaml",
+    "Policy": "policies/<name>.yaml",
+}
+_AREA_OF_KIND = {
+    "Cluster": "cluster",
+    "Node": "inventory",
+    "NodePool": "inventory",
+    "Queue": "queue",
+    "Job": "jobs",
+    "Policy": "policies",
+}
+_IMPLICIT_LEVEL = "node"
+
+
+@dataclass(frozen=True, slots=True)
+class Place:
+    """Where a file sits in the cluster repo: its area and, under teams/, its team."""
+
+    area: str  # cluster | inventory | queue | jobs | policies | elsewhere
+    team: str | None = None
+
+
+def place_of(file: str) -> Place:
+    parts = PurePosixPath(file).parts
+    if not file.endswith(_YAML_SUFFIXES):
+        return Place("elsewhere")
+    if len(parts) == 1 and parts[0] in ("cluster.yaml", "cluster.yml"):
+        return Place("cluster")
+    if len(parts) == 2 and parts[0] in ("inventory", "policies"):
+        return Place(parts[0])
+    if len(parts) == 3 and parts[0] == "teams" and parts[2] in ("queue.yaml", "queue.yml"):
+        return Place("queue", parts[1])
+    if len(parts) == 4 and parts[0] == "teams" and parts[2] == "jobs":
+        return Place("jobs", parts[1])
+    return Place("elsewhere")
+
+
+@dataclass(frozen=True, slots=True)
+class _Cluster:
+    """What other documents may refer to, as the Cluster document defines it."""
+
+    doc: Document
+    flavors: tuple[str, ...]
+    classes: Mapping[str, int]
+    levels: tuple[str, ...]
+    default_class: str | None
+
+
+def check_repository(docs: Sequence[Document], policy: Mapping[str, Any]) -> tuple[SpecError, ...]:
+    """Every cross-document problem of one commit's valid documents, sorted by file and line."""
+    ordered = sorted(docs, key=lambda d: (d.file, d.index))
+    errors: list[SpecError] = list(_layout(ordered))
+    by_kind: dict[str, list[Document]] = defaultdict(list)
+    for doc in ordered:
+        by_kind[doc.kind or ""].append(doc)
+
+    cluster = _the_cluster(by_kind["Cluster"], errors)
+    if cluster is not None:
+        errors.extend(_check_cluster(cluster))
+    for kind in ("Queue", "Policy", "NodePool"):
+        errors.extend(_duplicate_names(by_kind[kind], kind))
+    errors.extend(_node_names(by_kind["Node"], by_kind["NodePool"]))
+
+    queues: dict[str, Document] = {}
+    team_queues: dict[str, Document] = {}
+    for doc in by_kind["Queue"]:
+        queues.setdefault(_name(doc), doc)
+        team = place_of(doc.file).team
+        if team is not None and place_of(doc.file).area == "queue":
+            team_queues.setdefault(team, doc)
+
+    for doc in by_kind["Node"]:
+        errors.extend(_check_node_spec(doc, _spec(doc), ("spec",), cluster))
+        errors.extend(_check_labels(doc, ("spec", "topology"), cluster))
+    for doc in by_kind["NodePool"]:
+        errors.extend(_check_pool(doc, cluster))
+    for doc in by_kind["Queue"]:
+        errors.extend(_check_queue(doc, cluster))
+
+    jobs_by_queue: dict[str, list[Document]] = defaultdict(list)
+    admission = policy.get("admission")
+    limits: Mapping[str, Any] = admission if isinstance(admission, Mapping) else {}
+    for doc in by_kind["Job"]:
+        queue = _job_queue(doc, queues, team_queues, errors)
+        if queue is not None:
+            jobs_by_queue[_name(queue)].append(doc)
+        errors.extend(_check_job(doc, queue, cluster, limits))
+    for queue_name, jobs in jobs_by_queue.items():
+        errors.extend(_duplicate_names(jobs, "Job", f" in queue '{queue_name}'"))
+
+    return tuple(sorted(errors, key=lambda e: (e.file, e.line or 0, e.column or 0, e.message)))
+
+
+# --- layout and names ---
+
+
+def _layout(docs: Iterable[Document]) -> Iterator[SpecError]:
+    queue_files: set[str] = set()
+    for doc in docs:
+        kind = doc.kind or ""
+        place = place_of(doc.file)
+        home = _HOMES.get(kind)
+        if home is None:
+            continue
+        if place.area != _AREA_OF_KIND[kind]:
+            yield doc.error(
+                ("kind",),
+                f"a {kind} belongs in {home}, not in {doc.file}; files elsewhere would be"
+                " silently ignored",
+                "layout",
+            )
+        elif kind == "Queue":
+            if doc.file in queue_files:
+                yield doc.error(
+                    ("kind",),
+                    f"{doc.file} holds more than one Queue; a team folder defines one queue",
+                    "layout",
+                )
+            queue_files.add(doc.file)
+
+
+def _the_cluster(clusters: list[Document], errors: list[SpecError]) -> _Cluster | None:
+    if not clusters:
+        errors.append(
+            SpecError(
+                CLUSTER_FILE,
+                None,
+                None,
+                "$",
+                "no Cluster document: add cluster.yaml with kind: Cluster (topology levels,"
+                " GPU flavors, priority classes)",
+                "layout",
+            )
+        )
+        return None
+    # Prefer the one in its proper home, so the error lands on the stray copies.
+    first, *extra = sorted(clusters, key=lambda d: (place_of(d.file).area != "cluster", d.file))
+    for doc in extra:
+        errors.append(
+            doc.error(
+                ("kind",),
+                f"a second Cluster document; a cluster repo has exactly one"
+                f" (the first is at {_at(first, ('kind',))})",
+                "layout",
+            )
+        )
+    spec = _spec(first)
+    classes: dict[str, int] = {}
+    for entry in spec.get("priorityClasses", []):
+        classes.setdefault(entry["name"], entry["value"])
+    return _Cluster(
+        doc=first,
+        flavors=tuple(dict.fromkeys(f["name"] for f in spec.get("gpuFlavors", []))),
+        classes=classes,
+        levels=tuple(spec.get("topologyLevels", [])),
+        default_class=spec.get("defaultPriorityClass"),
+    )
+
+
+def _check_cluster(cluster: _Cluster) -> Iterator[SpecError]:
+    doc, spec = cluster.doc, _spec(cluster.doc)
+    for field, what in (("gpuFlavors", "GPU flavor"), ("priorityClasses", "priority class")):
+        seen: dict[str, int] = {}
+        for index, entry in enumerate(spec.get(field, [])):
+            name = entry["name"]
+            path: JsonPath = ("spec", field, index, "name")
+            if name in seen:
+                first = _at(doc, ("spec", field, seen[name], "name"))
+                yield doc.error(
+                    path, f"{what} '{name}' is defined twice (first at {first})", "duplicate-name"
+                )
+            else:
+                seen[name] = index
+    default = cluster.default_class
+    if default is not None and default not in cluster.classes:
+        yield doc.error(
+            ("spec", "defaultPriorityClass"),
+            f"default priority class '{default}' is not one of the priorityClasses"
+            f"{_choices(default, cluster.classes)}",
+            "reference",
+        )
+
+
+def _duplicate_names(docs: Sequence[Document], kind: str, scope: str = "") -> Iterator[SpecError]:
+    groups: dict[str, list[Document]] = defaultdict(list)
+    for doc in docs:
+        groups[_name(doc)].append(doc)
+    for name, group in groups.items():
+        if len(group) < 2:
+            continue
+        for doc in group:
+            others = ", ".join(_at(o, ("metadata", "name")) for o in group if o is not doc)
+            yield doc.error(
+                ("metadata", "name"),
+                f"{_noun(kind)} '{name}' is defined more than once{scope}: also at {others}",
+                "duplicate-name",
+            )
+
+
+def _pool_node_names(doc: Document) -> list[str]:
+    spec = _spec(doc)
+    count: int = spec["count"]
+    width = max(2, len(str(count)))
+    prefix: str = spec["namePrefix"]
+    return [f"{prefix}{i:0{width}d}" for i in range(1, count + 1)]
+
+
+def _node_names(nodes: Sequence[Document], pools: Sequence[Document]) -> Iterator[SpecError]:
+    yield from _duplicate_names(nodes, "Node")
+    owner: dict[str, Document] = {}
+    for doc in nodes:
+        owner.setdefault(_name(doc), doc)
+    for pool in pools:
+        clashes: dict[int, tuple[str, Document]] = {}
+        for node_name in _pool_node_names(pool):
+            other = owner.get(node_name)
+            if other is None:
+                owner[node_name] = pool
+            elif other is not pool and id(other) not in clashes:
+                clashes[id(other)] = (node_name, other)
+        for node_name, other in clashes.values():
+            other_path: JsonPath = (
+                ("metadata", "name") if other.kind == "Node" else ("spec", "namePrefix")
+            )
+            yield pool.error(
+                ("spec", "namePrefix"),
+                f"node pool '{_name(pool)}' makes node '{node_name}', which"
+                f" {_noun(other.kind or '')} '{_name(other)}' at {_at(other, other_path)} also"
+                " makes; node names must be unique",
+                "duplicate-name",
+            )
+            yield other.error(
+                other_path,
+                f"node '{node_name}' is also made by node pool '{_name(pool)}' at"
+                f" {_at(pool, ('spec', 'namePrefix'))}; node names must be unique",
+                "duplicate-name",
+            )
+
+
+# --- inventory ---
+
+
+def _check_node_spec(
+    doc: Document, spec: Mapping[str, Any], at: JsonPath, cluster: _Cluster | None
+) -> Iterator[SpecError]:
+    flavor = spec.get("flavor")
+    gpus = spec.get("gpus", 0)
+    what = "node" if doc.kind == "Node" else "node pool"
+    if flavor is not None:
+        if cluster is not None and flavor not in cluster.flavors:
+            yield _unknown(doc, (*at, "flavor"), "GPU flavor", flavor, cluster.flavors)
+        if gpus < 1:
+            yield doc.error(
+                (*at, "gpus"),
+                f"{what} '{_name(doc)}' has GPU flavor '{flavor}' but {gpus} GPUs; a node"
+                " with a flavor has at least 1 GPU",
+                "policy",
+            )
+    elif gpus != 0:
+        yield doc.error(
+            (*at, "gpus"),
+            f"{what} '{_name(doc)}' has {gpus} GPUs but no flavor; name its GPU flavor, or"
+            " set gpus: 0 for a CPU-only node",
+            "policy",
+        )
+
+
+def _check_labels(doc: Document, at: JsonPath, cluster: _Cluster | None) -> Iterator[SpecError]:
+    labels = _get(doc.data, at)
+    if cluster is None or not isinstance(labels, Mapping):
+        return
+    for level in labels:
+        if level not in cluster.levels:
+            yield _unknown(doc, (*at, level), "topology level", level, cluster.levels)
+
+
+def _check_pool(doc: Document, cluster: _Cluster | None) -> Iterator[SpecError]:
+    spec = _spec(doc)
+    yield from _check_node_spec(doc, spec["template"], ("spec", "template"), cluster)
+    yield from _check_labels(doc, ("spec", "topology"), cluster)
+    fixed = set(spec.get("topology", {}))
+    seen: set[str] = set()
+    for index, domain in enumerate(spec.get("domains", [])):
+        level = domain["level"]
+        path: JsonPath = ("spec", "domains", index, "level")
+        if cluster is not None and level not in cluster.levels:
+            yield _unknown(doc, path, "topology level", level, cluster.levels)
+        if level in fixed:
+            yield doc.error(
+                path,
+                f"level '{level}' is both in topology (one domain for the whole pool) and"
+                " in domains (split into groups); keep one",
+                "policy",
+            )
+        elif level in seen:
+            yield doc.error(path, f"level '{level}' is split twice in domains", "policy")
+        seen.add(level)
+
+
+# --- queues and jobs ---
+
+
+def _check_queue(doc: Document, cluster: _Cluster | None) -> Iterator[SpecError]:
+    spec = _spec(doc)
+    name = _name(doc)
+    place = place_of(doc.file)
+    team = spec.get("team")
+    if team is not None and place.area == "queue" and team != place.team:
+        yield doc.error(
+            ("spec", "team"),
+            f"queue '{name}' says team '{team}' but lives in teams/{place.team}/;"
+            f" set team: {place.team} or leave it out",
+            "reference",
+        )
+    top = spec.get("maxPriorityClass")
+    if cluster is not None and top is not None and top not in cluster.classes:
+        yield _unknown(doc, ("spec", "maxPriorityClass"), "priority class", top, cluster.classes)
+    seen: dict[str, int] = {}
+    for index, quota in enumerate(spec.get("quotas", [])):
+        flavor = quota["flavor"]
+        path: JsonPath = ("spec", "quotas", index, "flavor")
+        if cluster is not None and flavor not in cluster.flavors:
+            yield _unknown(doc, path, "GPU flavor", flavor, cluster.flavors)
+        if flavor in seen:
+            first = _at(doc, ("spec", "quotas", seen[flavor], "flavor"))
+            yield doc.error(
+                path,
+                f"queue '{name}' lists flavor '{flavor}' twice (first at {first});"
+                " give each flavor one quota",
+                "policy",
+            )
+        else:
+            seen[flavor] = index
+        lending = quota.get("lendingLimit")
+        if lending is not None and lending > quota["nominal"]:
+            yield doc.error(
+                ("spec", "quotas", index, "lendingLimit"),
+                f"lendingLimit ({_num(lending)}) is more than nominal ({_num(quota['nominal'])});"
+                " a queue can lend only its own quota",
+                "policy",
+            )
+
+
+def _job_queue(
+    doc: Document,
+    queues: Mapping[str, Document],
+    team_queues: Mapping[str, Document],
+    errors: list[SpecError],
+) -> Document | None:
+    """The Queue document a job goes to, reporting a missing one."""
+    spec = _spec(doc)
+    named = spec.get("queue")
+    if named is not None:
+        found = queues.get(named)
+        if found is None:
+            errors.append(
+                doc.error(
+                    ("spec", "queue"),
+                    f"job '{_name(doc)}' names queue '{named}', which no"
+                    f" teams/<team>/queue.yaml defines{_choices(named, queues)}",
+                    "reference",
+                )
+            )
+        return found
+    team = place_of(doc.file).team
+    if team is None:
+        return None  # a misplaced job: the layout error already says where it belongs
+    found = team_queues.get(team)
+    if found is None:
+        errors.append(
+            doc.error(
+                ("spec",),
+                f"job '{_name(doc)}' names no queue and teams/{team}/ has no queue.yaml;"
+                f" add teams/{team}/queue.yaml or set spec.queue",
+                "reference",
+            )
+        )
+    return found
+
+
+def _check_job(
+    doc: Document,
+    queue: Document | None,
+    cluster: _Cluster | None,
+    limits: Mapping[str, Any],
+) -> Iterator[SpecError]:
+    spec = _spec(doc)
+    name = _name(doc)
+    if cluster is not None:
+        yield from _check_job_references(doc, spec, cluster)
+
+    replicas: int = spec["replicas"]
+    resources: Mapping[str, Any] = spec["resources"]
+    gpu = resources.get("gpu", 0)
+    total = replicas * gpu
+    max_gpus = limits.get("maxGpusPerJob")
+    if isinstance(max_gpus, int | float) and total > max_gpus:
+        where: JsonPath = ("spec", "resources", "gpu")
+        yield doc.error(
+            where,
+            f"job '{name}' asks for {_num(total)} GPUs ({replicas} replicas x {_num(gpu)}),"
+            f" more than the {_num(max_gpus)} one job may have (policy admission.maxGpusPerJob)",
+            "policy",
+        )
+    max_replicas = limits.get("maxReplicasPerJob")
+    if isinstance(max_replicas, int) and replicas > max_replicas:
+        yield doc.error(
+            ("spec", "replicas"),
+            f"job '{name}' asks for {replicas} replicas, more than the {max_replicas} one job"
+            " may have (policy admission.maxReplicasPerJob)",
+            "policy",
+        )
+    min_replicas = spec.get("minReplicas")
+    if min_replicas is not None and min_replicas > replicas:
+        yield doc.error(
+            ("spec", "minReplicas"),
+            f"minReplicas ({min_replicas}) is more than replicas ({replicas})",
+            "policy",
+        )
+    if (
+        spec.get("isolation") == "dedicated"
+        and limits.get("requireResidencyForIsolated") is True
+        and not spec.get("residency")
+    ):
+        yield doc.error(
+            ("spec", "isolation"),
+            f"job '{name}' is dedicated but names no residency; the policy requires isolated"
+            " jobs to list their allowed regions (admission.requireResidencyForIsolated)",
+            "policy",
+        )
+    if cluster is not None and queue is not None:
+        yield from _check_job_priority(doc, spec, queue, cluster)
+
+
+def _check_job_references(
+    doc: Document, spec: Mapping[str, Any], cluster: _Cluster
+) -> Iterator[SpecError]:
+    for index, flavor in enumerate(spec.get("gpuFlavors", [])):
+        if flavor not in cluster.flavors:
+            path: JsonPath = ("spec", "gpuFlavors", index)
+            yield _unknown(doc, path, "GPU flavor", flavor, cluster.flavors)
+    wanted = spec.get("priorityClass")
+    if wanted is not None and wanted not in cluster.classes:
+        yield _unknown(doc, ("spec", "priorityClass"), "priority class", wanted, cluster.classes)
+    topology = spec.get("topology")
+    if isinstance(topology, Mapping):
+        level = topology["level"]
+        levels = (_IMPLICIT_LEVEL, *cluster.levels)
+        if level not in levels:
+            yield _unknown(doc, ("spec", "topology", "level"), "topology level", level, levels)
+
+
+def _check_job_priority(
+    doc: Document, spec: Mapping[str, Any], queue: Document, cluster: _Cluster
+) -> Iterator[SpecError]:
+    ceiling = _spec(queue).get("maxPriorityClass")
+    explicit = spec.get("priorityClass")
+    wanted = explicit if explicit is not None else cluster.default_class
+    if ceiling not in cluster.classes or wanted not in cluster.classes:
+        return  # an unknown class is reported as a reference error
+    assert isinstance(ceiling, str) and isinstance(wanted, str)
+    value, limit = cluster.classes[wanted], cluster.classes[ceiling]
+    if value <= limit:
+        return
+    asks = "asks for" if explicit is not None else "gets the cluster's default"
+    yield doc.error(
+        ("spec", "priorityClass") if explicit is not None else ("spec",),
+        f"job '{_name(doc)}' {asks} priority class '{wanted}' ({value}) but queue"
+        f" '{_name(queue)}' allows at most '{ceiling}' ({limit})"
+        f" (maxPriorityClass at {_at(queue, ('spec', 'maxPriorityClass'))})",
+        "policy",
+    )
+
+
+# --- small shared pieces ---
+
+
+def _spec(doc: Document) -> Mapping[str, Any]:
+    spec = doc.data.get("spec")
+    return spec if isinstance(spec, Mapping) else {}
+
+
+def _name(doc: Document) -> str:
+    return doc.name or "?"
+
+
+def _get(data: Any, path: JsonPath) -> Any:
+    for step in path:
+        if isinstance(data, Mapping) and isinstance(step, str):
+            data = data.get(step)
+        else:
+            return None
+    return data
+
+
+def _at(doc: Document, path: JsonPath) -> str:
+    return f"{doc.file}:{doc.position(path)[0]}"
+
+
+def _noun(kind: str) -> str:
+    return {"NodePool": "node pool"}.get(kind, kind.lower())
+
+
+def _num(value: float) -> str:
+    return f"{value:g}"
+
+
+def _choices(word: str, known: Iterable[str]) -> str:
+    names = list(known)
+    if not names:
+        return " (none are defined)"
+    close = difflib.get_close_matches(word, names, n=1, cutoff=0.6)
+    hint = f"; did you mean '{close[0]}'?" if close else ""
+    return f"{hint} (known: {', '.join(names)})"
+
+
+def _unknown(
+    doc: Document, path: JsonPath, what: str, name: str, known: Iterable[str]
+) -> SpecError:
+    return doc.error(
+        path, f"{what} '{name}' is not defined in the cluster{_choices(name, known)}", "reference"
+    )
