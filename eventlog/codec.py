@@ -1,0 +1,62 @@
+"""Domain events <-> log envelopes, with upcasting of old payload versions on read.
+
+Upcasters are one function per version step, keyed by (type, from_version);
+each takes the old payload dict and returns the next version's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+from engine.codec import from_data, to_data
+from engine.events import EVENT_TYPES, Event
+from eventlog.base import LogCorrupted
+from eventlog.envelope import NewEvent, StoredEvent
+
+Upcaster = Callable[[dict[str, Any]], dict[str, Any]]
+
+# (type, from_version) -> function producing version from_version + 1.
+UPCASTERS: dict[tuple[str, int], Upcaster] = {}
+
+
+def encode(event: Event, *, id: str, actor: str, cause: str) -> NewEvent:
+    return NewEvent(
+        id=id,
+        type=event.type,
+        schema_version=event.schema_version,
+        data=to_data(event),
+        actor=actor,
+        cause=cause,
+    )
+
+
+def upcast(type_name: str, version: int, data: dict[str, Any]) -> dict[str, Any]:
+    cls = EVENT_TYPES[type_name]
+    while version < cls.schema_version:
+        step = UPCASTERS.get((type_name, version))
+        if step is None:
+            raise LogCorrupted(f"no upcaster for {type_name} v{version} -> v{version + 1}")
+        data = step(data)
+        version += 1
+    if version > cls.schema_version:
+        raise LogCorrupted(
+            f"{type_name} v{version} is newer than this gitsched knows (v{cls.schema_version}): upgrade gitsched"
+        )
+    return data
+
+
+def decode(stored: StoredEvent) -> Event:
+    cls = EVENT_TYPES.get(stored.type)
+    if cls is None:
+        raise LogCorrupted(f"event {stored.seq} has unknown type {stored.type!r}")
+    data = upcast(stored.type, stored.schema_version, stored.data)
+    try:
+        return from_data(cls, data)
+    except (KeyError, TypeError, ValueError) as e:
+        raise LogCorrupted(f"event {stored.seq} ({stored.type}) cannot be decoded: {e}") from e
+
+
+def decode_all(stored: Iterable[StoredEvent]) -> Iterator[tuple[StoredEvent, Event]]:
+    for s in stored:
+        yield s, decode(s)

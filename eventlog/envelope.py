@@ -1,0 +1,189 @@
+"""The stored form of an event: the envelope every backend writes and reads.
+
+The hash chain is computed here, once, so SQLite and Kafka logs are byte-for-byte
+comparable and `audit verify` means the same thing on both.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+GENESIS_HASH = "0" * 64
+
+
+@dataclass(frozen=True, slots=True)
+class NewEvent:
+    """An event ready to append: everything but its position, time and hashes."""
+
+    id: str
+    type: str
+    schema_version: int
+    data: dict[str, Any]
+    actor: str
+    cause: str
+
+
+@dataclass(frozen=True, slots=True)
+class StoredEvent:
+    """An event as the log holds it. `seq` starts at 1 and has no gaps."""
+
+    seq: int
+    id: str
+    type: str
+    schema_version: int
+    data: dict[str, Any]
+    time: str
+    actor: str
+    cause: str
+    prev_hash: str
+    hash: str
+
+    def to_record(self) -> dict[str, Any]:
+        return {
+            "seq": self.seq,
+            "id": self.id,
+            "type": self.type,
+            "schema_version": self.schema_version,
+            "data": self.data,
+            "time": self.time,
+            "actor": self.actor,
+            "cause": self.cause,
+            "prev_hash": self.prev_hash,
+            "hash": self.hash,
+        }
+
+    @staticmethod
+    def from_record(record: dict[str, Any]) -> StoredEvent:
+        return StoredEvent(
+            seq=int(record["seq"]),
+            id=str(record["id"]),
+            type=str(record["type"]),
+            schema_version=int(record["schema_version"]),
+            data=dict(record["data"]),
+            time=str(record["time"]),
+            actor=str(record["actor"]),
+            cause=str(record["cause"]),
+            prev_hash=str(record["prev_hash"]),
+            hash=str(record["hash"]),
+        )
+
+
+def canonical_json(value: Any) -> bytes:
+    """One encoding for hashing and storage: sorted keys, no spaces, UTF-8."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode(
+        "utf-8"
+    )
+
+
+def format_time(moment: datetime) -> str:
+    """UTC, microseconds, `Z` suffix: sorts as text and parses back exactly."""
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def parse_time(text: str) -> datetime:
+    return datetime.strptime(text, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
+
+
+def event_hash(
+    *,
+    seq: int,
+    id: str,
+    type: str,
+    schema_version: int,
+    data: dict[str, Any],
+    time: str,
+    actor: str,
+    cause: str,
+    prev_hash: str,
+) -> str:
+    body = {
+        "seq": seq,
+        "id": id,
+        "type": type,
+        "schema_version": schema_version,
+        "data": data,
+        "time": time,
+        "actor": actor,
+        "cause": cause,
+        "prev_hash": prev_hash,
+    }
+    return hashlib.sha256(canonical_json(body)).hexdigest()
+
+
+def seal(event: NewEvent, *, seq: int, time: str, prev_hash: str) -> StoredEvent:
+    """Give a new event its place in the chain."""
+    digest = event_hash(
+        seq=seq,
+        id=event.id,
+        type=event.type,
+        schema_version=event.schema_version,
+        data=event.data,
+        time=time,
+        actor=event.actor,
+        cause=event.cause,
+        prev_hash=prev_hash,
+    )
+    return StoredEvent(
+        seq=seq,
+        id=event.id,
+        type=event.type,
+        schema_version=event.schema_version,
+        data=event.data,
+        time=time,
+        actor=event.actor,
+        cause=event.cause,
+        prev_hash=prev_hash,
+        hash=digest,
+    )
+
+
+def seal_batch(
+    events: list[NewEvent] | tuple[NewEvent, ...], *, first_seq: int, time: str, prev_hash: str
+) -> list[StoredEvent]:
+    sealed: list[StoredEvent] = []
+    for offset, event in enumerate(events):
+        stored = seal(event, seq=first_seq + offset, time=time, prev_hash=prev_hash)
+        sealed.append(stored)
+        prev_hash = stored.hash
+    return sealed
+
+
+@dataclass(frozen=True, slots=True)
+class ChainBreak:
+    seq: int
+    reason: str
+
+
+def verify_chain(
+    events: Any, *, expect_first_seq: int = 1, prev_hash: str = GENESIS_HASH
+) -> ChainBreak | None:
+    """Walk stored events in order; return the first break, or None if the chain holds."""
+    expected = expect_first_seq
+    for event in events:
+        if event.seq != expected:
+            return ChainBreak(
+                expected,
+                f"expected seq {expected}, found {event.seq}: events are missing or out of order",
+            )
+        if event.prev_hash != prev_hash:
+            return ChainBreak(event.seq, "prev_hash does not match the hash of the event before it")
+        recomputed = event_hash(
+            seq=event.seq,
+            id=event.id,
+            type=event.type,
+            schema_version=event.schema_version,
+            data=event.data,
+            time=event.time,
+            actor=event.actor,
+            cause=event.cause,
+            prev_hash=event.prev_hash,
+        )
+        if recomputed != event.hash:
+            return ChainBreak(event.seq, "content does not match its hash: the event was changed")
+        prev_hash = event.hash
+        expected += 1
+    return None

@@ -1,0 +1,32 @@
+"""Folding a log into the cluster state, up to now or to a point in its past."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from engine.state import ClusterState, evolve
+from eventlog.base import EventLog
+from eventlog.codec import decode
+
+
+@dataclass(frozen=True, slots=True)
+class Replayed:
+    state: ClusterState
+    last_seq: int
+    last_time: str | None
+
+
+def replay(
+    log: EventLog, *, until_seq: int | None = None, until_time: str | None = None
+) -> Replayed:
+    """The state after every event with seq <= until_seq and time <= until_time."""
+    state = ClusterState()
+    last_seq = 0
+    last_time: str | None = None
+    for stored in log.read(0, until_seq=until_seq):
+        if until_time is not None and stored.time > until_time:
+            break
+        state = evolve(state, decode(stored))
+        last_seq = stored.seq
+        last_time = stored.time
+    return Replayed(state, last_seq, last_time)

@@ -1,0 +1,205 @@
+"""The embedded default log: one SQLite file, one table, `seq` as primary key.
+
+A write is one IMMEDIATE transaction that first checks the expected last seq,
+so two writers can never interleave; WAL mode lets readers run alongside.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+from eventlog.base import (
+    Clock,
+    ConcurrencyConflict,
+    DuplicateEvent,
+    EventLog,
+    LogConfigurationError,
+    LogUnavailable,
+    utc_now,
+)
+from eventlog.envelope import (
+    GENESIS_HASH,
+    NewEvent,
+    StoredEvent,
+    canonical_json,
+    format_time,
+    seal_batch,
+)
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS events (
+    seq            INTEGER PRIMARY KEY,
+    id             TEXT NOT NULL UNIQUE,
+    type           TEXT NOT NULL,
+    schema_version INTEGER NOT NULL,
+    data           TEXT NOT NULL,
+    time           TEXT NOT NULL,
+    actor          TEXT NOT NULL,
+    cause          TEXT NOT NULL,
+    prev_hash      TEXT NOT NULL,
+    hash           TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS log_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+"""
+
+_COLUMNS = "seq, id, type, schema_version, data, time, actor, cause, prev_hash, hash"
+FORMAT_VERSION = "1"
+
+
+def sqlite_path_from_url(url: str) -> Path:
+    """`sqlite:///relative.db` or `sqlite:////abs/path.db`, as SQLAlchemy spells them."""
+    parsed = urlparse(url)
+    if parsed.scheme != "sqlite" or parsed.netloc:
+        raise LogConfigurationError(
+            f"not a SQLite log URL: {url!r} (expected sqlite:///relative/path.db or sqlite:////absolute/path.db)"
+        )
+    path = unquote(parsed.path)
+    if not path.startswith("/") or path == "/":
+        raise LogConfigurationError(f"SQLite log URL has no path: {url!r}")
+    # urlparse keeps the leading slash: '/rel.db' is relative, '//abs.db' is absolute.
+    return Path(path[1:])
+
+
+def _row_to_event(row: tuple[object, ...]) -> StoredEvent:
+    seq, id_, type_, version, data, time, actor, cause, prev_hash, digest = row
+    return StoredEvent(
+        seq=int(str(seq)),
+        id=str(id_),
+        type=str(type_),
+        schema_version=int(str(version)),
+        data=json.loads(str(data)),
+        time=str(time),
+        actor=str(actor),
+        cause=str(cause),
+        prev_hash=str(prev_hash),
+        hash=str(digest),
+    )
+
+
+class SQLiteEventLog(EventLog):
+    def __init__(
+        self, path: str | Path, *, clock: Clock = utc_now, busy_timeout_s: float = 30.0
+    ) -> None:
+        self.path = Path(path)
+        self._clock = clock
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._db = sqlite3.connect(
+                self.path, timeout=busy_timeout_s, isolation_level=None, check_same_thread=False
+            )
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            self._db.executescript(_SCHEMA)
+            self._db.execute(
+                "INSERT OR IGNORE INTO log_meta(key, value) VALUES ('format_version', ?)",
+                (FORMAT_VERSION,),
+            )
+        except (sqlite3.Error, OSError) as e:
+            raise LogUnavailable(f"cannot open SQLite log {self.path}: {e}") from e
+
+    @classmethod
+    def from_url(cls, url: str, *, clock: Clock = utc_now) -> SQLiteEventLog:
+        return cls(sqlite_path_from_url(url), clock=clock)
+
+    def __repr__(self) -> str:
+        return f"SQLiteEventLog({str(self.path)!r})"
+
+    def append(self, events: Sequence[NewEvent], *, expected_last_seq: int) -> list[StoredEvent]:
+        if not events:
+            return []
+        try:
+            self._db.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as e:
+            raise LogUnavailable(f"SQLite log {self.path} is locked: {e}") from e
+        try:
+            existing = self._find_locked([e.id for e in events])
+            if existing:
+                self._db.execute("ROLLBACK")
+                if len(existing) == len(events):
+                    return [existing[e.id] for e in events]
+                missing = [e.id for e in events if e.id not in existing]
+                raise DuplicateEvent(
+                    f"{len(existing)} of {len(events)} events are already in the log; "
+                    f"missing: {', '.join(missing[:5])}"
+                )
+            row = self._db.execute(
+                "SELECT seq, hash FROM events ORDER BY seq DESC LIMIT 1"
+            ).fetchone()
+            last_seq, last_hash = (int(row[0]), str(row[1])) if row else (0, GENESIS_HASH)
+            if last_seq != expected_last_seq:
+                self._db.execute("ROLLBACK")
+                raise ConcurrencyConflict(expected_last_seq, last_seq)
+            stored = seal_batch(
+                list(events),
+                first_seq=last_seq + 1,
+                time=format_time(self._clock()),
+                prev_hash=last_hash,
+            )
+            self._db.executemany(
+                f"INSERT INTO events({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [
+                    (
+                        s.seq,
+                        s.id,
+                        s.type,
+                        s.schema_version,
+                        canonical_json(s.data).decode("utf-8"),
+                        s.time,
+                        s.actor,
+                        s.cause,
+                        s.prev_hash,
+                        s.hash,
+                    )
+                    for s in stored
+                ],
+            )
+            self._db.execute("COMMIT")
+            return stored
+        except sqlite3.Error as e:
+            if self._db.in_transaction:
+                self._db.execute("ROLLBACK")
+            raise LogUnavailable(f"append to SQLite log {self.path} failed: {e}") from e
+        except BaseException:
+            if self._db.in_transaction:
+                self._db.execute("ROLLBACK")
+            raise
+
+    def read(self, after_seq: int = 0, *, until_seq: int | None = None) -> Iterator[StoredEvent]:
+        upper = until_seq if until_seq is not None else 2**62
+        cursor = self._db.execute(
+            f"SELECT {_COLUMNS} FROM events WHERE seq > ? AND seq <= ? ORDER BY seq",
+            (after_seq, upper),
+        )
+        while True:
+            rows = cursor.fetchmany(2048)
+            if not rows:
+                return
+            for row in rows:
+                yield _row_to_event(row)
+
+    def last_seq(self) -> int:
+        row = self._db.execute("SELECT MAX(seq) FROM events").fetchone()
+        return int(row[0]) if row and row[0] is not None else 0
+
+    def find(self, event_ids: Sequence[str]) -> dict[str, StoredEvent]:
+        return self._find_locked(event_ids)
+
+    def _find_locked(self, event_ids: Sequence[str]) -> dict[str, StoredEvent]:
+        found: dict[str, StoredEvent] = {}
+        ids = list(event_ids)
+        for start in range(0, len(ids), 500):
+            chunk = ids[start : start + 500]
+            marks = ",".join("?" * len(chunk))
+            for row in self._db.execute(
+                f"SELECT {_COLUMNS} FROM events WHERE id IN ({marks})", chunk
+            ):
+                event = _row_to_event(row)
+                found[event.id] = event
+        return found
+
+    def close(self) -> None:
+        self._db.close()

@@ -1,0 +1,54 @@
+"""Events are forever: an old payload stored in the log is upcast on read."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from engine import events as ev
+from eventlog import codec
+from eventlog.base import LogCorrupted
+from eventlog.envelope import GENESIS_HASH, NewEvent, seal
+
+
+def stored(type_name: str, version: int, data: dict[str, Any]):  # type: ignore[no-untyped-def]
+    return seal(
+        NewEvent("x/0", type_name, version, data, "a", "c"),
+        seq=1,
+        time="2026-01-01T00:00:00.000000Z",
+        prev_hash=GENESIS_HASH,
+    )
+
+
+def test_an_old_version_is_upcast_one_step_at_a_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Pretend JobWithdrawn is at v3 now: v1 called the field "name", v2 added "reason" which v3 dropped.
+    monkeypatch.setattr(ev.JobWithdrawn, "schema_version", 3)
+
+    def v1_to_v2(d: dict[str, Any]) -> dict[str, Any]:
+        return {"job": d["name"], "reason": ""}
+
+    def v2_to_v3(d: dict[str, Any]) -> dict[str, Any]:
+        return {"job": d["job"]}
+
+    monkeypatch.setitem(codec.UPCASTERS, ("JobWithdrawn", 1), v1_to_v2)
+    monkeypatch.setitem(codec.UPCASTERS, ("JobWithdrawn", 2), v2_to_v3)
+    event = codec.decode(stored("JobWithdrawn", 1, {"name": "q/a"}))
+    assert event == ev.JobWithdrawn(job="q/a")
+
+
+def test_a_missing_upcaster_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ev.JobWithdrawn, "schema_version", 2)
+    with pytest.raises(LogCorrupted, match="no upcaster for JobWithdrawn v1"):
+        codec.decode(stored("JobWithdrawn", 1, {"job": "q/a"}))
+
+
+def test_a_newer_version_than_we_know_asks_for_an_upgrade() -> None:
+    with pytest.raises(LogCorrupted, match="upgrade gitsched"):
+        codec.decode(stored("JobWithdrawn", 9, {"job": "q/a"}))
+
+
+def test_every_event_class_declares_type_and_version() -> None:
+    for name, cls in ev.EVENT_TYPES.items():
+        assert cls.type == name
+        assert isinstance(cls.schema_version, int) and cls.schema_version >= 1
