@@ -1,0 +1,1 @@
+"""Audit: answers for auditors, folded from the log and verifiable against it."""

@@ -1,0 +1,3 @@
+from gitsched.cli import main
+
+main()

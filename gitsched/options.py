@@ -1,0 +1,93 @@
+"""Options, output and error handling shared by every gitsched command."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, NoReturn
+
+import click
+
+from engine.errors import GitschedError
+from eventlog import open_log
+from eventlog.base import EventLog, EventLogError
+from gitsched.config import resolve_log_url
+from gitsched.render import table
+
+EXIT_OK, EXIT_INVALID, EXIT_ERROR = 0, 1, 2
+
+LOG_OPTION_HELP = (
+    "Event log URL: sqlite:///relative.db, sqlite:////absolute.db or kafka://host:port/topic "
+    "[default: REPO/.gitsched/log.db]"
+)
+
+
+def fail(message: str, code: int = EXIT_ERROR) -> NoReturn:
+    click.echo(f"gitsched: {message}", err=True)
+    sys.exit(code)
+
+
+@contextmanager
+def user_errors() -> Iterator[None]:
+    """Our own errors become one line and exit 2; anything else is a bug and keeps its traceback."""
+    try:
+        yield
+    except (GitschedError, EventLogError) as e:
+        fail(str(e))
+
+
+def log_option(f: Callable[..., Any]) -> Callable[..., Any]:
+    return click.option(
+        "--log", "log_url", envvar="GITSCHED_LOG", show_envvar=True, help=LOG_OPTION_HELP
+    )(f)
+
+
+def format_option(*choices: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    return click.option(
+        "--format",
+        "fmt",
+        type=click.Choice(choices),
+        default=choices[0],
+        show_default=True,
+        help="Output format.",
+    )
+
+
+def open_event_log(log_url: str | None, repo: str | None) -> EventLog:
+    return open_log(resolve_log_url(log_url, repo))
+
+
+def repo_option(f: Callable[..., Any]) -> Callable[..., Any]:
+    return click.option(
+        "--repo", default=".", show_default=True, help="Cluster repo whose default log to read."
+    )(f)
+
+
+def emit_rows(rows: list[dict[str, Any]], headers: list[str], fmt: str) -> None:
+    if fmt == "json":
+        click.echo(json.dumps(rows, indent=2))
+    elif fmt == "csv":
+        buffer = io.StringIO()
+        writer = csv.DictWriter(buffer, fieldnames=headers, extrasaction="ignore")
+        writer.writeheader()
+        for row in rows:
+            writer.writerow(
+                {k: (" ".join(v) if isinstance(v, list) else v) for k, v in row.items()}
+            )
+        click.echo(buffer.getvalue().rstrip("\n"))
+    else:
+        click.echo(
+            table([h.upper() for h in headers], [[cell(r.get(h)) for h in headers] for r in rows])
+        )
+
+
+def cell(value: object) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, list):
+        return ",".join(str(v) for v in value)
+    return str(value)

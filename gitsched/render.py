@@ -1,0 +1,125 @@
+"""Text and JSON renderings of state, validation errors and history for the terminal."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from engine.model import GPU_MILLI
+from engine.placement.constraints import gpus_text
+from engine.state import ClusterState
+
+
+def table(headers: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
+    body = [[str(c) for c in row] for row in rows]
+    widths = [len(h) for h in headers]
+    for row in body:
+        for i, cell in enumerate(row):
+            widths[i] = max(widths[i], len(cell))
+    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip()]
+    lines.append("  ".join("-" * w for w in widths))
+    for row in body:
+        lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+    return "\n".join(lines)
+
+
+def state_to_dict(state: ClusterState, last_seq: int) -> dict[str, Any]:
+    return {
+        "seq": last_seq,
+        "cluster": state.cluster.name if state.cluster else None,
+        "last_commit": state.last_commit.sha if state.last_commit else None,
+        "last_good_commit": state.last_good_commit.sha if state.last_good_commit else None,
+        "last_rejection": [f.format() for f in state.last_rejection],
+        "nodes": {
+            n.name: {
+                "flavor": n.flavor,
+                "gpus": n.gpus,
+                "state": str(n.state),
+                "topology": n.topology,
+            }
+            for n in (state.nodes[k] for k in sorted(state.nodes))
+        },
+        "queues": {
+            q.name: {
+                "cohort": q.cohort,
+                "quotas": {
+                    fq.flavor: {
+                        "nominal": fq.nominal / GPU_MILLI,
+                        "borrowingLimit": None
+                        if fq.borrowing_limit is None
+                        else fq.borrowing_limit / GPU_MILLI,
+                        "lendingLimit": None
+                        if fq.lending_limit is None
+                        else fq.lending_limit / GPU_MILLI,
+                    }
+                    for fq in q.quotas
+                },
+            }
+            for q in (state.queues[k] for k in sorted(state.queues))
+        },
+        "placements": {
+            key: {
+                "flavor": p.flavor,
+                "replicas": [
+                    {"node": r.node, "gpus": list(r.gpus), "gpu_milli": r.gpu_milli}
+                    for r in p.replicas
+                ],
+                "since": p.started_at,
+            }
+            for key, p in sorted(state.placements.items())
+        },
+        "pending": {
+            key: {"reason": p.reason, "constraint": p.constraint}
+            for key, p in sorted(state.pending.items())
+        },
+    }
+
+
+def used_gpus(state: ClusterState) -> tuple[int, int]:
+    used = sum(p.gpu_milli for p in state.placements.values())
+    total = sum(n.gpus * GPU_MILLI for n in state.nodes.values())
+    return used, total
+
+
+def state_text(state: ClusterState, last_seq: int) -> str:
+    out: list[str] = []
+    cluster = state.cluster.name if state.cluster else "(no cluster yet)"
+    used, total = used_gpus(state)
+    out.append(
+        f"cluster {cluster} at seq {last_seq}: {len(state.nodes)} nodes, "
+        f"{gpus_text(used)}/{gpus_text(total)} GPUs allocated, {len(state.jobs)} jobs "
+        f"({len(state.placements)} running, {len(state.pending)} pending)"
+    )
+    if state.last_good_commit:
+        out.append(
+            f"desired state from commit {state.last_good_commit.sha[:12]} ({state.last_good_commit.subject})"
+        )
+    if state.last_rejection and state.last_commit:
+        out.append(
+            f"newest commit {state.last_commit.sha[:12]} was REJECTED with {len(state.last_rejection)} error(s):"
+        )
+        out.extend(f"  {f.format()}" for f in state.last_rejection)
+    if state.placements:
+        out.append("")
+        out.append("Placements")
+        rows = []
+        for key in sorted(state.placements):
+            p = state.placements[key]
+            job = state.jobs.get(key)
+            rows.append(
+                [
+                    key,
+                    job.priority_class if job else "",
+                    p.flavor or "-",
+                    len(p.replicas),
+                    gpus_text(p.gpu_milli),
+                    ",".join(p.nodes),
+                ]
+            )
+        out.append(table(["JOB", "PRIORITY", "FLAVOR", "REPLICAS", "GPUS", "NODES"], rows))
+    if state.pending:
+        out.append("")
+        out.append("Pending")
+        rows = [[key, state.pending[key].reason] for key in sorted(state.pending)]
+        out.append(table(["JOB", "WHY"], rows))
+    return "\n".join(out)

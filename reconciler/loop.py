@@ -1,0 +1,150 @@
+"""The reconcile loop: new commits in, events out, placement after each change.
+
+Where it stands is read from the log itself (the last applied or rejected
+commit), so a crashed or restarted reconciler resumes exactly; event ids are
+derived from the commit sha, so a retried append is recognised, never doubled.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from engine.core import ApplyCommit, ApplyPlan, RejectCommit, decide, placement_instance
+from engine.events import Event
+from engine.model import CommitInfo, Finding
+from engine.placement.plan import PlacementPlan
+from engine.placement.solvers import solve
+from engine.state import ClusterState, fold
+from eventlog.base import Clock, ConcurrencyConflict, EventLog, utc_now
+from eventlog.codec import encode
+from eventlog.envelope import format_time
+from eventlog.replay import replay
+from reconciler.git import GitRepo
+from reconciler.specs import load_commit, to_finding
+
+log = logging.getLogger("gitsched.reconciler")
+
+SOLVER_ACTOR = "solver"
+# How often one pass starts over after another reconciler wrote to the log first.
+MAX_RESTARTS = 20
+
+
+class _Superseded(Exception):
+    """Another writer appended first: this pass's state no longer matches the log."""
+
+
+@dataclass
+class CommitOutcome:
+    commit: CommitInfo
+    applied: bool
+    errors: tuple[Finding, ...] = ()
+    events: int = 0
+
+
+@dataclass
+class ReconcileReport:
+    commits: list[CommitOutcome] = field(default_factory=list)
+    events_appended: int = 0
+    plan: PlacementPlan | None = None
+    state: ClusterState = field(default_factory=ClusterState)
+    last_seq: int = 0
+
+    @property
+    def newest_rejected(self) -> bool:
+        return bool(self.commits) and not self.commits[-1].applied
+
+
+class Reconciler:
+    def __init__(
+        self,
+        repo: GitRepo,
+        event_log: EventLog,
+        *,
+        branch: str = "main",
+        clock: Clock = utc_now,
+        solver: str | None = None,
+    ) -> None:
+        self.repo = repo
+        self.log = event_log
+        self.branch = branch
+        self.clock = clock
+        self.solver = solver
+
+    def run_once(self) -> ReconcileReport:
+        report = ReconcileReport()
+        for _ in range(MAX_RESTARTS):
+            try:
+                self._pass(report)
+            except _Superseded:
+                # Another reconciler wrote first; our in-memory state is stale, so
+                # start over from the log (event ids make the replayed work a no-op).
+                log.info("another writer appended to the log; re-reading it")
+                continue
+            return report
+        raise ConcurrencyConflict(report.last_seq, self.log.last_seq())
+
+    def _pass(self, report: ReconcileReport) -> None:
+        replayed = replay(self.log)
+        state, last_seq = replayed.state, replayed.last_seq
+        report.state, report.last_seq = state, last_seq
+        if state.needs_placement and state.last_commit is not None:
+            # A crash between a commit's events and its solve leaves the flag set:
+            # finish that solve first, so the log reads as if there had been no crash.
+            state, last_seq = self._place(state, last_seq, state.last_commit.sha, report)
+        last = state.last_commit.sha if state.last_commit else None
+        for commit in self.repo.commits_since(self.branch, last):
+            loaded = load_commit(self.repo, commit.sha)
+            intent: ApplyCommit | RejectCommit
+            if loaded.desired is None:
+                intent = RejectCommit(commit, tuple(to_finding(e) for e in loaded.errors))
+                log.info("commit %s rejected: %d error(s)", commit.sha[:12], len(loaded.errors))
+            else:
+                intent = ApplyCommit(commit, loaded.desired)
+            events = decide(state, intent)
+            state, last_seq = self._append(
+                state, last_seq, events, commit.sha, commit.actor, commit.sha, report
+            )
+            report.commits.append(
+                CommitOutcome(
+                    commit, loaded.desired is not None, getattr(intent, "errors", ()), len(events)
+                )
+            )
+            if state.needs_placement:
+                state, last_seq = self._place(state, last_seq, commit.sha, report)
+            report.state, report.last_seq = state, last_seq
+
+    def _place(
+        self, state: ClusterState, last_seq: int, cause: str, report: ReconcileReport
+    ) -> tuple[ClusterState, int]:
+        if state.cluster is None:
+            return state, last_seq
+        now = format_time(self.clock())
+        plan = solve(placement_instance(state, now), self.solver)
+        events = decide(state, ApplyPlan(plan, solve_id=f"{cause}/solve", at=now))
+        report.plan = plan
+        return self._append(state, last_seq, events, f"{cause}/solve", SOLVER_ACTOR, cause, report)
+
+    def _append(
+        self,
+        state: ClusterState,
+        last_seq: int,
+        events: Sequence[Event],
+        id_prefix: str,
+        actor: str,
+        cause: str,
+        report: ReconcileReport,
+    ) -> tuple[ClusterState, int]:
+        batch = [
+            encode(e, id=f"{id_prefix}/{i}", actor=actor, cause=cause) for i, e in enumerate(events)
+        ]
+        try:
+            stored = self.log.append(batch, expected_last_seq=last_seq)
+        except ConcurrencyConflict as e:
+            raise _Superseded from e
+        if stored and stored[0].seq <= last_seq:
+            # The batch was already there: another writer got to this commit first.
+            raise _Superseded
+        report.events_appended += len(stored)
+        return fold(events, state), stored[-1].seq if stored else last_seq

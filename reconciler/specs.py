@@ -1,0 +1,455 @@
+"""From a commit's files to the desired state: layout, parsing, schemas, policies, model.
+
+Every problem in every file is collected and returned, never raised: a commit
+is either fully valid (a DesiredState) or rejected with all of its errors.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+import policies
+import schemas
+from engine.core import DesiredState
+from engine.model import (
+    GPU_MILLI,
+    ClusterSpec,
+    Finding,
+    FlavorQuota,
+    GpuFlavor,
+    Isolation,
+    Job,
+    Node,
+    NodeState,
+    Policy,
+    PreemptionScope,
+    PriorityClass,
+    Queue,
+    Resources,
+    TopologyMode,
+    TopologyRequirement,
+    job_key,
+)
+from reconciler.git import GitRepo
+from schemas import Document, Limits, SpecError
+
+YAML_SUFFIXES = (".yaml", ".yml")
+IGNORED_DIRS = (".git", ".gitsched")
+DEFAULT_LIMITS = Limits()
+
+
+@dataclass(frozen=True, slots=True)
+class SourceFile:
+    """One file of the cluster repo as read from git or disk, or why it could not be read."""
+
+    path: str
+    content: bytes | None
+    problem: SpecError | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LoadedSpecs:
+    desired: DesiredState | None
+    errors: tuple[SpecError, ...]
+    documents: tuple[Document, ...] = ()
+    owners: Mapping[str, tuple[str, ...]] | None = None
+
+
+def is_spec_file(path: str) -> bool:
+    """Whether gitsched reads this file: YAML and OWNERS files outside hidden folders."""
+    parts = PurePosixPath(path).parts
+    if any(p.startswith(".") for p in parts[:-1]):
+        return False
+    return parts[-1].endswith(YAML_SUFFIXES) or is_owners_file(path)
+
+
+def is_owners_file(path: str) -> bool:
+    parts = PurePosixPath(path).parts
+    return len(parts) == 3 and parts[0] == "teams" and parts[2] == "OWNERS"
+
+
+def read_commit(repo: GitRepo, rev: str, limits: Limits = DEFAULT_LIMITS) -> list[SourceFile]:
+    """The spec files of a commit, straight from git objects (no checkout)."""
+    files: list[SourceFile] = []
+    wanted: list[tuple[str, str]] = []
+    for entry in repo.tree(rev):
+        if not is_spec_file(entry.path):
+            continue
+        if entry.is_symlink:
+            target = repo.read_blobs([entry.sha]).get(entry.sha, b"").decode("utf-8", "replace")
+            files.append(SourceFile(entry.path, None, _symlink_error(entry.path, target)))
+        elif entry.is_submodule:
+            files.append(
+                SourceFile(
+                    entry.path,
+                    None,
+                    SpecError(
+                        entry.path,
+                        None,
+                        None,
+                        "$",
+                        "a submodule where a spec file belongs",
+                        "layout",
+                    ),
+                )
+            )
+        elif entry.size is not None and entry.size > limits.max_bytes:
+            files.append(SourceFile(entry.path, None, _too_large(entry.path, entry.size, limits)))
+        else:
+            wanted.append((entry.path, entry.sha))
+    blobs = repo.read_blobs([sha for _, sha in wanted])
+    files.extend(SourceFile(path, blobs[sha]) for path, sha in wanted)
+    return sorted(files, key=lambda f: f.path)
+
+
+def read_worktree(root: Path, limits: Limits = DEFAULT_LIMITS) -> list[SourceFile]:
+    """The spec files of a directory on disk, for `validate` before a commit exists."""
+    root = root.resolve()
+    files: list[SourceFile] = []
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
+        dirnames[:] = sorted(d for d in dirnames if d not in IGNORED_DIRS and not d.startswith("."))
+        for filename in sorted(filenames):
+            full = Path(dirpath) / filename
+            rel = full.relative_to(root).as_posix()
+            if not is_spec_file(rel):
+                continue
+            if full.is_symlink():
+                files.append(
+                    SourceFile(rel, None, _symlink_error(rel, os.readlink(full), root, full))
+                )
+                continue
+            try:
+                size = full.stat().st_size
+                if size > limits.max_bytes:
+                    files.append(SourceFile(rel, None, _too_large(rel, size, limits)))
+                    continue
+                if not full.is_file():
+                    files.append(
+                        SourceFile(
+                            rel,
+                            None,
+                            SpecError(rel, None, None, "$", "not a regular file", "layout"),
+                        )
+                    )
+                    continue
+                with full.open("rb") as fh:
+                    files.append(SourceFile(rel, fh.read(limits.max_bytes + 1)))
+            except OSError as e:
+                files.append(
+                    SourceFile(
+                        rel,
+                        None,
+                        SpecError(rel, None, None, "$", f"cannot read: {e.strerror}", "io"),
+                    )
+                )
+    return files
+
+
+def _symlink_error(
+    path: str, target: str, root: Path | None = None, full: Path | None = None
+) -> SpecError:
+    outside = False
+    if root is not None and full is not None:
+        resolved = (full.parent / target).resolve()
+        outside = not resolved.is_relative_to(root)
+    else:
+        normalised = os.path.normpath(os.path.join(os.path.dirname(path), target))
+        outside = os.path.isabs(target) or normalised.startswith("..")
+    where = "outside the repository" if outside else "inside the repository"
+    return SpecError(
+        path,
+        None,
+        None,
+        "$",
+        f"is a symbolic link to {target!r} ({where}); gitsched does not follow links: commit the file itself",
+        "symlink",
+    )
+
+
+def _too_large(path: str, size: int, limits: Limits) -> SpecError:
+    return SpecError(
+        path,
+        None,
+        None,
+        "$",
+        f"file is {size} bytes; spec files may be at most {limits.max_bytes} bytes",
+        "too-large",
+    )
+
+
+def parse_files(files: Sequence[SourceFile], limits: Limits = DEFAULT_LIMITS) -> LoadedSpecs:
+    errors: list[SpecError] = []
+    valid: list[Document] = []
+    owners: dict[str, tuple[str, ...]] = {}
+    for f in files:
+        if f.problem is not None:
+            errors.append(f.problem)
+            continue
+        assert f.content is not None
+        if is_owners_file(f.path):
+            team = PurePosixPath(f.path).parts[1]
+            owners[team] = _parse_owners(f.content)
+            continue
+        if policies.place_of(f.path).area == "elsewhere":
+            errors.append(
+                SpecError(
+                    f.path,
+                    None,
+                    None,
+                    "$",
+                    "YAML file outside the cluster repo layout (cluster.yaml, inventory/, "
+                    "teams/<team>/queue.yaml, teams/<team>/jobs/, policies/): it would be ignored",
+                    "layout",
+                )
+            )
+            continue
+        docs, parse_errors = schemas.parse_documents(f.content, f.path, limits)
+        errors.extend(parse_errors)
+        for doc in docs:
+            doc_errors = schemas.validate_document(doc)
+            errors.extend(doc_errors)
+            if not doc_errors:
+                valid.append(doc)
+    merged = policies.merge_policies([d for d in valid if d.kind == "Policy"])
+    # Cross-file rules run on every valid document even when others failed: one run, every error.
+    errors.extend(policies.check_repository(valid, merged))
+    if not errors:
+        try:
+            desired = build_desired(valid, merged)
+        except _ModelError as e:
+            errors.append(e.error)
+        else:
+            return LoadedSpecs(desired, (), tuple(valid), owners)
+    return LoadedSpecs(None, tuple(sorted(errors, key=_error_order)), tuple(valid), owners)
+
+
+def _error_order(e: SpecError) -> tuple[str, int, int, str]:
+    return (e.file, e.line or 0, e.column or 0, e.message)
+
+
+def _parse_owners(content: bytes) -> tuple[str, ...]:
+    text = content.decode("utf-8", "replace")
+    return tuple(
+        line.split("#", 1)[0].strip() for line in text.splitlines() if line.split("#", 1)[0].strip()
+    )
+
+
+class _ModelError(Exception):
+    def __init__(self, error: SpecError) -> None:
+        super().__init__(error.message)
+        self.error = error
+
+
+def to_finding(e: SpecError) -> Finding:
+    return Finding(e.file, e.line, e.column, e.path, e.message, e.code)
+
+
+# -- documents -> domain model ------------------------------------------------------------
+
+
+def _milli(value: float) -> int:
+    return round(value * GPU_MILLI)
+
+
+def _mib(gib: float) -> int:
+    return round(gib * 1024)
+
+
+def build_desired(docs: Sequence[Document], merged_policy: Mapping[str, Any]) -> DesiredState:
+    cluster_doc = next(d for d in docs if d.kind == "Cluster")
+    cluster = _cluster(cluster_doc.data["spec"], cluster_doc.name or "cluster")
+    nodes: dict[str, Node] = {}
+    for doc in docs:
+        if doc.kind == "Node":
+            built = [
+                _node(doc.name or "", doc.data["spec"], doc.data["metadata"].get("labels", {}))
+            ]
+        elif doc.kind == "NodePool":
+            built = _node_pool(doc.data["spec"], doc.data["metadata"].get("labels", {}))
+        else:
+            continue
+        for node in built:
+            if node.name in nodes:
+                raise _ModelError(
+                    doc.error(
+                        ("metadata", "name"),
+                        f"node {node.name} is declared twice",
+                        "duplicate-name",
+                    )
+                )
+            nodes[node.name] = node
+    queues: dict[str, Queue] = {}
+    team_queue: dict[str, str] = {}
+    for doc in docs:
+        if doc.kind == "Queue":
+            team = policies.place_of(doc.file).team or ""
+            queue = _queue(doc.name or team, doc.data["spec"], team)
+            queues[queue.name] = queue
+            team_queue[team] = queue.name
+    jobs: dict[str, Job] = {}
+    for doc in docs:
+        if doc.kind == "Job":
+            team = policies.place_of(doc.file).team or ""
+            spec = doc.data["spec"]
+            queue_name = spec.get("queue") or team_queue.get(team, team)
+            job = _job(doc.name or "", spec, queue_name, cluster, doc.file)
+            jobs[job.key] = job
+    return DesiredState(
+        cluster=cluster, policy=_policy(merged_policy), nodes=nodes, queues=queues, jobs=jobs
+    )
+
+
+def _cluster(spec: Mapping[str, Any], name: str) -> ClusterSpec:
+    return ClusterSpec(
+        name=name,
+        topology_levels=tuple(spec.get("topologyLevels", ())),
+        gpu_flavors=tuple(
+            GpuFlavor(f["name"], f.get("model", f["name"]), int(f.get("memoryGiB", 0)))
+            for f in spec.get("gpuFlavors", ())
+        ),
+        priority_classes=tuple(
+            PriorityClass(p["name"], int(p["value"])) for p in spec.get("priorityClasses", ())
+        ),
+        default_priority_class=spec.get("defaultPriorityClass", ""),
+    )
+
+
+def _node(
+    name: str,
+    spec: Mapping[str, Any],
+    labels: Mapping[str, str],
+    topology: Mapping[str, str] | None = None,
+) -> Node:
+    return Node(
+        name=name,
+        flavor=spec.get("flavor"),
+        gpus=int(spec.get("gpus", 0)),
+        cpu_milli=_milli(spec.get("cpu", 0)),
+        memory_mib=_mib(spec.get("memoryGiB", 0)),
+        topology=dict(topology if topology is not None else spec.get("topology", {})),
+        region=spec.get("region"),
+        isolation=Isolation(spec.get("isolation", "shared")),
+        state=NodeState(spec.get("state", "Ready")),
+        labels=dict(labels),
+    )
+
+
+def _node_pool(spec: Mapping[str, Any], labels: Mapping[str, str]) -> list[Node]:
+    count = int(spec["count"])
+    width = max(2, len(str(count)))
+    prefix = spec["namePrefix"]
+    template = spec["template"]
+    nodes = []
+    for i in range(1, count + 1):
+        topology = dict(spec.get("topology", {}))
+        for domain in spec.get("domains", ()):
+            group = (i - 1) // int(domain["nodesPerDomain"]) + 1
+            topology[domain["level"]] = f"{domain['namePrefix']}{group}"
+        nodes.append(_node(f"{prefix}{i:0{width}d}", template, labels, topology))
+    return nodes
+
+
+def _queue(name: str, spec: Mapping[str, Any], team: str) -> Queue:
+    def limit(q: Mapping[str, Any], key: str) -> int | None:
+        return _milli(q[key]) if q.get(key) is not None else None
+
+    return Queue(
+        name=name,
+        team=spec.get("team", team),
+        cohort=spec.get("cohort"),
+        weight=float(spec.get("weight", 1)),
+        max_priority_class=spec.get("maxPriorityClass"),
+        quotas=tuple(
+            FlavorQuota(
+                flavor=q["flavor"],
+                nominal=_milli(q["nominal"]),
+                borrowing_limit=limit(q, "borrowingLimit"),
+                lending_limit=limit(q, "lendingLimit"),
+            )
+            for q in spec.get("quotas", ())
+        ),
+    )
+
+
+def _job(name: str, spec: Mapping[str, Any], queue: str, cluster: ClusterSpec, file: str) -> Job:
+    resources = spec.get("resources", {})
+    topology = spec.get("topology")
+    priority_class = spec.get("priorityClass") or cluster.default_priority_class
+    return Job(
+        name=name,
+        queue=queue,
+        replicas=int(spec.get("replicas", 1)),
+        min_replicas=spec.get("minReplicas"),
+        resources=Resources(
+            gpu_milli=_milli(resources.get("gpu", 0)),
+            cpu_milli=_milli(resources.get("cpu", 0)),
+            memory_mib=_mib(resources.get("memoryGiB", 0)),
+        ),
+        gpu_flavors=tuple(spec.get("gpuFlavors", ())),
+        topology=TopologyRequirement(
+            topology["level"], TopologyMode(topology.get("mode", "required"))
+        )
+        if topology
+        else None,
+        priority_class=priority_class,
+        priority=cluster.priority_value(priority_class) if priority_class else 0,
+        preemptible=bool(spec.get("preemptible", True)),
+        checkpoint_interval_minutes=spec.get("checkpointIntervalMinutes"),
+        isolation=Isolation(spec.get("isolation", "shared")),
+        residency=tuple(spec.get("residency", ())),
+        file=file,
+    )
+
+
+def _policy(spec: Mapping[str, Any]) -> Policy:
+    solver = spec.get("solver", {})
+    objective = spec.get("objective", {})
+    preemption = spec.get("preemption", {})
+    approval = spec.get("approval", {})
+    base = Policy()
+    return Policy(
+        solver=solver.get("name", base.solver),
+        time_limit_s=float(solver.get("timeLimitSeconds", base.time_limit_s)),
+        gap_tolerance=float(solver.get("gapTolerance", base.gap_tolerance)),
+        priority_weight=float(objective.get("priorityWeight", base.priority_weight)),
+        move_cost=float(objective.get("moveCost", base.move_cost)),
+        preemption_cost=float(objective.get("preemptionCost", base.preemption_cost)),
+        fragmentation_weight=float(objective.get("fragmentationWeight", base.fragmentation_weight)),
+        fairness_weight=float(objective.get("fairnessWeight", base.fairness_weight)),
+        preemption_enabled=bool(preemption.get("enabled", base.preemption_enabled)),
+        preempt_within_queue=PreemptionScope(
+            preemption.get("withinQueue", base.preempt_within_queue)
+        ),
+        reclaim_within_cohort=PreemptionScope(
+            preemption.get("reclaimWithinCohort", base.reclaim_within_cohort)
+        ),
+        require_owner_approval=bool(
+            approval.get("requireOwnerApproval", base.require_owner_approval)
+        ),
+    )
+
+
+def load_commit(repo: GitRepo, rev: str, limits: Limits = DEFAULT_LIMITS) -> LoadedSpecs:
+    return parse_files(read_commit(repo, rev, limits), limits)
+
+
+def load_worktree(root: Path, limits: Limits = DEFAULT_LIMITS) -> LoadedSpecs:
+    return parse_files(read_worktree(root, limits), limits)
+
+
+__all__ = [
+    "LoadedSpecs",
+    "SourceFile",
+    "build_desired",
+    "job_key",
+    "load_commit",
+    "load_worktree",
+    "parse_files",
+    "read_commit",
+    "read_worktree",
+    "to_finding",
+]
