@@ -22,6 +22,7 @@ from gitsched.config import resolve_log_url
 from gitsched.options import (
     EXIT_INVALID,
     EXIT_OK,
+    LazyGroup,
     fail,
     format_option,
     log_option,
@@ -35,7 +36,15 @@ from reconciler.specs import load_commit, load_worktree
 from schemas import SpecError
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.group(
+    cls=LazyGroup,
+    lazy={
+        "plan": "gitsched.cli_plan:plan",
+        "bench": "gitsched.bench:bench",
+        "log": "gitsched.cli_log:log",
+    },
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+)
 @click.version_option(__version__, prog_name="gitsched")
 @click.option("-v", "--verbose", count=True, help="More log output (-vv for debug).")
 def main(verbose: int) -> None:
@@ -74,7 +83,11 @@ def validate(path: str, rev: str | None, fmt: str) -> None:
     Exit 0 valid, 1 invalid, 2 usage or internal error.
     """
     with user_errors():
-        loaded = load_commit(GitRepo(path), rev) if rev else load_worktree(Path(path))
+        if rev:
+            repo = GitRepo(path)
+            loaded = load_commit(repo, repo.resolve(rev))
+        else:
+            loaded = load_worktree(Path(path))
     if fmt == "json":
         click.echo(
             json.dumps(

@@ -91,3 +91,36 @@ def cell(value: object) -> str:
     if isinstance(value, list):
         return ",".join(str(v) for v in value)
     return str(value)
+
+
+class LazyGroup(click.Group):
+    """A command group whose subcommands live in their own modules, imported when used.
+
+    `lazy` maps a command name to "module:attribute"; a module that is not there
+    (an optional part not installed) simply does not list its command.
+    """
+
+    def __init__(self, *args: Any, lazy: dict[str, str] | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.lazy = dict(lazy or {})
+
+    def _load(self, name: str) -> click.Command | None:
+        import importlib
+        import importlib.util
+
+        module_name, attribute = self.lazy[name].split(":")
+        if importlib.util.find_spec(module_name) is None:
+            return None
+        command = getattr(importlib.import_module(module_name), attribute)
+        assert isinstance(command, click.Command)
+        return command
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        names = set(super().list_commands(ctx))
+        names.update(n for n in self.lazy if self._load(n) is not None)
+        return sorted(names)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in self.lazy:
+            return self._load(cmd_name)
+        return super().get_command(ctx, cmd_name)

@@ -1,0 +1,23 @@
+"""`gitsched bench ...`: the benchmarks of BENCHMARKS.md, each a command printing a table or JSON.
+
+Each benchmark lives in its own module and exposes `command`.
+"""
+
+from __future__ import annotations
+
+import click
+
+from gitsched.options import LazyGroup
+
+
+@click.group(
+    cls=LazyGroup,
+    lazy={
+        "openb": "gitsched.bench.openb:command",
+        "synth": "gitsched.bench.synth:command",
+        "log": "gitsched.bench.log:command",
+        "audit": "gitsched.bench.audit:command",
+    },
+)
+def bench() -> None:
+    """Benchmarks: placement quality and speed, log throughput, audit latency."""
