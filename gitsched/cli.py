@@ -42,6 +42,7 @@ from schemas import SpecError
         "plan": "gitsched.cli_plan:plan",
         "bench": "gitsched.bench:bench",
         "log": "gitsched.cli_log:log",
+        "inventory": "gitsched.cli_inventory:inventory",
     },
     context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
 )
