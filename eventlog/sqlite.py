@@ -111,6 +111,9 @@ class SQLiteEventLog(EventLog):
     def append(self, events: Sequence[NewEvent], *, expected_last_seq: int) -> list[StoredEvent]:
         if not events:
             return []
+        ids = [e.id for e in events]
+        if len(set(ids)) != len(ids):
+            raise DuplicateEvent("the batch repeats an event id: every event needs its own id")
         try:
             self._db.execute("BEGIN IMMEDIATE")
         except sqlite3.OperationalError as e:
