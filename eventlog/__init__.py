@@ -9,15 +9,22 @@ from __future__ import annotations
 from eventlog.base import Clock, EventLog, LogConfigurationError, utc_now
 
 
-def open_log(url: str, *, clock: Clock = utc_now) -> EventLog:
+def open_log(url: str, *, clock: Clock = utc_now, create: bool = True) -> EventLog:
+    """The log at `url`; with `create=False` a log that does not exist yet is an error,
+    not a new empty one (for commands that only read, or copy from, a log)."""
     if url.startswith("sqlite:"):
-        from eventlog.sqlite import SQLiteEventLog
+        from eventlog.sqlite import SQLiteEventLog, sqlite_path_from_url
 
+        if not create and not sqlite_path_from_url(url).is_file():
+            raise LogConfigurationError(f"no SQLite log at {sqlite_path_from_url(url)} ({url})")
         return SQLiteEventLog.from_url(url, clock=clock)
     if url.startswith("kafka:"):
         from eventlog.kafka import KafkaEventLog
 
-        return KafkaEventLog.from_url(url, clock=clock)
+        try:
+            return KafkaEventLog.from_url(url, clock=clock, create_topic=create)
+        except ValueError as e:
+            raise LogConfigurationError(str(e)) from e
     raise LogConfigurationError(
         f"unknown log URL {url!r}: use sqlite:///path/to/log.db or kafka://host:port/topic"
     )

@@ -11,7 +11,7 @@ import abc
 from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
 
-from eventlog.envelope import NewEvent, StoredEvent
+from eventlog.envelope import NewEvent, StoredEvent, verify_chain
 
 
 class EventLogError(Exception):
@@ -44,6 +44,10 @@ class DuplicateEvent(EventLogError):
 class LogCorrupted(EventLogError):
     """What was read back breaks the envelope's invariants (seq gap, hash mismatch)."""
 
+    def __init__(self, message: str, *, seq: int | None = None) -> None:
+        super().__init__(message)
+        self.seq = seq
+
 
 class LogConfigurationError(EventLogError):
     """The log exists with settings gitsched refuses (a Kafka topic with 3 partitions, ...)."""
@@ -54,6 +58,39 @@ Clock = Callable[[], datetime]
 
 def utc_now() -> datetime:
     return datetime.now(UTC)
+
+
+def check_import(
+    stored: Sequence[StoredEvent], *, last_seq: int, last_hash: str, expected_last_seq: int
+) -> None:
+    """Refuse a batch of sealed events that does not continue a log ending at (last_seq, last_hash)."""
+    if last_seq != expected_last_seq:
+        raise ConcurrencyConflict(expected_last_seq, last_seq)
+    ids = [event.id for event in stored]
+    if len(set(ids)) != len(ids):
+        twice = sorted({i for i in ids if ids.count(i) > 1})
+        raise DuplicateEvent(f"the batch holds event ids more than once: {twice[:5]}")
+    broken = verify_chain(stored, expect_first_seq=last_seq + 1, prev_hash=last_hash)
+    if broken is not None:
+        raise LogCorrupted(f"seq {broken.seq}: {broken.reason}")
+
+
+def already_imported(
+    stored: Sequence[StoredEvent], present: dict[str, StoredEvent]
+) -> list[StoredEvent] | None:
+    """The stored copies if the log holds exactly this batch already, None if it holds none of it."""
+    if not present:
+        return None
+    same = [present.get(e.id) for e in stored]
+    if all(
+        p is not None and p.seq == e.seq and p.hash == e.hash
+        for p, e in zip(same, stored, strict=True)
+    ):
+        return [p for p in same if p is not None]
+    raise DuplicateEvent(
+        f"{len(present)} of {len(stored)} imported events are in the log already, "
+        f"not all of them at the same seq with the same hash (e.g. {sorted(present)[0]!r})"
+    )
 
 
 class EventLog(abc.ABC):
@@ -68,6 +105,22 @@ class EventLog(abc.ABC):
         append). Raises ConcurrencyConflict when the log's last seq is not
         `expected_last_seq`, WriterFenced when another writer took over, and
         DuplicateEvent when only some of the ids are present.
+        """
+
+    @abc.abstractmethod
+    def import_events(
+        self, stored: Sequence[StoredEvent], *, expected_last_seq: int
+    ) -> list[StoredEvent]:
+        """Append events sealed elsewhere (another log), atomically, exactly as they are.
+
+        Seq, id, time and hashes are kept, so the log holds the same bytes as the
+        one they were read from. The batch must continue the chain: its first
+        seq is `expected_last_seq + 1`, its first `prev_hash` the hash of the
+        log's last event, and every hash must match its content; otherwise
+        LogCorrupted names the first event that does not fit. If the log holds
+        the batch already (same seqs, same hashes) nothing is written and the
+        stored copies are returned. Raises ConcurrencyConflict, WriterFenced and
+        DuplicateEvent as `append` does.
         """
 
     @abc.abstractmethod

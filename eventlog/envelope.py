@@ -158,32 +158,73 @@ class ChainBreak:
     reason: str
 
 
+class ChainChecker:
+    """Checks stored events one at a time, in order: seq continuity, links and content.
+
+    `recompute=False` checks only the links (seq, prev_hash), for events whose
+    content the caller has already checked against their hash (record_hash_holds).
+    """
+
+    def __init__(
+        self, *, expect_first_seq: int = 1, prev_hash: str = GENESIS_HASH, recompute: bool = True
+    ) -> None:
+        self.expected = expect_first_seq
+        self.prev_hash = prev_hash
+        self.recompute = recompute
+
+    def check(self, event: StoredEvent) -> ChainBreak | None:
+        if event.seq != self.expected:
+            return ChainBreak(
+                self.expected,
+                f"expected seq {self.expected}, found {event.seq}: events are missing or out of order",
+            )
+        if event.prev_hash != self.prev_hash:
+            return ChainBreak(event.seq, "prev_hash does not match the hash of the event before it")
+        if self.recompute:
+            recomputed = event_hash(
+                seq=event.seq,
+                id=event.id,
+                type=event.type,
+                schema_version=event.schema_version,
+                data=event.data,
+                time=event.time,
+                actor=event.actor,
+                cause=event.cause,
+                prev_hash=event.prev_hash,
+            )
+            if recomputed != event.hash:
+                return ChainBreak(
+                    event.seq, "content does not match its hash: the event was changed"
+                )
+        self.prev_hash = event.hash
+        self.expected += 1
+        return None
+
+
 def verify_chain(
-    events: Any, *, expect_first_seq: int = 1, prev_hash: str = GENESIS_HASH
+    events: Any, *, expect_first_seq: int = 1, prev_hash: str = GENESIS_HASH, recompute: bool = True
 ) -> ChainBreak | None:
     """Walk stored events in order; return the first break, or None if the chain holds."""
-    expected = expect_first_seq
+    checker = ChainChecker(
+        expect_first_seq=expect_first_seq, prev_hash=prev_hash, recompute=recompute
+    )
     for event in events:
-        if event.seq != expected:
-            return ChainBreak(
-                expected,
-                f"expected seq {expected}, found {event.seq}: events are missing or out of order",
-            )
-        if event.prev_hash != prev_hash:
-            return ChainBreak(event.seq, "prev_hash does not match the hash of the event before it")
-        recomputed = event_hash(
-            seq=event.seq,
-            id=event.id,
-            type=event.type,
-            schema_version=event.schema_version,
-            data=event.data,
-            time=event.time,
-            actor=event.actor,
-            cause=event.cause,
-            prev_hash=event.prev_hash,
-        )
-        if recomputed != event.hash:
-            return ChainBreak(event.seq, "content does not match its hash: the event was changed")
-        prev_hash = event.hash
-        expected += 1
+        broken = checker.check(event)
+        if broken is not None:
+            return broken
     return None
+
+
+def record_hash_holds(raw: bytes, digest: str) -> bool:
+    """Whether `raw`, an event stored as `canonical_json(to_record())`, hashes to `digest`.
+
+    The hashed body is the record without its `hash` member, and canonical JSON
+    sorts keys, so the body's bytes are the record's bytes less `,"hash":"<digest>"`:
+    hashing them checks the content without decoding and re-encoding it. False
+    when the member is not found exactly once (bytes that are not canonical, or
+    a payload quoting the hash): the caller then recomputes the hash the long way.
+    """
+    member = b',"hash":"' + digest.encode("ascii", "replace") + b'"'
+    if raw.count(member) != 1:
+        return False
+    return hashlib.sha256(raw.replace(member, b"", 1)).hexdigest() == digest

@@ -8,7 +8,6 @@ writer; readers see only committed batches. kafka-python is untyped, so every
 from __future__ import annotations
 
 import contextlib
-import json
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -16,6 +15,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import kafka.errors as kafka_errors  # type: ignore[import-untyped,unused-ignore]
+import orjson
 from kafka import (  # type: ignore[import-untyped,unused-ignore]
     KafkaAdminClient,
     KafkaConsumer,
@@ -23,6 +23,7 @@ from kafka import (  # type: ignore[import-untyped,unused-ignore]
     TopicPartition,
 )
 from kafka.admin import ConfigResource, ConfigResourceType  # type: ignore[import-untyped,unused-ignore]
+from kafka.codec import has_lz4  # type: ignore[import-untyped,unused-ignore]
 
 from eventlog.base import (
     Clock,
@@ -34,6 +35,8 @@ from eventlog.base import (
     LogCorrupted,
     LogUnavailable,
     WriterFenced,
+    already_imported,
+    check_import,
     utc_now,
 )
 from eventlog.envelope import (
@@ -42,6 +45,7 @@ from eventlog.envelope import (
     StoredEvent,
     canonical_json,
     format_time,
+    record_hash_holds,
     seal_batch,
     verify_chain,
 )
@@ -54,6 +58,10 @@ REQUIRED_TOPIC_CONFIG = {
     "retention.bytes": "-1",
     "cleanup.policy": "delete",
 }
+# One append's events travel as one record batch (see _writer), LZ4-compressed
+# when the lz4 package is there (a log kept forever is mostly repetitive JSON).
+BATCH_BYTES = 4 * 1024 * 1024
+COMPRESSION: str | None = "lz4" if has_lz4() else None
 # kafka-python backs off up to 30 s between reconnects by default; a log that must
 # notice a broker coming back within one append's budget retries sooner.
 _RECONNECT = {"reconnect_backoff_ms": 100, "reconnect_backoff_max_ms": 1000}
@@ -214,16 +222,35 @@ class KafkaEventLog(EventLog):
         if offset <= self._last_offset:
             return  # our own append, cached when it committed
         try:
-            event = StoredEvent.from_record(json.loads(value or b""))
+            event = StoredEvent.from_record(orjson.loads(value or b""))
         except (ValueError, TypeError, KeyError) as error:
             raise LogCorrupted(
                 f"{self._topic} offset {offset} is not a gitsched event: {error}"
             ) from error
-        self._accept([event], [offset], source=f"{self._topic} offset {offset}")
+        self._accept(
+            [event],
+            [offset],
+            source=f"{self._topic} offset {offset}",
+            # Hashing the record's own bytes spares re-encoding it (most of a replay's
+            # time); a record that is not byte-canonical is checked the long way.
+            content_checked=record_hash_holds(value or b"", event.hash),
+        )
 
-    def _accept(self, events: list[StoredEvent], offsets: list[int], *, source: str) -> None:
+    def _accept(
+        self,
+        events: list[StoredEvent],
+        offsets: list[int],
+        *,
+        source: str,
+        content_checked: bool = False,
+    ) -> None:
         prev_hash = self._events[-1].hash if self._events else GENESIS_HASH
-        broken = verify_chain(events, expect_first_seq=len(self._events) + 1, prev_hash=prev_hash)
+        broken = verify_chain(
+            events,
+            expect_first_seq=len(self._events) + 1,
+            prev_hash=prev_hash,
+            recompute=not content_checked,
+        )
         if broken is not None:
             raise LogCorrupted(f"{source}: seq {broken.seq}: {broken.reason}")
         for event, offset in zip(events, offsets, strict=True):
@@ -268,22 +295,13 @@ class KafkaEventLog(EventLog):
         if not batch:
             return []
         with self._lock:
-            if self._fenced:
-                raise WriterFenced(self._fenced_message())
             deadline = self._deadline()
-            self._writer(deadline)
-            self._catch_up(deadline)
+            self._prepare_write(deadline)
             present = self._known(ids)
             if len(present) == len(batch):
                 return [present[i] for i in ids]
+            self._check_still_writer()
             last = len(self._events)
-            if self._writer_tail is not None and last > self._writer_tail:
-                message = (
-                    f"{self._fenced_message()}: the log reached seq {last} after this "
-                    f"writer's tail at seq {self._writer_tail}"
-                )
-                self._fence()
-                raise WriterFenced(message)
             if present:
                 raise DuplicateEvent(
                     f"{len(present)} of {len(batch)} events are in {self._topic} already "
@@ -297,27 +315,82 @@ class KafkaEventLog(EventLog):
                 time=format_time(self._clock()),
                 prev_hash=self._events[-1].hash if self._events else GENESIS_HASH,
             )
-            offsets = self._produce(sealed, deadline)
-            self._accept(sealed, offsets, source="the batch just committed")
-            self._writer_tail = len(self._events)
-            self._await_visible(offsets[-1], deadline)
+            self._write(sealed, deadline)
             return sealed
+
+    def import_events(
+        self, stored: Sequence[StoredEvent], *, expected_last_seq: int
+    ) -> list[StoredEvent]:
+        batch = list(stored)
+        if not batch:
+            return []
+        with self._lock:
+            deadline = self._deadline()
+            self._prepare_write(deadline)
+            done = already_imported(batch, self._known([e.id for e in batch]))
+            if done is not None:
+                return done
+            self._check_still_writer()
+            check_import(
+                batch,
+                last_seq=len(self._events),
+                last_hash=self._events[-1].hash if self._events else GENESIS_HASH,
+                expected_last_seq=expected_last_seq,
+            )
+            self._write(batch, deadline)
+            return batch
+
+    def _prepare_write(self, deadline: float) -> None:
+        """Hold the producer (fencing older writers) and read the log up to its end."""
+        if self._fenced:
+            raise WriterFenced(self._fenced_message())
+        self._writer(deadline)
+        self._catch_up(deadline)
+
+    def _check_still_writer(self) -> None:
+        last = len(self._events)
+        if self._writer_tail is not None and last > self._writer_tail:
+            message = (
+                f"{self._fenced_message()}: the log reached seq {last} after this "
+                f"writer's tail at seq {self._writer_tail}"
+            )
+            self._fence()
+            raise WriterFenced(message)
+
+    def _write(self, sealed: list[StoredEvent], deadline: float) -> None:
+        """One transaction holding `sealed`, visible to read_committed readers on return."""
+        offsets = self._produce(sealed, deadline)
+        # Sealed here, or checked link by link and hash by hash before import: only
+        # their place after what the cache holds is left to check.
+        self._accept(sealed, offsets, source="the batch just committed", content_checked=True)
+        self._writer_tail = len(self._events)
+        self._await_visible(offsets[-1], deadline)
 
     def _await_visible(self, last_offset: int, deadline: float) -> None:
         """Wait until read_committed readers can see the batch.
 
         A commit returns once the coordinator has logged it; the markers that let
         readers past it are written just after. Waiting for them means a reader
-        opened after append() returned sees the batch, as with SQLite. If they
-        are late the batch is still committed, so this gives up quietly.
+        opened after append() returned sees the batch, as with SQLite (and the
+        next transaction does not meet CONCURRENT_TRANSACTIONS and a 20 ms
+        back-off). If they are late the batch is still committed, so this gives
+        up quietly.
         """
-        pause = 0.005
+        pause = 0.001
         while time.monotonic() < deadline:
             try:
-                end = self._reader().end_offsets([self._partition], _ms_left(deadline))
+                reader = self._reader()
+                end = int(
+                    reader.end_offsets([self._partition], _ms_left(deadline))[self._partition]
+                )
             except Exception:
                 return
-            if int(end[self._partition]) > last_offset:
+            if end > last_offset:
+                if end == last_offset + 2:
+                    # Below `end` lie only our batch and its commit marker: the reader
+                    # need not fetch back what it already holds.
+                    with contextlib.suppress(Exception):
+                        reader.seek(self._partition, end)
                 return
             time.sleep(pause)
             pause = min(pause * 2, 0.1)
@@ -334,7 +407,12 @@ class KafkaEventLog(EventLog):
                 transactional_id=self._transactional_id,
                 enable_idempotence=True,
                 acks="all",
-                linger_ms=0,
+                # A batch is sent by the flush() that ends it, never by a timer: a
+                # long linger and a batch size above any append keep one append in
+                # one record batch (one request, one CRC, one compression pass).
+                linger_ms=1000,
+                batch_size=BATCH_BYTES,
+                compression_type=COMPRESSION,
                 max_block_ms=self._timeout_ms,
                 bootstrap_timeout_ms=_ms_left(deadline),
                 request_timeout_ms=max(1000, self._timeout_ms // 2),
@@ -500,6 +578,27 @@ class KafkaEventLog(EventLog):
 
     def __repr__(self) -> str:
         return f"KafkaEventLog({','.join(self._bootstrap)}/{self._topic})"
+
+
+def delete_log_topic(url: str, *, timeout_s: float = 15) -> None:
+    """Delete the topic of `kafka://.../TOPIC`: for throwaway logs (benchmarks), never a cluster's."""
+    log = KafkaEventLog.from_url(url, create_topic=False, timeout_s=timeout_s)
+    log.close()
+    admin = None
+    try:
+        admin = KafkaAdminClient(
+            bootstrap_servers=log._bootstrap,
+            client_id=f"gitsched-admin-{log.topic}",
+            request_timeout_ms=int(timeout_s * 1000),
+            bootstrap_timeout_ms=int(timeout_s * 1000),
+            **_RECONNECT,
+        )
+        admin.delete_topics([log.topic], timeout_ms=int(timeout_s * 1000))
+    except Exception as error:
+        raise _translate(error, f"deleting topic {log.topic}") from error
+    finally:
+        if admin is not None:
+            _close_quietly(admin)
 
 
 def _ms_left(deadline: float) -> int:

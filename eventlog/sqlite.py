@@ -6,11 +6,14 @@ so two writers can never interleave; WAL mode lets readers run alongside.
 
 from __future__ import annotations
 
-import json
 import sqlite3
+import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 from urllib.parse import unquote, urlparse
+
+import orjson
 
 from eventlog.base import (
     Clock,
@@ -18,7 +21,10 @@ from eventlog.base import (
     DuplicateEvent,
     EventLog,
     LogConfigurationError,
+    LogCorrupted,
     LogUnavailable,
+    already_imported,
+    check_import,
     utc_now,
 )
 from eventlog.envelope import (
@@ -64,20 +70,17 @@ def sqlite_path_from_url(url: str) -> Path:
     return Path(path[1:])
 
 
-def _row_to_event(row: tuple[object, ...]) -> StoredEvent:
+def _row_to_event(row: tuple[Any, ...]) -> StoredEvent:
+    # The columns' types are the table's (INTEGER and TEXT): no conversion needed,
+    # and replay reads every row through here.
     seq, id_, type_, version, data, time, actor, cause, prev_hash, digest = row
-    return StoredEvent(
-        seq=int(str(seq)),
-        id=str(id_),
-        type=str(type_),
-        schema_version=int(str(version)),
-        data=json.loads(str(data)),
-        time=str(time),
-        actor=str(actor),
-        cause=str(cause),
-        prev_hash=str(prev_hash),
-        hash=str(digest),
-    )
+    try:
+        payload = orjson.loads(data)
+    except (TypeError, ValueError) as e:
+        raise LogCorrupted(
+            f"seq {seq}: the stored data is not JSON: the row was changed", seq=seq
+        ) from e
+    return StoredEvent(seq, id_, type_, version, payload, time, actor, cause, prev_hash, digest)
 
 
 class SQLiteEventLog(EventLog):
@@ -86,20 +89,33 @@ class SQLiteEventLog(EventLog):
     ) -> None:
         self.path = Path(path)
         self._clock = clock
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._db = sqlite3.connect(
-                self.path, timeout=busy_timeout_s, isolation_level=None, check_same_thread=False
-            )
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=NORMAL")
-            self._db.executescript(_SCHEMA)
-            self._db.execute(
-                "INSERT OR IGNORE INTO log_meta(key, value) VALUES ('format_version', ?)",
-                (FORMAT_VERSION,),
-            )
-        except (sqlite3.Error, OSError) as e:
-            raise LogUnavailable(f"cannot open SQLite log {self.path}: {e}") from e
+        deadline = time.monotonic() + busy_timeout_s
+        while True:
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                self._db = sqlite3.connect(
+                    self.path, timeout=busy_timeout_s, isolation_level=None, check_same_thread=False
+                )
+                self._create()
+                break
+            except sqlite3.OperationalError as e:
+                # Two processes creating one new log race for the WAL switch, which
+                # SQLite answers with "locked" at once, without its busy handler.
+                if "locked" not in str(e) or time.monotonic() > deadline:
+                    raise LogUnavailable(f"cannot open SQLite log {self.path}: {e}") from e
+                self._db.close()
+                time.sleep(0.05)
+            except (sqlite3.Error, OSError) as e:
+                raise LogUnavailable(f"cannot open SQLite log {self.path}: {e}") from e
+
+    def _create(self) -> None:
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.executescript(_SCHEMA)
+        self._db.execute(
+            "INSERT OR IGNORE INTO log_meta(key, value) VALUES ('format_version', ?)",
+            (FORMAT_VERSION,),
+        )
 
     @classmethod
     def from_url(cls, url: str, *, clock: Clock = utc_now) -> SQLiteEventLog:
@@ -129,10 +145,7 @@ class SQLiteEventLog(EventLog):
                     f"{len(existing)} of {len(events)} events are already in the log; "
                     f"missing: {', '.join(missing[:5])}"
                 )
-            row = self._db.execute(
-                "SELECT seq, hash FROM events ORDER BY seq DESC LIMIT 1"
-            ).fetchone()
-            last_seq, last_hash = (int(row[0]), str(row[1])) if row else (0, GENESIS_HASH)
+            last_seq, last_hash = self._tail_locked()
             if last_seq != expected_last_seq:
                 self._db.execute("ROLLBACK")
                 raise ConcurrencyConflict(expected_last_seq, last_seq)
@@ -142,24 +155,7 @@ class SQLiteEventLog(EventLog):
                 time=format_time(self._clock()),
                 prev_hash=last_hash,
             )
-            self._db.executemany(
-                f"INSERT INTO events({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                [
-                    (
-                        s.seq,
-                        s.id,
-                        s.type,
-                        s.schema_version,
-                        canonical_json(s.data).decode("utf-8"),
-                        s.time,
-                        s.actor,
-                        s.cause,
-                        s.prev_hash,
-                        s.hash,
-                    )
-                    for s in stored
-                ],
-            )
+            self._insert(stored)
             self._db.execute("COMMIT")
             return stored
         except sqlite3.Error as e:
@@ -170,6 +166,60 @@ class SQLiteEventLog(EventLog):
             if self._db.in_transaction:
                 self._db.execute("ROLLBACK")
             raise
+
+    def import_events(
+        self, stored: Sequence[StoredEvent], *, expected_last_seq: int
+    ) -> list[StoredEvent]:
+        if not stored:
+            return []
+        try:
+            self._db.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as e:
+            raise LogUnavailable(f"SQLite log {self.path} is locked: {e}") from e
+        try:
+            done = already_imported(stored, self._find_locked([e.id for e in stored]))
+            if done is not None:
+                self._db.execute("ROLLBACK")
+                return done
+            last_seq, last_hash = self._tail_locked()
+            check_import(
+                stored, last_seq=last_seq, last_hash=last_hash, expected_last_seq=expected_last_seq
+            )
+            self._insert(stored)
+            self._db.execute("COMMIT")
+            return list(stored)
+        except sqlite3.Error as e:
+            if self._db.in_transaction:
+                self._db.execute("ROLLBACK")
+            raise LogUnavailable(f"import into SQLite log {self.path} failed: {e}") from e
+        except BaseException:
+            if self._db.in_transaction:
+                self._db.execute("ROLLBACK")
+            raise
+
+    def _tail_locked(self) -> tuple[int, str]:
+        row = self._db.execute("SELECT seq, hash FROM events ORDER BY seq DESC LIMIT 1").fetchone()
+        return (int(row[0]), str(row[1])) if row else (0, GENESIS_HASH)
+
+    def _insert(self, stored: Sequence[StoredEvent]) -> None:
+        self._db.executemany(
+            f"INSERT INTO events({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [
+                (
+                    s.seq,
+                    s.id,
+                    s.type,
+                    s.schema_version,
+                    canonical_json(s.data).decode("utf-8"),
+                    s.time,
+                    s.actor,
+                    s.cause,
+                    s.prev_hash,
+                    s.hash,
+                )
+                for s in stored
+            ],
+        )
 
     def read(self, after_seq: int = 0, *, until_seq: int | None = None) -> Iterator[StoredEvent]:
         upper = until_seq if until_seq is not None else 2**62

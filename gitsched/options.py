@@ -58,7 +58,8 @@ def format_option(*choices: str) -> Callable[[Callable[..., Any]], Callable[...,
 
 
 def open_event_log(log_url: str | None, repo: str | None) -> EventLog:
-    return open_log(resolve_log_url(log_url, repo))
+    """An existing log, for commands that only read: a mistyped path is an error, not an empty cluster."""
+    return open_log(resolve_log_url(log_url, repo), create=False)
 
 
 def repo_option(f: Callable[..., Any]) -> Callable[..., Any]:

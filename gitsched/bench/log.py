@@ -1,0 +1,305 @@
+"""`gitsched bench log`: append and replay throughput of each log backend (BENCHMARKS.md §3).
+
+Synthetic but realistic events (a commit's JobSubmitted + CommitApplied, then a
+solve's PlacementDecided + SolveCompleted, encoded through eventlog.codec) are
+appended through the real `EventLog.append` in commit-sized batches — one
+transaction each, acks=all and idempotence on Kafka — then read back by a fresh
+instance and decoded, as `gitsched state` would.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import statistics
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import click
+
+from engine.errors import GitschedError
+from engine.events import CommitApplied, Event, JobSubmitted, PlacementDecided, SolveCompleted
+from engine.model import CommitInfo, Job, ReplicaPlacement, Resources, TopologyRequirement
+from eventlog import open_log
+from eventlog.base import EventLog, EventLogError
+from eventlog.codec import decode, encode
+from eventlog.envelope import NewEvent
+from gitsched.options import fail, format_option
+from gitsched.render import table
+
+# The targets of issue #3, on one machine.
+APPEND_TARGET = {"kafka": 20_000}
+REPLAY_TARGET = 100_000
+TEAMS = ("vision", "nlp", "speech", "fraud", "search", "ads")
+FLAVORS = ("h100-80g", "a100-80g", "l40s-48g")
+
+
+@dataclass(frozen=True, slots=True)
+class Result:
+    log: str
+    backend: str
+    events: int
+    batch: int
+    append_s: float
+    append_per_s: float
+    append_p50_ms: float
+    append_p99_ms: float
+    replay_s: float
+    replay_per_s: float
+
+
+def synthetic_batches(events: int, batch: int, run: str, seed: int = 7) -> Iterator[list[NewEvent]]:
+    """`events` events in batches of `batch`, alternating a commit and the solve that follows it."""
+    rng = random.Random(seed)
+    made = 0
+    number = 0
+    while made < events:
+        size = min(batch, events - made)
+        sha = f"{rng.getrandbits(160):040x}"
+        at = f"2026-01-{1 + number % 28:02d}T{number % 24:02d}:00:00.000000Z"
+        body: list[Event]
+        if number % 2 == 0:
+            commit = CommitInfo(
+                sha=sha,
+                author="Ana Souza",
+                author_email="ana@vision.example",
+                committed_at=at,
+                subject="vision: a sweep of fine-tunes on H100, one NVLink domain each",
+                approvers=("Priya Raman <priya@platform.example>",),
+            )
+            body = [_job(rng, f"job-{number}-{i}", at) for i in range(size - 1)]
+            body.append(CommitApplied(commit=commit, changes=size - 1))
+            actor, prefix = commit.actor, sha
+        else:
+            solve_id = f"{sha}/solve"
+            body = [_placement(rng, f"job-{number}-{i}", solve_id, at) for i in range(size - 1)]
+            body.append(_solve(rng, solve_id, size - 1))
+            actor, prefix = "solver", solve_id
+        yield [
+            encode(e, id=f"bench/{run}/{prefix}/{i}", actor=actor, cause=sha)
+            for i, e in enumerate(body[:size])
+        ]
+        made += size
+        number += 1
+
+
+def _job(rng: random.Random, name: str, at: str) -> JobSubmitted:
+    team = rng.choice(TEAMS)
+    replicas = rng.choice((1, 2, 4, 8))
+    return JobSubmitted(
+        Job(
+            name=name,
+            queue=team,
+            replicas=replicas,
+            resources=Resources(gpu_milli=8000, cpu_milli=160_000, memory_mib=1_843_200),
+            priority_class="normal",
+            priority=500,
+            gpu_flavors=(rng.choice(FLAVORS),),
+            topology=TopologyRequirement("nvlink") if replicas <= 2 else None,
+            checkpoint_interval_minutes=30,
+            file=f"teams/{team}/jobs/{name}.yaml",
+            submitted_at=at,
+        )
+    )
+
+
+def _placement(rng: random.Random, name: str, solve_id: str, at: str) -> PlacementDecided:
+    team = rng.choice(TEAMS)
+    rack = rng.choice("abcd")
+    replicas = tuple(
+        ReplicaPlacement(
+            node=f"h100-{rack}-{rng.randrange(1, 33):02d}", gpus=tuple(range(8)), gpu_milli=8000
+        )
+        for _ in range(rng.choice((1, 2, 4)))
+    )
+    return PlacementDecided(
+        job=f"{team}/{name}",
+        flavor="h100-80g",
+        replicas=replicas,
+        action=rng.choice(("placed", "kept", "moved")),
+        reason="fits quota; nvlink domain nvl-a-03 keeps the gang together",
+        solve_id=solve_id,
+        at=at,
+    )
+
+
+def _solve(rng: random.Random, solve_id: str, decisions: int) -> SolveCompleted:
+    return SolveCompleted(
+        solve_id=solve_id,
+        solver="highs",
+        status="optimal",
+        objective=round(rng.uniform(100, 1000), 3),
+        bound=None,
+        gap=0.0,
+        seconds=round(rng.uniform(0.01, 2), 4),
+        variables=decisions * 40,
+        constraints=decisions * 25,
+        placed=decisions,
+        kept=0,
+        moved=0,
+        preempted=0,
+        pending=0,
+    )
+
+
+def measure(url: str, events: int, batch: int) -> Result:
+    run = uuid.uuid4().hex[:8]
+    latencies: list[float] = []
+    with open_log(url) as event_log:
+        if event_log.last_seq() != 0:
+            raise GitschedError(f"{url} is not empty: bench log appends only to a new, empty log")
+        last_seq = 0
+        for chunk in synthetic_batches(events, batch, run):
+            began = time.perf_counter()
+            stored = event_log.append(chunk, expected_last_seq=last_seq)
+            latencies.append(time.perf_counter() - began)
+            last_seq = stored[-1].seq
+    appended = sum(latencies)
+    # A new instance, as a restarted `gitsched state` would be: nothing cached.
+    with open_log(url, create=False) as event_log:
+        began = time.perf_counter()
+        replayed = _replay(event_log)
+        replay_s = time.perf_counter() - began
+    if replayed != events:
+        raise GitschedError(f"{url}: replay read {replayed} events, {events} were appended")
+    ordered = sorted(latencies)
+    return Result(
+        log=url,
+        backend=url.split(":", 1)[0],
+        events=events,
+        batch=batch,
+        append_s=appended,
+        append_per_s=events / appended,
+        append_p50_ms=statistics.median(ordered) * 1000,
+        append_p99_ms=ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))] * 1000,
+        replay_s=replay_s,
+        replay_per_s=events / replay_s,
+    )
+
+
+def _replay(event_log: EventLog) -> int:
+    count = 0
+    for stored in event_log.read(0):
+        decode(stored)
+        count += 1
+    return count
+
+
+def _delete_topic(url: str) -> None:
+    """Best effort: the bench's own topic is litter once it is measured."""
+    from eventlog.kafka import delete_log_topic
+
+    try:
+        delete_log_topic(url)
+    except EventLogError as e:
+        click.echo(f"gitsched: could not delete the bench topic of {url}: {e}", err=True)
+
+
+def _verdict(result: Result) -> str:
+    misses = []
+    append_target = APPEND_TARGET.get(result.backend)
+    if append_target is not None and result.append_per_s < append_target:
+        misses.append(f"append < {append_target:,}")
+    if result.replay_per_s < REPLAY_TARGET:
+        misses.append(f"replay < {REPLAY_TARGET:,}")
+    return "; ".join(misses) if misses else "met"
+
+
+@click.command()
+@click.option(
+    "--log",
+    "logs",
+    multiple=True,
+    help="A new, empty log to measure (repeatable). Default: a temporary SQLite file, "
+    "and a fresh Kafka topic when --kafka is given.",
+)
+@click.option(
+    "--kafka",
+    envvar="GITSCHED_KAFKA",
+    show_envvar=True,
+    help="HOST:PORT of a Kafka broker: also measure a fresh topic on it (deleted afterwards).",
+)
+@click.option(
+    "--events",
+    default=100_000,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Events to append to each log, then replay.",
+)
+@click.option(
+    "--batch",
+    default=50,
+    show_default=True,
+    type=click.IntRange(min=2),
+    help="Events per append: one commit's worth, one transaction.",
+)
+@format_option("table", "json")
+def command(logs: tuple[str, ...], kafka: str | None, events: int, batch: int, fmt: str) -> None:
+    """Append and replay throughput of each log backend, side by side.
+
+    Appends EVENTS synthetic events in commit-sized batches (one transaction each;
+    acks=all and idempotence on Kafka), then replays them all through a new
+    instance (read + decode). Targets (issue #3): Kafka appends >= 20,000 events/s,
+    replay >= 100,000 events/s.
+    """
+    owned_topics: list[str] = []
+    with tempfile.TemporaryDirectory(prefix="gitsched-bench-log-") as scratch:
+        urls = list(logs)
+        if not urls:
+            urls.append(f"sqlite:///{Path(scratch, 'bench.db')}")
+            if kafka:
+                topic_url = f"kafka://{kafka}/gitsched-bench-{uuid.uuid4().hex[:12]}"
+                urls.append(topic_url)
+                owned_topics.append(topic_url)
+        results = []
+        try:
+            for url in urls:
+                results.append(measure(url, events, batch))
+        except (GitschedError, EventLogError) as e:
+            fail(str(e))
+        finally:
+            for url in owned_topics:
+                _delete_topic(url)
+    if fmt == "json":
+        click.echo(
+            json.dumps(
+                {
+                    "cpus": os.cpu_count(),
+                    "results": [{**asdict(r), "targets": _verdict(r)} for r in results],
+                },
+                indent=2,
+            )
+        )
+        return
+    click.echo(
+        table(
+            [
+                "BACKEND",
+                "EVENTS",
+                "BATCH",
+                "APPEND EV/S",
+                "APPEND P50 MS",
+                "APPEND P99 MS",
+                "REPLAY EV/S",
+                "TARGETS",
+            ],
+            [
+                [
+                    r.backend,
+                    f"{r.events:,}",
+                    str(r.batch),
+                    f"{r.append_per_s:,.0f}",
+                    f"{r.append_p50_ms:.2f}",
+                    f"{r.append_p99_ms:.2f}",
+                    f"{r.replay_per_s:,.0f}",
+                    _verdict(r),
+                ]
+                for r in results
+            ],
+        )
+    )
