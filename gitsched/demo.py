@@ -2,7 +2,8 @@
 
 Four teams, 144 GPUs of three flavors in NVLink domains and racks, a dedicated
 pair of nodes for regulated work, and twelve commits by five people, one of
-them invalid. Everything runs locally: git, the embedded SQLite log, greedy placement.
+them invalid, plus an open pull request whose plan it prints. Everything runs
+locally: git, the embedded SQLite log, greedy placement.
 """
 
 from __future__ import annotations
@@ -18,11 +19,15 @@ from audit.history import build_history
 from audit.verify import verify_log
 from engine.placement.constraints import gpus_text
 from eventlog import open_log
+from eventlog.base import utc_now
 from eventlog.codec import decode_all
+from eventlog.envelope import format_time
 from gitsched.config import default_log_url
 from gitsched.render import state_text, table
+from gitsched.render_plan import plan_text
 from reconciler.git import GitRepo
 from reconciler.loop import Reconciler
+from reconciler.plan import plan_change
 
 H = "apiVersion: gitsched.io/v1\n"
 
@@ -173,7 +178,7 @@ QUEUES = {
 """,
         max_priority="high",
     ),
-    "teams/vision/OWNERS": "ana@vision.example\n",
+    "teams/vision/OWNERS": "# who approves changes to teams/vision/queue.yaml\nana@vision.example\nkai@vision.example\n",
     "teams/nlp/OWNERS": "li@nlp.example\n",
     "teams/speech/OWNERS": "sam@speech.example\n",
     "teams/fraud/OWNERS": "dev@fraud.example\n",
@@ -358,6 +363,23 @@ HISTORY = [
     ),
 ]
 
+PR_BRANCH = "pr/vision-quota"
+VISION_QUEUE_RAISED = QUEUES["teams/vision/queue.yaml"].replace("nominal: 24,", "nominal: 40,")
+VIDEO_GEN_ON_A_RACK = JOBS["teams/vision/jobs/video-gen.yaml"].replace(
+    "topology: {level: nvlink, mode: required}", "topology: {level: rack, mode: required}"
+)
+# An open pull request, never merged: `gitsched plan main..pr/vision-quota` shows what it would do.
+PULL_REQUEST = Commit(
+    ANA,
+    "vision: run video-gen on one rack, with H100 nominal 24 -> 40\n\n"
+    "No NVLink domain holds 3x8 GPUs; one rack does. The higher nominal quota lets\n"
+    "vision reclaim the H100s nlp borrows from the research cohort.",
+    {
+        "teams/vision/queue.yaml": VISION_QUEUE_RAISED,
+        "teams/vision/jobs/video-gen.yaml": VIDEO_GEN_ON_A_RACK,
+    },
+)
+
 START = 1_763_283_600  # 2025-11-16T09:00:00Z: the demo's history starts a week before "now".
 
 
@@ -365,32 +387,41 @@ def _git(repo: Path, *args: str, env: dict[str, str] | None = None) -> None:
     subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, env=env)
 
 
+def _commit(directory: Path, commit: Commit, when: str) -> None:
+    for rel, content in commit.write.items():
+        path = directory / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(content)
+    for rel in commit.remove:
+        (directory / rel).unlink()
+    _git(directory, "add", "-A")
+    env = {
+        **os.environ,
+        "GIT_AUTHOR_NAME": commit.author[0],
+        "GIT_AUTHOR_EMAIL": commit.author[1],
+        "GIT_COMMITTER_NAME": commit.author[0],
+        "GIT_COMMITTER_EMAIL": commit.author[1],
+        "GIT_AUTHOR_DATE": when,
+        "GIT_COMMITTER_DATE": when,
+    }
+    _git(directory, "-c", "commit.gpgsign=false", "commit", "-q", "-m", commit.message, env=env)
+
+
 def build_demo_repo(directory: Path) -> list[str]:
-    """Write the demo history as real commits; return their messages' subjects."""
+    """Write the demo history as real commits, and the open pull request as a branch.
+
+    Returns the subjects of main's commits.
+    """
     directory.mkdir(parents=True)
     _git(directory, "init", "-q", "-b", "main")
     (directory / ".gitignore").write_text(".gitsched/\n")
     subjects = []
     for i, commit in enumerate(HISTORY):
-        for rel, content in commit.write.items():
-            path = directory / rel
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(content)
-        for rel in commit.remove:
-            (directory / rel).unlink()
-        _git(directory, "add", "-A")
-        when = f"@{START + i * 5400} +0000"
-        env = {
-            **os.environ,
-            "GIT_AUTHOR_NAME": commit.author[0],
-            "GIT_AUTHOR_EMAIL": commit.author[1],
-            "GIT_COMMITTER_NAME": commit.author[0],
-            "GIT_COMMITTER_EMAIL": commit.author[1],
-            "GIT_AUTHOR_DATE": when,
-            "GIT_COMMITTER_DATE": when,
-        }
-        _git(directory, "-c", "commit.gpgsign=false", "commit", "-q", "-m", commit.message, env=env)
+        _commit(directory, commit, f"@{START + i * 5400} +0000")
         subjects.append(commit.message.splitlines()[0])
+    _git(directory, "checkout", "-q", "-b", PR_BRANCH)
+    _commit(directory, PULL_REQUEST, f"@{START + len(HISTORY) * 5400} +0000")
+    _git(directory, "checkout", "-q", "main")
     return subjects
 
 
@@ -439,8 +470,15 @@ def run_demo(directory: Path, *, force: bool, echo: Callable[[str], None]) -> in
                 ]
             )
         echo(table(["TEAM", "RUNNING", "GPUS", "INTERVALS", "ENDED"], rows))
+        repo = GitRepo(directory)
+        if repo.has_revision(PR_BRANCH):
+            echo("")
+            echo(f"== open pull request {PR_BRANCH}, not merged")
+            plan = plan_change(repo, event_log, "main", PR_BRANCH, now=format_time(utc_now()))
+            echo(plan_text(plan))
         echo("")
         echo(f"try: gitsched state --repo {directory}")
+        echo(f"     gitsched plan {directory} main..{PR_BRANCH} --format markdown")
         echo(f"     gitsched audit history --repo {directory} --job nlp/moe-gang")
         echo(f"     gitsched validate {directory} --rev main~6")
     return 0

@@ -1,0 +1,91 @@
+"""`gitsched plan PATH BASE..HEAD`: a pull request's effect on the cluster, before merge.
+
+Exit codes as `flux diff`: 0 no change, 1 changes, 2 an invalid HEAD or any other error.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from eventlog import open_log
+from eventlog.base import EventLog, LogConfigurationError, utc_now
+from eventlog.envelope import format_time
+from eventlog.sqlite import sqlite_path_from_url
+from gitsched.config import resolve_log_url
+from gitsched.options import fail, format_option, log_option, user_errors
+from gitsched.render_plan import RENDERERS, summary_line
+from reconciler.git import GitRepo
+from reconciler.plan import parse_range, plan_change
+
+
+def _open_for_reading(url: str, explicit: bool) -> EventLog | None:
+    """The log, opened so that reading it changes nothing; None if the default one is absent."""
+    if url.startswith("sqlite:"):
+        path = sqlite_path_from_url(url)
+        if not path.is_file():
+            if explicit:
+                raise LogConfigurationError(f"no event log at {path}")
+            return None
+        return open_log(url)
+    if url.startswith("kafka:"):
+        from eventlog.kafka import KafkaEventLog
+
+        try:
+            return KafkaEventLog.from_url(url, create_topic=False)
+        except ValueError as e:
+            raise LogConfigurationError(str(e)) from e
+    return open_log(url)
+
+
+@click.command()
+@click.argument("path", type=click.Path(exists=True, file_okay=False))
+@click.argument("revisions", metavar="BASE..HEAD")
+@log_option
+@format_option("text", "markdown", "json")
+@click.option(
+    "--output",
+    "-o",
+    type=click.Path(dir_okay=False),
+    help="Write the plan to this file (stdout then gets the summary line).",
+)
+def plan(path: str, revisions: str, log_url: str | None, fmt: str, output: str | None) -> None:
+    """What merging HEAD would do to the cluster, before it is merged.
+
+    \b
+    BASE is the state the cluster is in: by default (..HEAD, or just HEAD) the
+    last commit the log applied, so the plan starts from the real placements.
+    A BASE other than that commit makes the plan stale, and it says so.
+    HEAD is the branch under review. Nothing is appended to the log.
+
+    Shows HEAD's validation errors, quota and policy changes per queue, jobs
+    admitted, moved, preempted or left pending (with reasons), GPUs and fair
+    share per queue, the solve, and the owner approvals still missing.
+
+    Exit 0 no change, 1 changes, 2 an invalid HEAD or any other error.
+    """
+    url = resolve_log_url(log_url, path)
+    with user_errors():
+        base, head = parse_range(revisions)
+        repo = GitRepo(path)
+        event_log = _open_for_reading(url, explicit=log_url is not None)
+        name = "the log" if event_log is not None else f"the log at {url}"
+        try:
+            result = plan_change(
+                repo, event_log, base, head, now=format_time(utc_now()), log_name=name
+            )
+        finally:
+            if event_log is not None:
+                event_log.close()
+    rendered = RENDERERS[fmt](result)
+    if output:
+        try:
+            Path(output).write_text(rendered if rendered.endswith("\n") else rendered + "\n")
+        except OSError as e:
+            fail(f"cannot write {output}: {e.strerror}")
+        click.echo(summary_line(result))
+    else:
+        click.echo(rendered.rstrip("\n"))
+    sys.exit(result.exit_code)
