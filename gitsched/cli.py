@@ -61,6 +61,10 @@ def main(verbose: int) -> None:
     logging.basicConfig(
         level=logging.WARNING - 10 * min(verbose, 2), format="%(levelname)s %(name)s: %(message)s"
     )
+    # kafka-python logs the errors it then raises (a fenced producer, a lost broker);
+    # gitsched reports each of those once, in its own words. -v shows them again.
+    if verbose == 0:
+        logging.getLogger("kafka").setLevel(logging.CRITICAL)
 
 
 # -- validate -------------------------------------------------------------------------------
@@ -187,7 +191,7 @@ def _watch(reconciler: Reconciler, interval: float) -> None:
 @click.option(
     "--repo", default=".", show_default=True, help="Cluster repo whose default log to read."
 )
-@click.option("--seq", type=int, help="The state right after this event.")
+@click.option("--seq", type=click.IntRange(min=0), help="The state right after this event.")
 @click.option("--at", "at_time", help="The state at this time (ISO-8601, UTC if no zone).")
 @format_option("text", "json")
 def state(log_url: str | None, repo: str, seq: int | None, at_time: str | None, fmt: str) -> None:

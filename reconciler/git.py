@@ -78,7 +78,13 @@ class GitRepo:
         return done.stdout
 
     def resolve(self, rev: str) -> str:
-        return self._run("rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}").strip()
+        try:
+            return self._run("rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}").strip()
+        except GitError as e:
+            # --quiet leaves git's stderr empty, so say what went wrong ourselves.
+            raise GitError(
+                f"unknown revision {rev!r} in {self.root}: no such branch, tag or commit"
+            ) from e
 
     def has_revision(self, rev: str) -> bool:
         try:

@@ -3,6 +3,7 @@
 Where it stands is read from the log itself (the last applied or rejected
 commit), so a crashed or restarted reconciler resumes exactly; event ids are
 derived from the commit sha, so a retried append is recognised, never doubled.
+A reconciler that finds another one has written first re-reads the log and goes on.
 """
 
 from __future__ import annotations
@@ -17,10 +18,18 @@ from engine.model import CommitInfo, Finding
 from engine.placement.plan import PlacementPlan
 from engine.placement.solvers import solve
 from engine.state import ClusterState, fold
-from eventlog.base import Clock, ConcurrencyConflict, EventLog, utc_now
+from eventlog.base import (
+    Clock,
+    ConcurrencyConflict,
+    DuplicateEvent,
+    EventLog,
+    LogCorrupted,
+    utc_now,
+)
 from eventlog.codec import encode
-from eventlog.envelope import format_time
+from eventlog.envelope import canonical_json, format_time
 from eventlog.replay import replay
+from reconciler.approval import missing_approvals
 from reconciler.git import GitRepo
 from reconciler.specs import load_commit, to_finding
 
@@ -53,7 +62,11 @@ class ReconcileReport:
 
     @property
     def newest_rejected(self) -> bool:
-        return bool(self.commits) and not self.commits[-1].applied
+        """This run rejected the branch's newest commit (not one another writer built on)."""
+        if not self.commits or self.commits[-1].applied:
+            return False
+        newest = self.state.last_commit
+        return newest is None or newest.sha == self.commits[-1].commit.sha
 
 
 class Reconciler:
@@ -86,7 +99,7 @@ class Reconciler:
         raise ConcurrencyConflict(report.last_seq, self.log.last_seq())
 
     def _pass(self, report: ReconcileReport) -> None:
-        replayed = replay(self.log)
+        replayed = replay(self.log, verify=True)
         state, last_seq = replayed.state, replayed.last_seq
         report.state, report.last_seq = state, last_seq
         if state.needs_placement and state.last_commit is not None:
@@ -97,9 +110,13 @@ class Reconciler:
         for commit in self.repo.commits_since(self.branch, last):
             loaded = load_commit(self.repo, commit.sha)
             intent: ApplyCommit | RejectCommit
+            unapproved = missing_approvals(self.repo, state, commit, loaded)
             if loaded.desired is None:
                 intent = RejectCommit(commit, tuple(to_finding(e) for e in loaded.errors))
                 log.info("commit %s rejected: %d error(s)", commit.sha[:12], len(loaded.errors))
+            elif unapproved:
+                intent = RejectCommit(commit, unapproved)
+                log.info("commit %s rejected: owner approval missing", commit.sha[:12])
             else:
                 intent = ApplyCommit(commit, loaded.desired)
             events = decide(state, intent)
@@ -108,7 +125,10 @@ class Reconciler:
             )
             report.commits.append(
                 CommitOutcome(
-                    commit, loaded.desired is not None, getattr(intent, "errors", ()), len(events)
+                    commit,
+                    isinstance(intent, ApplyCommit),
+                    getattr(intent, "errors", ()),
+                    len(events),
                 )
             )
             if state.needs_placement:
@@ -143,8 +163,23 @@ class Reconciler:
             stored = self.log.append(batch, expected_last_seq=last_seq)
         except ConcurrencyConflict as e:
             raise _Superseded from e
-        if stored and stored[0].seq <= last_seq:
-            # The batch was already there: another writer got to this commit first.
+        except DuplicateEvent:
+            if self.log.last_seq() == last_seq:
+                raise  # nobody else wrote: the log and this commit's events disagree
+            raise _Superseded from None
+        if not stored:
+            return fold(events, state), last_seq
+        if stored[0].seq <= last_seq:
+            raise LogCorrupted(
+                f"events {stored[0].id} ... are already in the log at seq {stored[0].seq}, "
+                f"but replaying the log up to seq {last_seq} does not account for them: "
+                "the log was altered; run `gitsched audit verify`"
+            )
+        if stored[0].seq != last_seq + 1 or any(
+            canonical_json(s.data) != canonical_json(b.data)
+            for s, b in zip(stored, batch, strict=True)
+        ):
+            # Another writer got to this commit first, from a state we have not seen.
             raise _Superseded
         report.events_appended += len(stored)
-        return fold(events, state), stored[-1].seq if stored else last_seq
+        return fold(events, state), stored[-1].seq

@@ -154,7 +154,8 @@ def _symlink_error(
 ) -> SpecError:
     outside = False
     if root is not None and full is not None:
-        resolved = (full.parent / target).resolve()
+        # realpath, unlike Path.resolve, does not raise on a link loop.
+        resolved = Path(os.path.realpath(full.parent / target))
         outside = not resolved.is_relative_to(root)
     else:
         normalised = os.path.normpath(os.path.join(os.path.dirname(path), target))

@@ -1,0 +1,230 @@
+"""`gitsched audit ...` against logs built from real git repos.
+
+Golden tests: the log of `audit_fixtures.HISTORY` is reconciled with a fixed
+clock, so every answer is the same on every run and is compared with the files
+in audit_golden/ (GITSCHED_UPDATE_GOLDEN=1 rewrites them after a deliberate
+change). Also: a view rebuilt from 0 equals one built incrementally, the same
+log always gives the same report, and a tampered log fails `audit verify`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.acceptance.audit_fixtures import (
+    ANA,
+    HISTORY,
+    build_audit_log,
+    commit_step,
+    gitsched_cli,
+    init_repo,
+    EPOCH,
+    STEP,
+)
+
+GOLDEN = Path(__file__).with_name("audit_golden")
+UPDATE = os.environ.get("GITSCHED_UPDATE_GOLDEN") == "1"
+PERIOD = ("--since", "2025-11-16T09:00:00Z", "--until", "2025-11-16T20:00:00Z")
+
+
+@pytest.fixture(scope="module")
+def audited_template(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The reconciled HISTORY repo: copy it, never change it."""
+    yield build_audit_log(tmp_path_factory.mktemp("audit") / "cluster")
+
+
+@pytest.fixture
+def audited(audited_template: Path, tmp_path: Path) -> Path:
+    copy = tmp_path / "cluster"
+    shutil.copytree(audited_template, copy, symlinks=True)
+    for stale in (copy / ".gitsched").glob("audit.db*"):
+        stale.unlink()
+    return copy
+
+
+def golden(name: str, value: Any) -> None:
+    path = GOLDEN / f"{name}.json"
+    text = json.dumps(value, indent=2, sort_keys=True) + "\n"
+    if UPDATE or not path.exists():
+        if not UPDATE and os.environ.get("CI"):
+            pytest.fail(f"golden file {path} is missing: run with GITSCHED_UPDATE_GOLDEN=1")
+        GOLDEN.mkdir(exist_ok=True)
+        path.write_text(text)
+    assert json.loads(path.read_text()) == json.loads(text), (
+        f"`{name}` differs from {path}; if the change is intended, rerun with "
+        "GITSCHED_UPDATE_GOLDEN=1 and review the diff"
+    )
+
+
+QUERIES: dict[str, tuple[str, ...]] = {
+    "history-team-ml": ("history", "--team", "ml"),
+    "history-node-gpu-3": ("history", "--node", "gpu-3"),
+    "history-job-serve": ("history", "--job", "serve"),
+    "history-flavor-window": ("history", "--gpu-flavor", "h100-80g", "--since", "2025-11-16T14:30Z", "--until", "2025-11-16T15:30Z"),
+    "at-seq-30": ("at", "--seq", "30"),
+    "at-time": ("at", "2025-11-16T14:30:00Z"),
+    "usage-team": ("usage", "--by", "team", *PERIOD),
+    "usage-user": ("usage", "--by", "user", *PERIOD),
+    "usage-flavor": ("usage", "--by", "flavor", *PERIOD),
+    "changes": ("changes",),
+    "changes-team-cv": ("changes", "--team", "cv"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(QUERIES))
+def test_queries_match_their_golden_answers(audited: Path, name: str) -> None:
+    run = gitsched_cli("audit", *QUERIES[name], "--repo", audited, "--format", "json")
+    golden(name, run.json())
+
+
+def test_compliance_names_the_violations_and_their_events(audited: Path) -> None:
+    run = gitsched_cli("audit", "compliance", "--repo", audited, "--format", "json", expect=1)
+    result = run.json()
+    golden("compliance", result)
+    failed = {c["check"] for c in result["checks"] if c["status"] == "FAIL"}
+    assert failed == {"quota-approval"}
+    messages = [v["message"] for v in result["violations"]]
+    assert any("has no approval" in m for m in messages)
+    assert any("approved only by its author" in m for m in messages)
+    for v in result["violations"]:
+        assert all(e["type"] and e["id"] for e in v["evidence"]), v
+    table = gitsched_cli("audit", "compliance", "--repo", audited, expect=1).stdout
+    assert re.search(r"^quota-approval +FAIL", table, re.MULTILINE)
+
+
+def test_history_tells_why_each_interval_ended(audited: Path) -> None:
+    rows = gitsched_cli("audit", "history", "--team", "cv", "--repo", audited, "--format", "json").json()
+    states = {(r["job"], r["state"]) for r in rows}
+    assert ("cv/eval", "NODE_FAIL") in states
+    rows = gitsched_cli("audit", "history", "--team", "ml", "--repo", audited, "--format", "json").json()
+    preempted = [r for r in rows if r["state"] == "PREEMPTED"]
+    assert preempted and "reclaims" in preempted[0]["end_reason"]
+    csv = gitsched_cli("audit", "history", "--node", "gpu-3", "--repo", audited, "--format", "csv").stdout
+    assert csv.splitlines()[0] == "job,user,nodes,replicas,gpus,flavor,start,end,state,start_reason,end_reason"
+
+
+def test_usage_balances_borrowed_against_lent(audited: Path) -> None:
+    rows = gitsched_cli("audit", "usage", *PERIOD, "--repo", audited, "--format", "json").json()["rows"]
+    borrowed = sum(r["borrowed_gpu_h"] for r in rows if r["team"] in ("ml", "cv"))
+    lent = sum(r["lent_gpu_h"] for r in rows if r["team"] in ("ml", "cv"))
+    assert borrowed > 0 and abs(borrowed - lent) < 0.01
+
+
+def test_a_view_built_incrementally_equals_one_rebuilt_from_zero(tmp_path: Path) -> None:
+    repo = init_repo(tmp_path / "cluster")
+    incremental = tmp_path / "incremental.db"
+    for i, step in enumerate(HISTORY):
+        commit_step(repo, step, EPOCH + i * STEP)
+        gitsched_cli("reconcile", "--once", repo)
+        gitsched_cli("audit", "history", "--team", "ml", "--repo", repo, "--db", incremental)
+    rebuilt = tmp_path / "rebuilt.db"
+    out = gitsched_cli("audit", "rebuild", "--repo", repo, "--db", rebuilt).stdout
+    assert "rebuilt" in out and "events/s" in out
+    assert dump(incremental) == dump(rebuilt)
+    # A rerun on a view that has seen everything reads nothing new and answers the same.
+    again = gitsched_cli("audit", "changes", "--repo", repo, "--db", rebuilt, "--format", "json")
+    assert again.json() == gitsched_cli("audit", "changes", "--repo", repo, "--db", incremental, "--format", "json").json()
+
+
+def dump(path: Path) -> dict[str, list[tuple[Any, ...]]]:
+    db = sqlite3.connect(path)
+    try:
+        tables = [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+        return {t: sorted(db.execute(f"SELECT * FROM {t}"), key=repr) for t in tables}
+    finally:
+        db.close()
+
+
+def test_the_view_lives_beside_the_log_unless_told_otherwise(audited: Path, tmp_path: Path) -> None:
+    gitsched_cli("audit", "changes", "--repo", audited)
+    assert (audited / ".gitsched" / "audit.db").exists()
+    elsewhere = tmp_path / "views" / "mine.db"
+    gitsched_cli("audit", "changes", "--repo", audited, env={"GITSCHED_AUDIT_DB": str(elsewhere)})
+    assert elsewhere.exists()
+
+
+def test_the_same_log_always_gives_the_same_report(audited: Path, tmp_path: Path) -> None:
+    first, second, third = tmp_path / "1.html", tmp_path / "2.html", tmp_path / "3.html"
+    gitsched_cli("audit", "report", "--repo", audited, "--output", first)
+    gitsched_cli("audit", "report", "--repo", audited, "--output", second)
+    gitsched_cli("audit", "rebuild", "--repo", audited)
+    gitsched_cli("audit", "report", "--repo", audited, "--output", third)
+    assert first.read_bytes() == second.read_bytes() == third.read_bytes()
+    page = first.read_text()
+    assert "<script" in page and "cdn" not in page.lower().split("<body>")[1][:2000]
+    for text in ("Audit report: cluster audit-test", "quota-approval", "Li Wei"):
+        assert text in page
+    assert "cv\\u002fserve" in page  # in the Gantt chart's data, where plotly escapes "/"
+
+
+def tamper(log: Path, sql: str) -> None:
+    db = sqlite3.connect(log)
+    try:
+        db.execute(sql)
+        db.commit()
+    finally:
+        db.close()
+
+
+def test_a_tampered_log_fails_verify_and_names_the_first_broken_event(audited: Path) -> None:
+    log = audited / ".gitsched" / "log.db"
+    ok = gitsched_cli("audit", "verify", "--repo", audited, "--format", "json").json()
+    assert ok["ok"] and ok["broken"] is None
+    gitsched_cli("audit", "history", "--team", "ml", "--repo", audited)  # the view reads it all
+    tamper(log, "UPDATE events SET data = replace(data, '\"gpu_milli\":1000', '\"gpu_milli\":100') WHERE seq = 22")
+    broken = gitsched_cli("audit", "verify", "--repo", audited, expect=1)
+    assert broken.stdout.startswith("BROKEN at seq 22 (PlacementDecided ")
+    assert "content does not match its hash" in broken.stdout
+    data = gitsched_cli("audit", "verify", "--repo", audited, "--format", "json", expect=1).json()
+    assert data["broken"]["seq"] == 22 and data["broken"]["type"] and data["broken"]["id"]
+
+
+def test_a_deleted_event_is_a_gap_and_the_view_refuses_a_rewritten_log(audited: Path) -> None:
+    log = audited / ".gitsched" / "log.db"
+    tamper(log, "DELETE FROM events WHERE seq = 12")
+    broken = gitsched_cli("audit", "verify", "--repo", audited, expect=1)
+    assert "BROKEN at seq 12" in broken.stdout and "missing" in broken.stdout
+    refused = gitsched_cli("audit", "history", "--team", "ml", "--repo", audited, expect=2)
+    assert "audit verify" in refused.stderr
+
+
+def test_the_view_refuses_a_log_rewritten_after_it_was_read(audited: Path) -> None:
+    gitsched_cli("audit", "changes", "--repo", audited)
+    last = gitsched_cli("audit", "verify", "--repo", audited, "--format", "json").json()["events"]
+    tamper(audited / ".gitsched" / "log.db", f"UPDATE events SET hash = 'x' WHERE seq = {last}")
+    refused = gitsched_cli("audit", "changes", "--repo", audited, expect=2)
+    assert "rewritten" in refused.stderr and "rebuild" in refused.stderr
+
+
+def test_mistakes_get_one_line_and_exit_2(audited: Path) -> None:
+    for args, says in (
+        (("history",), "give one of --job"),
+        (("history", "--job", "x", "--since", "yesterday"), "not an ISO-8601 time"),
+        (("at",), "give a TIME or --seq"),
+        (("at", "2025-11-16", "--seq", "3"), "give a TIME or --seq"),
+        (("usage", "--since", "2025-11-17", "--until", "2025-11-16"), "--since is after --until"),
+    ):
+        run = gitsched_cli("audit", *args, "--repo", audited, expect=2)
+        assert says in run.stderr, run
+
+
+def test_a_repo_that_keeps_changing_is_caught_up_on_every_query(tmp_path: Path) -> None:
+    repo = init_repo(tmp_path / "cluster")
+    for i, step in enumerate(HISTORY[:3]):
+        commit_step(repo, step, EPOCH + i * STEP)
+    gitsched_cli("reconcile", "--once", repo)
+    before = gitsched_cli("audit", "history", "--team", "ml", "--repo", repo, "--format", "json").json()
+    commit_step(repo, HISTORY[3], EPOCH + 3 * STEP)
+    gitsched_cli("reconcile", "--once", repo)
+    after = gitsched_cli("audit", "history", "--team", "ml", "--repo", repo, "--format", "json").json()
+    assert len(after) == len(before) + 1 and after[-1]["job"] == "ml/sweep"
+    assert after[-1]["user"] == f"{ANA[0]} <{ANA[1]}>"

@@ -1,0 +1,253 @@
+"""`gitsched reconcile --once`: commits in, events out, exactly once, with who and why."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+from tests.acceptance.conftest import (
+    ANA,
+    LI,
+    PRIYA,
+    ClusterRepo,
+    assert_chain_intact,
+    git,
+    gitsched,
+    job_yaml,
+    of_type,
+    queue_yaml,
+    read_events,
+)
+
+
+def test_first_run_applies_every_commit_and_a_second_run_appends_nothing(
+    bootstrapped: ClusterRepo,
+) -> None:
+    shas = [bootstrapped.head()]
+    for name in ("a", "b"):
+        bootstrapped.write(f"teams/ml/jobs/{name}.yaml", job_yaml(name, gpu=4))
+        shas.append(bootstrapped.commit(f"ml: job {name}", author=ANA))
+
+    first = gitsched("reconcile", "--once", bootstrapped.path, expect=0)
+
+    assert [line.split()[:2] for line in first.stdout.splitlines()[:3]] == [
+        ["applied", sha[:12]] for sha in shas
+    ]
+    events = read_events(bootstrapped.log_path)
+    assert_chain_intact(events)
+    assert first.stdout.strip().endswith(
+        f"{len(events)} event(s) appended; log at seq {events[-1].seq}"
+    )
+    assert [e.data["commit"]["sha"] for e in of_type(events, "CommitApplied")] == shas
+
+    second = gitsched("reconcile", "--once", bootstrapped.path, expect=0)
+
+    assert "up to date: no new commits" in second.stdout
+    assert f"0 event(s) appended; log at seq {events[-1].seq}" in second.stdout
+    assert read_events(bootstrapped.log_path) == events
+
+
+def test_a_bad_commit_is_rejected_and_the_next_good_commit_applies_on_top(
+    bootstrapped: ClusterRepo,
+) -> None:
+    bootstrapped.write("teams/ml/jobs/a.yaml", job_yaml("a", gpu=4))
+    good = bootstrapped.commit("ml: job a", author=ANA)
+    # One commit, three errors in two files, beside a valid quota change.
+    bootstrapped.write("teams/ml/queue.yaml", queue_yaml(nominal=24))
+    bootstrapped.write(
+        "teams/ml/jobs/b.yaml",
+        job_yaml("b").replace("replicas: 1", "replicas: two") + "  colour: red\n",
+    )
+    bootstrapped.write("teams/ml/jobs/c.yaml", job_yaml("c", queue="nope"))
+    bad = bootstrapped.commit("ml: jobs b and c, quota 24", author=LI)
+    bootstrapped.remove("teams/ml/jobs/c.yaml")
+    bootstrapped.write("teams/ml/jobs/b.yaml", job_yaml("b", gpu=4))
+    fixed = bootstrapped.commit("ml: fix job b, drop c", author=LI)
+
+    run = gitsched("reconcile", "--once", bootstrapped.path, expect=0)
+
+    lines = run.stdout.splitlines()
+    assert lines[2] == f"REJECTED {bad[:12]} ml: jobs b and c, quota 24 (Li Wei): 3 error(s)"
+    assert lines[3] == (
+        "    teams/ml/jobs/b.yaml:6:3: $.spec.replicas: must be a whole number (found 'two')"
+        " [schema]"
+    )
+    assert lines[4].startswith("    teams/ml/jobs/b.yaml:9:3: $.spec.colour: unknown field")
+    assert lines[5].startswith("    teams/ml/jobs/c.yaml:8:3: $.spec.queue: job 'c' names queue")
+    assert lines[6].startswith(f"applied  {fixed[:12]} ")
+
+    events = read_events(bootstrapped.log_path)
+    [rejected] = of_type(events, "CommitRejected")
+    assert rejected.cause == bad
+    assert [(e["file"], e["line"], e["path"]) for e in rejected.data["errors"]] == [
+        ("teams/ml/jobs/b.yaml", 6, "$.spec.replicas"),
+        ("teams/ml/jobs/b.yaml", 9, "$.spec.colour"),
+        ("teams/ml/jobs/c.yaml", 8, "$.spec.queue"),
+    ]
+
+    at_rejection = gitsched(
+        "state", "--repo", bootstrapped.path, "--seq", rejected.seq, "--format", "json", expect=0
+    ).json()
+    assert at_rejection["last_commit"] == bad
+    assert at_rejection["last_good_commit"] == good
+    assert at_rejection["queues"]["ml"]["quotas"]["h100-80g"]["nominal"] == 32
+    assert set(at_rejection["placements"]) == {"ml/a"}
+    assert len(at_rejection["last_rejection"]) == 3
+
+    now = gitsched("state", "--repo", bootstrapped.path, "--format", "json", expect=0).json()
+    assert now["last_good_commit"] == now["last_commit"] == fixed
+    assert now["last_rejection"] == []
+    assert now["queues"]["ml"]["quotas"]["h100-80g"]["nominal"] == 24
+    assert set(now["placements"]) == {"ml/a", "ml/b"}
+
+
+def test_approvers_and_causes_are_recorded(bootstrapped: ClusterRepo) -> None:
+    bootstrapped.write("teams/ml/queue.yaml", queue_yaml(nominal=16))
+    sha = bootstrapped.commit(
+        "ml: quota 16",
+        author=ANA,
+        trailers=[
+            ("Approved-by", "Li Wei <li@ml.example>"),
+            ("Reviewed-by", "Priya Raman <priya@platform.example>"),
+            ("Signed-off-by", "Ana Souza <ana@ml.example>"),
+        ],
+    )
+
+    gitsched("reconcile", "--once", bootstrapped.path, expect=0)
+
+    events = read_events(bootstrapped.log_path)
+    mine = [e for e in events if e.cause == sha]
+    applied = [e for e in mine if e.type == "CommitApplied"]
+    assert len(applied) == 1
+    assert applied[0].data["commit"]["approvers"] == [
+        "Li Wei <li@ml.example>",
+        "Priya Raman <priya@platform.example>",
+    ]
+    assert applied[0].data["commit"]["author_email"] == ANA[1]
+    assert applied[0].data["commit"]["committed_at"] == "2025-11-16T10:00:00+00:00"
+    by_commit = [e for e in mine if e.actor != "solver"]
+    assert {e.actor for e in by_commit} == {
+        "Ana Souza <ana@ml.example> (approved by Li Wei <li@ml.example>, "
+        "Priya Raman <priya@platform.example>)"
+    }
+    assert {e.type for e in by_commit} >= {"QueueConfigured", "CommitApplied"}
+    assert {e.type for e in mine if e.actor == "solver"} >= {"SolveCompleted"}
+    assert all(e.id.startswith(f"{sha}/") for e in mine)
+    bootstrap = [e for e in events if e.cause != sha]
+    assert {e.cause for e in bootstrap} == {bootstrapped.head("HEAD~1")}
+    assert {e.actor for e in bootstrap if e.actor != "solver"} == {f"{PRIYA[0]} <{PRIYA[1]}>"}
+
+
+def test_exit_1_when_the_newest_commit_is_rejected(bootstrapped: ClusterRepo) -> None:
+    bootstrapped.write("teams/ml/jobs/a.yaml", job_yaml("a", gpu=-1))
+    bad = bootstrapped.commit("ml: negative GPUs", author=ANA)
+
+    run = gitsched("reconcile", "--once", bootstrapped.path, expect=1)
+
+    assert f"REJECTED {bad[:12]}" in run.stdout
+    assert "teams/ml/jobs/a.yaml:7:" in run.stdout
+    text = gitsched("state", "--repo", bootstrapped.path, expect=0).stdout
+    assert f"newest commit {bad[:12]} was REJECTED with 1 error(s):" in text
+    assert "  teams/ml/jobs/a.yaml:7:" in text
+
+
+def test_rewritten_history_is_refused_and_nothing_is_appended(reconciled: ClusterRepo) -> None:
+    before = read_events(reconciled.log_path)
+    git(reconciled.path, "reset", "-q", "--hard", "HEAD~1")
+    reconciled.write("teams/ml/jobs/other.yaml", job_yaml("other"))
+    reconciled.commit("ml: another job instead", author=LI)
+
+    run = gitsched("reconcile", "--once", reconciled.path, expect=2)
+
+    assert run.stdout == ""
+    assert "history was rewritten (force-push)" in run.stderr
+    assert read_events(reconciled.log_path) == before
+
+
+def test_a_log_from_another_repository_is_refused(reconciled: ClusterRepo, tmp_path: Path) -> None:
+    other = ClusterRepo(tmp_path / "other")
+    other.bootstrap()
+    before = read_events(reconciled.log_path)
+
+    run = gitsched(
+        "reconcile", "--once", other.path, "--log", f"sqlite:///{reconciled.log_path}", expect=2
+    )
+
+    assert "is not in this repository" in run.stderr
+    assert read_events(reconciled.log_path) == before
+    assert not other.log_path.exists()
+
+
+def test_log_url_from_option_and_environment(bootstrapped: ClusterRepo, tmp_path: Path) -> None:
+    by_option = tmp_path / "logs" / "option.db"
+    url = f"sqlite:///{by_option}"
+    assert url.startswith("sqlite:////")
+    run = gitsched("reconcile", "--once", bootstrapped.path, "--log", url, expect=0)
+    assert not bootstrapped.log_path.exists(), "--log must replace the default log"
+    events = read_events(by_option)
+    assert run.stdout.strip().endswith(f"log at seq {events[-1].seq}")
+    shown = gitsched("state", "--log", url, "--format", "json", expect=0)
+    assert shown.json()["seq"] == events[-1].seq
+
+    by_env = tmp_path / "logs" / "env.db"
+    env = {"GITSCHED_LOG": f"sqlite:///{by_env}"}
+    gitsched("reconcile", "--once", bootstrapped.path, env=env, expect=0)
+    assert [e.id for e in read_events(by_env)] == [e.id for e in events]
+    assert gitsched("state", "--format", "json", env=env, expect=0).json()["seq"] == len(events)
+    verified = gitsched("audit", "verify", env=env, expect=0)
+    assert verified.stdout.startswith(f"ok: {len(events)} events")
+    assert not bootstrapped.log_path.exists()
+
+
+def test_a_relative_sqlite_url_is_relative_to_the_working_directory(
+    bootstrapped: ClusterRepo, tmp_path: Path
+) -> None:
+    gitsched(
+        "reconcile",
+        "--once",
+        bootstrapped.path,
+        "--log",
+        "sqlite:///rel/log.db",
+        cwd=tmp_path,
+        expect=0,
+    )
+    assert (tmp_path / "rel" / "log.db").exists()
+    assert read_events(tmp_path / "rel" / "log.db")
+
+
+def test_reconcile_usage_errors(bootstrapped: ClusterRepo, tmp_path: Path) -> None:
+    unknown = gitsched("reconcile", "--once", bootstrapped.path, "--branch", "nope", expect=2)
+    assert "unknown revision 'nope'" in unknown.stderr
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    assert "not a git repository" in gitsched("reconcile", "--once", plain, expect=2).stderr
+    empty = ClusterRepo(tmp_path / "empty")
+    assert "unknown revision 'main'" in gitsched("reconcile", "--once", empty.path, expect=2).stderr
+    bad_url = gitsched("reconcile", "--once", bootstrapped.path, "--log", "mysql://x/y", expect=2)
+    assert "unknown log URL" in bad_url.stderr
+
+
+def test_a_reconciler_that_crashed_before_its_solve_resumes_exactly(
+    bootstrapped: ClusterRepo, tmp_path: Path
+) -> None:
+    for name in ("a", "b", "c"):
+        bootstrapped.write(f"teams/ml/jobs/{name}.yaml", job_yaml(name, replicas=2, gpu=4))
+        bootstrapped.commit(f"ml: job {name}", author=ANA)
+    clean = bootstrapped.copy_to(tmp_path / "clean")
+    gitsched("reconcile", "--once", clean.path, expect=0)
+    clean_ids = [e.id for e in read_events(clean.log_path)]
+    # The crash: job b's commit is in the log, the solve that should follow it is not.
+    gitsched("reconcile", "--once", bootstrapped.path, "--branch", "HEAD~1", expect=0)
+    events = read_events(bootstrapped.log_path)
+    [b_applied] = [e for e in of_type(events, "CommitApplied") if "job b" in str(e.data)]
+    db = sqlite3.connect(bootstrapped.log_path)
+    with db:
+        db.execute("DELETE FROM events WHERE seq > ?", (b_applied.seq,))
+    db.close()
+
+    run = gitsched("reconcile", "--once", bootstrapped.path, expect=0)
+
+    assert run.stdout.startswith(f"applied  {bootstrapped.head()[:12]} ml: job c")
+    resumed = read_events(bootstrapped.log_path)
+    assert_chain_intact(resumed)
+    assert [e.id for e in resumed] == clean_ids
