@@ -10,6 +10,7 @@ import dataclasses
 import enum
 import types
 import typing
+from collections.abc import Callable
 from functools import cache
 from typing import Any, TypeVar, get_args, get_origin
 
@@ -36,34 +37,65 @@ def _hints(cls: type) -> dict[str, Any]:
 
 def from_data(cls: type[T], data: Any) -> T:
     """Rebuild a dataclass of type `cls` from `to_data`'s output; missing fields take defaults."""
-    return typing.cast(T, _build(cls, data))
+    return typing.cast(T, _builder(cls)(data))
 
 
-def _build(tp: Any, data: Any) -> Any:
+Builder = Callable[[Any], Any]
+# One builder per type, made once from its hints: replaying a log decodes every
+# event, so walking the type hints again for each one would dominate replay time.
+_BUILDERS: dict[Any, Builder] = {}
+
+
+def _same(data: Any) -> Any:
+    return data
+
+
+def _builder(tp: Any) -> Builder:
+    found = _BUILDERS.get(tp)
+    if found is None:
+        # A type that refers to itself finds this stand-in until its builder is made.
+        _BUILDERS[tp] = lambda data: _builder(tp)(data)
+        found = _BUILDERS[tp] = _make_builder(tp)
+    return found
+
+
+def _make_builder(tp: Any) -> Builder:
     origin = get_origin(tp)
     if origin is typing.Union or origin is types.UnionType:
-        if data is None:
-            return None
-        options = [a for a in get_args(tp) if a is not type(None)]
-        return _build(options[0], data)
+        option = _builder(next(a for a in get_args(tp) if a is not type(None)))
+        return lambda data: None if data is None else option(data)
     if origin is tuple:
         args = get_args(tp)
         if len(args) == 2 and args[1] is Ellipsis:
-            return tuple(_build(args[0], v) for v in data)
-        return tuple(_build(a, v) for a, v in zip(args, data, strict=True))
+            item = _builder(args[0])
+            if item is _same:
+                return tuple
+            return lambda data: tuple([item(v) for v in data])
+        items = [_builder(a) for a in args]
+        return lambda data: tuple(b(v) for b, v in zip(items, data, strict=True))
     if origin is dict:
-        _, value_type = get_args(tp)
-        return {k: _build(value_type, v) for k, v in data.items()}
+        value = _builder(get_args(tp)[1])
+        return lambda data: {k: value(v) for k, v in data.items()}
     if isinstance(tp, type) and dataclasses.is_dataclass(tp):
-        hints = _hints(tp)
-        kwargs = {
-            f.name: _build(hints[f.name], data[f.name])
-            for f in dataclasses.fields(tp)
-            if f.name in data
-        }
-        return tp(**kwargs)
+        return _dataclass_builder(tp)
     if isinstance(tp, type) and issubclass(tp, enum.Enum):
-        return tp(data)
-    if tp is float and isinstance(data, int):
-        return float(data)
-    return data
+        return tp
+    if tp is float:
+        return lambda data: float(data) if isinstance(data, int) else data
+    return _same
+
+
+def _dataclass_builder(cls: type) -> Builder:
+    hints = _hints(cls)
+    fields = [(f.name, _builder(hints[f.name])) for f in dataclasses.fields(cls)]
+    plain = [name for name, build in fields if build is _same]
+    built = [(name, build) for name, build in fields if build is not _same]
+
+    def build(data: Any) -> Any:
+        kwargs = {name: data[name] for name in plain if name in data}
+        for name, build_field in built:
+            if name in data:
+                kwargs[name] = build_field(data[name])
+        return cls(**kwargs)
+
+    return build
