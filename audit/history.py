@@ -1,114 +1,237 @@
-"""Placement history: every interval a job held nodes, from the log's events.
+"""Placement history: every interval a job held nodes, like Slurm's `sacct`.
 
-Like Slurm's `sacct` with NodeList, Start, End, State and Reason: each interval
-says why it started (admitted, moved) and why it ended (moved, preempted,
-withdrawn, finished, node gone, spec changed).
+Each interval has NodeList, Start, End, State and why it started (admitted,
+moved) and ended (moved, preempted, node failed, drained or removed, finished,
+withdrawn), read from the audit view's `placements` table.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from typing import Any, NamedTuple
 
+from audit.projection import (
+    END_FINISHED,
+    END_MOVED,
+    END_NODE_DRAINED,
+    END_NODE_FAILED,
+    END_NODE_REMOVED,
+    END_PREEMPTED,
+    END_STOPPED,
+    END_WITHDRAWN,
+)
+from audit.store import AuditStore, EventList, catch_up
+from audit.window import placement_window
 from engine import events as ev
-from engine.model import GPU_MILLI, Placement
+from engine.model import GPU_MILLI
 from eventlog.envelope import StoredEvent
 
+# sacct's State column, from why the interval ended.
+STATES = {
+    None: "RUNNING",
+    END_FINISHED: "COMPLETED",
+    END_WITHDRAWN: "CANCELLED",
+    END_PREEMPTED: "PREEMPTED",
+    END_NODE_FAILED: "NODE_FAIL",
+    END_NODE_DRAINED: "DRAINED",
+    END_NODE_REMOVED: "NODE_GONE",
+    END_MOVED: "MOVED",
+    END_STOPPED: "REQUEUED",
+}
 
-@dataclass
-class Interval:
+HEADERS = [
+    "job",
+    "user",
+    "nodes",
+    "replicas",
+    "gpus",
+    "flavor",
+    "start",
+    "end",
+    "state",
+    "start_reason",
+    "end_reason",
+]
+
+
+class Interval(NamedTuple):
     job: str
     queue: str
+    team: str
+    user: str
     flavor: str | None
     nodes: tuple[str, ...]
     replicas: int
     gpus: float
     start: str
     start_seq: int
+    start_kind: str
     start_reason: str
-    end: str | None = None
-    end_seq: int | None = None
-    end_reason: str | None = None
-    cause: str = ""
-    actor: str = ""
+    end: str | None
+    end_seq: int | None
+    end_kind: str | None
+    end_reason: str | None
+    cause: str
+    end_cause: str | None
+    gpu_hours: float | None
 
     @property
     def state(self) -> str:
-        return "RUNNING" if self.end is None else (self.end_reason or "ended").split(":")[0].split(" ")[0].upper()
+        return STATES.get(self.end_kind, (self.end_kind or "ended").upper())
 
-    def to_dict(self) -> dict[str, object]:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "job": self.job,
             "queue": self.queue,
+            "team": self.team,
+            "user": self.user,
             "flavor": self.flavor,
             "nodes": list(self.nodes),
             "replicas": self.replicas,
             "gpus": self.gpus,
             "start": self.start,
             "start_seq": self.start_seq,
-            "start_reason": self.start_reason,
+            "start_kind": self.start_kind,
+            "start_reason": _reason(self.start_kind, self.start_reason),
             "end": self.end,
             "end_seq": self.end_seq,
-            "end_reason": self.end_reason,
+            "end_kind": self.end_kind,
+            "end_reason": None
+            if self.end_kind is None
+            else _reason(self.end_kind, self.end_reason),
             "state": self.state,
+            "gpu_hours": self.gpu_hours,
+            "cause": self.cause,
+            "end_cause": self.end_cause,
         }
 
 
-@dataclass
-class _Open:
-    interval: Interval
-    placement: Placement
+def _reason(kind: str, detail: str | None) -> str:
+    kind = kind.replace("_", " ")
+    if not detail or detail == kind:
+        return kind
+    return f"{kind}: {detail}"
 
 
-@dataclass
-class HistoryBuilder:
-    """Folds (stored, decoded) event pairs into placement intervals."""
+_COLUMNS = (
+    "p.id, p.job, p.queue, p.team, p.user, p.flavor, p.nodes, p.replicas, p.gpu_milli, "
+    "p.start_time, p.start_seq, p.start_kind, p.start_reason, p.end_time, p.end_seq, p.end_kind, "
+    "p.end_reason, p.start_cause, p.end_cause, p.start_ts, p.end_ts"
+)
 
-    intervals: list[Interval] = field(default_factory=list)
-    open: dict[str, Interval] = field(default_factory=dict)
-    node_of_jobs: dict[str, set[str]] = field(default_factory=dict)
 
-    def _close(self, job: str, stored: StoredEvent, reason: str) -> None:
-        interval = self.open.pop(job, None)
-        if interval is not None:
-            interval.end = stored.time
-            interval.end_seq = stored.seq
-            interval.end_reason = reason
+def _interval(r: tuple[Any, ...]) -> Interval:
+    (_, job, queue, team, user, flavor, nodes, replicas, milli, start, start_seq, start_kind,
+     start_reason, end, end_seq, end_kind, end_reason, cause, end_cause, start_ts, end_ts) = r  # fmt: skip
+    gpus = milli / GPU_MILLI
+    return Interval(
+        job,
+        queue,
+        team,
+        user,
+        flavor,
+        tuple(nodes.split()),
+        replicas,
+        gpus,
+        start,
+        start_seq,
+        start_kind,
+        start_reason,
+        end,
+        end_seq,
+        end_kind,
+        end_reason,
+        cause,
+        end_cause,
+        None if end_ts is None else round(gpus * (end_ts - start_ts) / 3600.0, 6),
+    )
 
-    def feed(self, stored: StoredEvent, event: ev.Event) -> None:
-        if isinstance(event, ev.PlacementDecided):
-            self._close(event.job, stored, f"moved: {event.reason}")
-            gpus = sum(r.gpu_milli * len(r.gpus) for r in event.replicas) / GPU_MILLI
-            interval = Interval(
-                job=event.job,
-                queue=event.job.split("/", 1)[0],
-                flavor=event.flavor,
-                nodes=tuple(sorted({r.node for r in event.replicas})),
-                replicas=len(event.replicas),
-                gpus=gpus,
-                start=stored.time,
-                start_seq=stored.seq,
-                start_reason=event.action if event.action != "moved" else f"moved: {event.reason}",
-                cause=stored.cause,
-                actor=stored.actor,
+
+def query(
+    store: AuditStore,
+    *,
+    job: str | None = None,
+    node: str | None = None,
+    team: str | None = None,
+    flavor: str | None = None,
+    since: float | None = None,
+    until: float | None = None,
+    queue: str | None = None,
+) -> list[Interval]:
+    """Intervals that match every filter given, in the order they started; `team` is
+    a team, or failing that a queue.
+
+    Indexed reads only: ended intervals by id range (and the checkpoint's open ones
+    when a period starts mid-log), open ones from their own small table.
+    """
+    where: list[str] = []
+    params: list[Any] = []
+    if job is not None:
+        where.append("p.job = ?" if "/" in job else "p.name = ?")
+        params.append(job)
+    if team is not None:
+        if not _has_team(store, team):
+            return query(
+                store, job=job, node=node, flavor=flavor, since=since, until=until, queue=team
             )
-            self.intervals.append(interval)
-            self.open[event.job] = interval
-        elif isinstance(event, ev.JobPreempted):
-            self._close(event.job, stored, f"preempted: {event.reason}")
-        elif isinstance(event, ev.JobPending):
-            self._close(event.job, stored, f"stopped: {event.reason}")
-        elif isinstance(event, ev.JobWithdrawn):
-            self._close(event.job, stored, f"withdrawn in {stored.cause[:12]}")
-        elif isinstance(event, ev.JobFinished):
-            self._close(event.job, stored, "finished")
+        where.append("p.team = ?")
+        params.append(team)
+    if queue is not None:
+        where.append("p.queue = ?")
+        params.append(queue)
+    if flavor is not None:
+        where.append("p.flavor = ?")
+        params.append(flavor)
+    if until is not None:
+        where.append("p.start_ts < ?")
+        params.append(until)
+    if since is not None:
+        where.append("(p.end_ts IS NULL OR p.end_ts > ?)")
+        params.append(since)
+    window = placement_window(store, since, until)
+
+    def select(table: str, extra: str, extra_params: list[Any], node_key: str) -> list[Any]:
+        source = f"{table} p"
+        conditions = list(where)
+        values: list[Any] = []
+        if node is not None:
+            source = f"placement_nodes n JOIN {table} p ON p.id = n.placement"
+            conditions.insert(0, "n.node = ?")
+            values.append(node)
+        if extra:
+            conditions.insert(len(values), extra.replace("{id}", node_key if node else "p.id"))
+        sql = f"SELECT {_COLUMNS} FROM {source}"
+        if conditions:
+            sql += " WHERE " + " AND ".join(conditions)
+        return store.db.execute(sql, [*values, *extra_params, *params]).fetchall()
+
+    found = select(
+        "placements", "{id} >= ? AND {id} < ?", [window.first, window.stop], "n.placement"
+    )
+    if window.checkpoint_seq:
+        found += select(
+            "placements",
+            "{id} IN (SELECT id FROM checkpoints WHERE seq = ? AND tbl = 0 AND id < ?)",
+            [window.checkpoint_seq, window.first],
+            "n.placement",
+        )
+    found += select("open_placements", "", [], "n.placement")
+    found.sort(key=lambda r: (r[10], r[0]))
+    return [_interval(r) for r in found]
+
+
+def _has_team(store: AuditStore, team: str) -> bool:
+    for table in ("placements", "open_placements"):
+        if store.db.execute(f"SELECT 1 FROM {table} WHERE team = ? LIMIT 1", (team,)).fetchone():
+            return True
+    return False
 
 
 def build_history(pairs: Iterable[tuple[StoredEvent, ev.Event]]) -> list[Interval]:
-    builder = HistoryBuilder()
-    for stored, event in pairs:
-        builder.feed(stored, event)
-    return builder.intervals
+    """Every interval of a sequence of events, through an in-memory view (the CLI's code path)."""
+    with AuditStore(":memory:") as store:
+        catch_up(EventList(stored for stored, _ in pairs), store)
+        return query(store)
 
 
 def select(
@@ -125,7 +248,7 @@ def select(
             continue
         if node is not None and node not in i.nodes:
             continue
-        if team is not None and i.queue != team:
+        if team is not None and team not in (i.queue, i.team):
             continue
         if flavor is not None and i.flavor != flavor:
             continue

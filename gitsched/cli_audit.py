@@ -1,14 +1,35 @@
-"""`gitsched audit ...`: questions an auditor asks, answered from the log."""
+"""`gitsched audit ...`: questions an auditor asks, answered from the log.
+
+Every query first brings the audit view (a SQLite file next to the log) up to
+date from its stored offset, then answers with indexed SQL: no query replays the
+log. `audit rebuild` replays it from 0 into an empty view.
+"""
 
 from __future__ import annotations
 
+import json
 import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
 
 import click
 
-from audit.history import build_history, select
+from audit import changes as changes_query
+from audit import compliance as compliance_query
+from audit import history as history_query
+from audit import pointintime
+from audit import usage as usage_query
+from audit.store import AuditStore, CatchUp, Progress, open_view
+from audit.store import rebuild as rebuild_view
 from audit.verify import verify_log
-from eventlog.codec import decode_all
+from eventlog.base import EventLog, EventLogError
+from eventlog.envelope import format_time
+from eventlog.sqlite import sqlite_path_from_url
+from gitsched.config import DEFAULT_LOG_DIR, resolve_log_url
 from gitsched.options import (
     EXIT_INVALID,
     EXIT_OK,
@@ -19,70 +40,551 @@ from gitsched.options import (
     open_event_log,
     user_errors,
 )
+from gitsched.render import table
+
+AUDIT_DB_FILE = "audit.db"
+# Below this many events to fold, a query just does it; above, it shows a progress bar.
+PROGRESS_FROM = 50_000
+
+
+def default_db_path(log_url: str, repo: str) -> Path:
+    """`X/audit.db` beside a `sqlite:///X/log.db` log; `REPO/.gitsched/audit.db` for Kafka."""
+    if log_url.startswith("sqlite:"):
+        return sqlite_path_from_url(log_url).parent / AUDIT_DB_FILE
+    return Path(repo) / DEFAULT_LOG_DIR / AUDIT_DB_FILE
+
+
+def db_option(f: Callable[..., Any]) -> Callable[..., Any]:
+    return click.option(
+        "--db",
+        "db_path",
+        envvar="GITSCHED_AUDIT_DB",
+        show_envvar=True,
+        type=click.Path(dir_okay=False),
+        help="Audit view file (a cache folded from the log) [default: audit.db beside a SQLite log]",
+    )(f)
+
+
+def repo_opt(f: Callable[..., Any]) -> Callable[..., Any]:
+    return click.option(
+        "--repo", default=".", show_default=True, help="Cluster repo whose default log to read."
+    )(f)
+
+
+def since_until(f: Callable[..., Any]) -> Callable[..., Any]:
+    f = click.option("--until", help="End of the period (ISO-8601, UTC if no zone).")(f)
+    return click.option("--since", help="Start of the period (ISO-8601, UTC if no zone).")(f)
+
+
+def parse_moment(text: str, option: str) -> datetime:
+    try:
+        moment = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError:
+        fail(f"{option} {text!r} is not an ISO-8601 time (e.g. 2025-11-16 or 2025-11-16T10:00:00Z)")
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+
+
+def _progress_bar() -> tuple[Progress, Callable[[], None]]:
+    bar: Any = None
+    done = 0
+
+    def update(n: int, total: int) -> None:
+        nonlocal bar, done
+        if bar is None:
+            if total < PROGRESS_FROM:
+                return
+            bar = click.progressbar(
+                length=total, label=f"audit: folding {total:,} events", file=sys.stderr
+            )
+            bar.__enter__()
+        bar.update(n - done)
+        done = n
+
+    def close() -> None:
+        if bar is not None:
+            bar.__exit__(None, None, None)
+
+    return update, close
+
+
+@contextmanager
+def view(
+    log_url: str | None, repo: str, db_path: str | None
+) -> Iterator[tuple[EventLog, AuditStore]]:
+    """The log and its audit view, caught up: what every query starts from."""
+    url = resolve_log_url(log_url, repo)
+    path = Path(db_path) if db_path else default_db_path(url, repo)
+    with user_errors(), open_event_log(log_url, repo) as event_log:
+        progress, close = _progress_bar()
+        try:
+            store, _ = open_view(event_log, path, progress=progress)
+        finally:
+            close()
+        try:
+            yield event_log, store
+        finally:
+            store.close()
 
 
 @click.group()
 def audit() -> None:
-    """Questions an auditor asks, answered from the log."""
+    """Questions an auditor asks, answered from the log.
+
+    Queries read an audit view: SQLite tables folded from the log, kept beside it
+    (audit.db) and brought up to date before every answer.
+
+    \b
+    Environment variables:
+      GITSCHED_AUDIT_DB   audit view file
+    """
+
+
+# -- rebuild --------------------------------------------------------------------------------
 
 
 @audit.command()
 @log_option
-@click.option(
-    "--repo", default=".", show_default=True, help="Cluster repo whose default log to read."
-)
+@repo_opt
+@db_option
+def rebuild(log_url: str | None, repo: str, db_path: str | None) -> None:
+    """Replay the whole log from 0 into an empty audit view (the old one stays until done)."""
+    url = resolve_log_url(log_url, repo)
+    path = Path(db_path) if db_path else default_db_path(url, repo)
+    with user_errors(), open_event_log(log_url, repo) as event_log:
+        progress, close = _progress_bar()
+        try:
+            result: CatchUp = rebuild_view(event_log, path, progress=progress)
+        finally:
+            close()
+    click.echo(
+        f"rebuilt {path}: {result.applied:,} events in {result.seconds:.2f} s "
+        f"({result.rate:,.0f} events/s), at seq {result.last_seq}"
+    )
+
+
+# -- history --------------------------------------------------------------------------------
+
+
+@audit.command()
+@log_option
+@repo_opt
+@db_option
 @click.option("--job", help="A job, as QUEUE/NAME or NAME.")
 @click.option("--node", help="A node name.")
-@click.option("--team", help="A team's queue.")
+@click.option("--team", help="A team, or its queue.")
 @click.option("--gpu-flavor", "flavor", help="A GPU flavor.")
+@since_until
 @format_option("table", "csv", "json")
 def history(
     log_url: str | None,
     repo: str,
+    db_path: str | None,
     job: str | None,
     node: str | None,
     team: str | None,
     flavor: str | None,
+    since: str | None,
+    until: str | None,
     fmt: str,
 ) -> None:
-    """Every placement interval: where a job ran, from when to when, and why."""
+    """Every placement interval: where a job ran, from when to when, and why (like sacct)."""
     if not any((job, node, team, flavor)):
         fail("give one of --job, --node, --team, --gpu-flavor")
-    with user_errors(), open_event_log(log_url, repo) as event_log:
-        intervals = select(
-            build_history(decode_all(event_log.read(0))),
-            job=job,
-            node=node,
-            team=team,
-            flavor=flavor,
+    since_ts = parse_moment(since, "--since").timestamp() if since else None
+    until_ts = parse_moment(until, "--until").timestamp() if until else None
+    with view(log_url, repo, db_path) as (_, store):
+        intervals = history_query.query(
+            store, job=job, node=node, team=team, flavor=flavor, since=since_ts, until=until_ts
         )
-    headers = [
-        "job",
-        "nodes",
-        "replicas",
-        "gpus",
-        "flavor",
-        "start",
-        "end",
-        "state",
-        "start_reason",
-        "end_reason",
-    ]
-    emit_rows([i.to_dict() for i in intervals], headers, fmt)
+    emit_rows([i.to_dict() for i in intervals], history_query.HEADERS, fmt)
+
+
+# -- at -------------------------------------------------------------------------------------
 
 
 @audit.command()
 @log_option
+@repo_opt
+@db_option
+@click.argument("moment", metavar="[TIME]", required=False)
+@click.option("--seq", type=int, help="Right after this event, instead of at a TIME.")
+@format_option("table", "csv", "json")
+def at(
+    log_url: str | None,
+    repo: str,
+    db_path: str | None,
+    moment: str | None,
+    seq: int | None,
+    fmt: str,
+) -> None:
+    """The cluster exactly as it was at TIME (or after event --seq): placements, queues, pending."""
+    if (moment is None) == (seq is None):
+        fail("give a TIME or --seq N (one of them)")
+    if seq is not None and seq < 0:
+        fail("--seq must be 0 or more")
+    when: str | None = None
+    with view(log_url, repo, db_path) as (event_log, store):
+        if moment is not None:
+            when = format_time(parse_moment(moment, "TIME"))
+            n = pointintime.seq_at_time(store, when)
+        else:
+            assert seq is not None
+            n = min(seq, store.offset()[0])
+            event = next(iter(event_log.read(n - 1, until_seq=n)), None) if n else None
+            when = event.time if event else None
+        state = pointintime.cluster_at(store, n)
+    state["time"] = when
+    if fmt == "json":
+        click.echo(json.dumps(state, indent=2))
+        return
+    rows = _at_rows(state)
+    if fmt == "csv":
+        emit_rows(
+            rows, ["section", "name", "queue", "flavor", "nodes", "gpus", "since", "detail"], "csv"
+        )
+        return
+    commit = state["commit"]
+    click.echo(
+        f"cluster {state['cluster'] or '-'} at seq {state['seq']} ({state['time'] or 'start'}): "
+        f"{state['gpus_used']:g}/{state['gpus_total']} GPUs allocated, "
+        f"{len(state['placements'])} running, {len(state['pending'])} pending"
+    )
+    if commit:
+        click.echo(f"last commit {commit['sha'][:12]} {commit['subject']} ({commit['author']})")
+    for section, headers in (
+        ("placement", ["name", "queue", "flavor", "nodes", "gpus", "since"]),
+        ("pending", ["name", "queue", "since", "detail"]),
+        ("queue", ["name", "detail"]),
+        ("node", ["name", "flavor", "gpus", "detail"]),
+    ):
+        chosen = [r for r in rows if r["section"] == section]
+        if not chosen:
+            continue
+        click.echo("")
+        click.echo(
+            {"placement": "Placements", "pending": "Pending", "queue": "Queues", "node": "Nodes"}[
+                section
+            ]
+        )
+        click.echo(
+            table(
+                [h.upper() for h in headers],
+                [[_cell(r.get(h)) for h in headers] for r in chosen],
+            )
+        )
+
+
+def _cell(value: object) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, list):
+        return ",".join(str(v) for v in value)
+    return str(value)
+
+
+def _quota_text(quotas: dict[str, dict[str, float | None]]) -> str:
+    parts = []
+    for flavor, q in sorted(quotas.items()):
+        text = f"{flavor} {q['nominal']:g}"
+        if q["borrowingLimit"] is not None:
+            text += f" +{q['borrowingLimit']:g}"
+        if q["lendingLimit"] is not None:
+            text += f" (lends {q['lendingLimit']:g})"
+        parts.append(text)
+    return "; ".join(parts)
+
+
+def _at_rows(state: dict[str, Any]) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    for p in state["placements"]:
+        rows.append(
+            {
+                "section": "placement",
+                "name": p["job"],
+                "queue": p["queue"],
+                "flavor": p["flavor"],
+                "nodes": p["nodes"],
+                "gpus": f"{p['gpus']:g}",
+                "since": p["since"],
+                "detail": f"{p['replicas']} replica(s)",
+            }
+        )
+    for p in state["pending"]:
+        rows.append(
+            {
+                "section": "pending",
+                "name": p["job"],
+                "queue": p["job"].split("/", 1)[0],
+                "since": p["since"],
+                "detail": p["reason"],
+            }
+        )
+    for q in state["queues"]:
+        cohort = f"cohort {q['cohort']}: " if q["cohort"] else ""
+        rows.append(
+            {"section": "queue", "name": q["name"], "detail": cohort + _quota_text(q["quotas"])}
+        )
+    for n in state["nodes"]:
+        rows.append(
+            {
+                "section": "node",
+                "name": n["name"],
+                "flavor": n["flavor"],
+                "gpus": n["gpus"],
+                "detail": f"{n['state']}, {n['isolation']}, {n['region'] or 'no region'}",
+            }
+        )
+    return rows
+
+
+# -- usage ----------------------------------------------------------------------------------
+
+
+def _period(store: AuditStore, since: str | None, until: str | None) -> tuple[float, float]:
+    """--since defaults to the log's first event; --until to now (open intervals end there)."""
+    now = time.time()
+    end = min(parse_moment(until, "--until").timestamp(), now) if until else now
+    if since:
+        start = parse_moment(since, "--since").timestamp()
+    else:
+        first = store.db.execute("SELECT time FROM marks ORDER BY seq LIMIT 1").fetchone()
+        start = datetime.fromisoformat(first[0]).timestamp() if first else end
+    if start > end:
+        fail("--since is after --until")
+    return start, end
+
+
+def _iso(ts: float) -> str:
+    return format_time(datetime.fromtimestamp(ts, UTC))
+
+
+@audit.command()
+@log_option
+@repo_opt
+@db_option
 @click.option(
-    "--repo", default=".", show_default=True, help="Cluster repo whose default log to read."
+    "--by", type=click.Choice(usage_query.BY), default="team", show_default=True, help="Group by."
 )
-def verify(log_url: str | None, repo: str) -> None:
+@since_until
+@format_option("table", "csv", "json")
+def usage(
+    log_url: str | None,
+    repo: str,
+    db_path: str | None,
+    by: str,
+    since: str | None,
+    until: str | None,
+    fmt: str,
+) -> None:
+    """GPU-hours used against quota, borrowed and lent, and idle (like sreport)."""
+    with view(log_url, repo, db_path) as (_, store):
+        start, end = _period(store, since, until)
+        rows = usage_query.usage(store, by=by, since=start, until=end)
+    if fmt == "json":
+        click.echo(
+            json.dumps({"by": by, "since": _iso(start), "until": _iso(end), "rows": rows}, indent=2)
+        )
+        return
+    if fmt == "table":
+        click.echo(f"GPU-hours by {by}, {_iso(start)} .. {_iso(end)}")
+    emit_rows(rows, usage_query.HEADERS[by], fmt)
+
+
+# -- changes --------------------------------------------------------------------------------
+
+
+@audit.command()
+@log_option
+@repo_opt
+@db_option
+@click.option("--team", help="Only changes to this team's queue and jobs.")
+@format_option("table", "csv", "json")
+def changes(
+    log_url: str | None, repo: str, db_path: str | None, team: str | None, fmt: str
+) -> None:
+    """Every change of queues, priorities and policies: who, approved by whom, when, and what it caused."""
+    with view(log_url, repo, db_path) as (_, store):
+        rows = changes_query.changes(store, team=team)
+    if fmt == "json":
+        click.echo(json.dumps(rows, indent=2))
+        return
+    shown = [
+        {k: v for k, v in r.items() if k != "effects"} | {"commit": r["commit"][:12]} for r in rows
+    ]
+    emit_rows(shown, changes_query.HEADERS, fmt)
+
+
+# -- compliance -----------------------------------------------------------------------------
+
+
+@audit.command()
+@log_option
+@repo_opt
+@db_option
+@format_option("table", "csv", "json")
+def compliance(log_url: str | None, repo: str, db_path: str | None, fmt: str) -> None:
+    """Compliance checks with evidence. Exit 1 when any check finds a violation."""
+    with view(log_url, repo, db_path) as (event_log, store):
+        result = compliance_query.compliance(store)
+        compliance_query.describe(event_log, result["violations"])
+    if fmt == "json":
+        click.echo(json.dumps(result, indent=2))
+    elif fmt == "csv":
+        emit_rows(
+            [dict(v, evidence=_evidence_text(v["evidence"])) for v in result["violations"]],
+            compliance_query.HEADERS,
+            "csv",
+        )
+    else:
+        click.echo(f"compliance over {result['events']:,} events")
+        click.echo(
+            table(
+                ["CHECK", "STATUS", "CHECKED", "VIOLATIONS", "RULE"],
+                [
+                    [
+                        c["check"],
+                        c["status"],
+                        f"{c['checked']} {c['checked_what']}",
+                        c["violations"],
+                        c["description"],
+                    ]
+                    for c in result["checks"]
+                ],
+            )
+        )
+        if result["violations"]:
+            click.echo("")
+            click.echo(
+                table(
+                    ["CHECK", "SEQ", "TIME", "SUBJECT", "VIOLATION", "EVIDENCE"],
+                    [
+                        [
+                            v["check"],
+                            v["seq"],
+                            v["time"],
+                            v["subject"],
+                            v["message"],
+                            _evidence_text(v["evidence"]),
+                        ]
+                        for v in result["violations"]
+                    ],
+                )
+            )
+    sys.exit(EXIT_OK if result["ok"] else EXIT_INVALID)
+
+
+def _evidence_text(evidence: list[Any]) -> str:
+    return " ".join(f"{e['seq']}:{e['type']}" if isinstance(e, dict) else str(e) for e in evidence)
+
+
+# -- verify ---------------------------------------------------------------------------------
+
+
+@audit.command()
+@log_option
+@repo_opt
+@format_option("table", "csv", "json")
+def verify(log_url: str | None, repo: str, fmt: str) -> None:
     """Check the hash chain and seq continuity of the whole log. Exit 1 when broken."""
     with user_errors(), open_event_log(log_url, repo) as event_log:
         result = verify_log(event_log)
-    if result.ok:
+        broken: dict[str, Any] | None = None
+        if result.broken is not None:
+            b = result.broken
+            try:
+                event = next(iter(event_log.read(b.seq - 1, until_seq=b.seq)), None)
+            except EventLogError:
+                event = None  # the broken row cannot even be read: its seq says enough
+            broken = {
+                "seq": b.seq,
+                "id": event.id if event else None,
+                "type": event.type if event else None,
+                "reason": b.reason,
+            }
+    if fmt == "json":
+        click.echo(
+            json.dumps(
+                {
+                    "ok": result.ok,
+                    "events": result.events,
+                    "head": result.last_hash,
+                    "broken": broken,
+                },
+                indent=2,
+            )
+        )
+    elif fmt == "csv":
+        emit_rows(
+            [
+                {
+                    "ok": result.ok,
+                    "events": result.events,
+                    "head": result.last_hash,
+                    **{f"broken_{k}": v for k, v in (broken or {}).items()},
+                }
+            ],
+            ["ok", "events", "head", "broken_seq", "broken_id", "broken_type", "broken_reason"],
+            "csv",
+        )
+    elif broken is None:
         click.echo(f"ok: {result.events} events, chain intact, head {result.last_hash}")
-        sys.exit(EXIT_OK)
-    assert result.broken is not None
-    click.echo(f"BROKEN at seq {result.broken.seq}: {result.broken.reason}")
-    sys.exit(EXIT_INVALID)
+    else:
+        what = f" ({broken['type']} {broken['id']})" if broken["id"] else ""
+        click.echo(f"BROKEN at seq {broken['seq']}{what}: {broken['reason']}")
+    sys.exit(EXIT_OK if result.ok else EXIT_INVALID)
+
+
+# -- report ---------------------------------------------------------------------------------
+
+
+@audit.command()
+@log_option
+@repo_opt
+@db_option
+@since_until
+@click.option(
+    "--output",
+    "-o",
+    default="report.html",
+    show_default=True,
+    type=click.Path(dir_okay=False),
+    help="Where to write the HTML report.",
+)
+def report(
+    log_url: str | None,
+    repo: str,
+    db_path: str | None,
+    since: str | None,
+    until: str | None,
+    output: str,
+) -> None:
+    """One self-contained HTML report for an auditor (opens offline).
+
+    Summary, utilisation per team over time, a Gantt chart of placements per node,
+    changes with provenance, compliance results. --since and --until default to
+    the log's first and last events, so the same log always gives the same report.
+    """
+    from audit.report import render_report
+
+    with view(log_url, repo, db_path) as (event_log, store):
+        first_last = store.db.execute("SELECT MIN(time), MAX(time) FROM marks").fetchone()
+        if first_last[0] is None:
+            fail("the log is empty: nothing to report")
+        start = (
+            parse_moment(since, "--since").timestamp()
+            if since
+            else datetime.fromisoformat(first_last[0]).timestamp()
+        )
+        end = (
+            parse_moment(until, "--until").timestamp()
+            if until
+            else datetime.fromisoformat(first_last[1]).timestamp()
+        )
+        if start >= end:
+            fail("--since must be before --until")
+        verification = verify_log(event_log)
+        page = render_report(
+            store, since=start, until=end, verification=verification, log=event_log
+        )
+    Path(output).write_text(page, encoding="utf-8")
+    click.echo(f"wrote {output} ({len(page) / 2**20:.1f} MiB)")

@@ -87,7 +87,9 @@ spec:
 )
 
 
-def queue(name: str, nominal: int, *, cohort: str | None = None, borrowing: int | None = None) -> str:
+def queue(
+    name: str, nominal: int, *, cohort: str | None = None, borrowing: int | None = None
+) -> str:
     lines = [H + "kind: Queue", "metadata:", f"  name: {name}", "spec:"]
     if cohort:
         lines.append(f"  cohort: {cohort}")
@@ -150,10 +152,21 @@ HISTORY: tuple[Step, ...] = (
     Step(
         ANA,
         "ml: 2x8 training gang in one NVLink domain",
-        {"teams/ml/jobs/train.yaml": job("train", replicas=2, priority="low", extra="  topology: {level: nvlink, mode: required}\n")},
+        {
+            "teams/ml/jobs/train.yaml": job(
+                "train",
+                replicas=2,
+                priority="low",
+                extra="  topology: {level: nvlink, mode: required}\n",
+            )
+        },
     ),
     Step(LI, "cv: evaluation on one node", {"teams/cv/jobs/eval.yaml": job("eval")}),
-    Step(ANA, "ml: a sweep that borrows from cv", {"teams/ml/jobs/sweep.yaml": job("sweep", priority="low")}),
+    Step(
+        ANA,
+        "ml: a sweep that borrows from cv",
+        {"teams/ml/jobs/sweep.yaml": job("sweep", priority="low")},
+    ),
     Step(
         DEV,
         "risk: scorer on the dedicated node in eu-central",
@@ -269,7 +282,9 @@ class Run:
         )
 
 
-def gitsched_cli(*args: str | Path, expect: int | None = 0, env: Mapping[str, str] | None = None) -> Run:
+def gitsched_cli(
+    *args: str | Path, expect: int | None = 0, env: Mapping[str, str] | None = None
+) -> Run:
     """`python -m gitsched ARGS`: never a traceback, never a hang."""
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("GITSCHED_")}
     full_env["PYTHONPATH"] = os.pathsep.join(

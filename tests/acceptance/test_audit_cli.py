@@ -22,13 +22,13 @@ import pytest
 
 from tests.acceptance.audit_fixtures import (
     ANA,
+    EPOCH,
     HISTORY,
+    STEP,
     build_audit_log,
     commit_step,
     gitsched_cli,
     init_repo,
-    EPOCH,
-    STEP,
 )
 
 GOLDEN = Path(__file__).with_name("audit_golden")
@@ -69,7 +69,15 @@ QUERIES: dict[str, tuple[str, ...]] = {
     "history-team-ml": ("history", "--team", "ml"),
     "history-node-gpu-3": ("history", "--node", "gpu-3"),
     "history-job-serve": ("history", "--job", "serve"),
-    "history-flavor-window": ("history", "--gpu-flavor", "h100-80g", "--since", "2025-11-16T14:30Z", "--until", "2025-11-16T15:30Z"),
+    "history-flavor-window": (
+        "history",
+        "--gpu-flavor",
+        "h100-80g",
+        "--since",
+        "2025-11-16T14:30Z",
+        "--until",
+        "2025-11-16T15:30Z",
+    ),
     "at-seq-30": ("at", "--seq", "30"),
     "at-time": ("at", "2025-11-16T14:30:00Z"),
     "usage-team": ("usage", "--by", "team", *PERIOD),
@@ -102,18 +110,29 @@ def test_compliance_names_the_violations_and_their_events(audited: Path) -> None
 
 
 def test_history_tells_why_each_interval_ended(audited: Path) -> None:
-    rows = gitsched_cli("audit", "history", "--team", "cv", "--repo", audited, "--format", "json").json()
+    rows = gitsched_cli(
+        "audit", "history", "--team", "cv", "--repo", audited, "--format", "json"
+    ).json()
     states = {(r["job"], r["state"]) for r in rows}
     assert ("cv/eval", "NODE_FAIL") in states
-    rows = gitsched_cli("audit", "history", "--team", "ml", "--repo", audited, "--format", "json").json()
+    rows = gitsched_cli(
+        "audit", "history", "--team", "ml", "--repo", audited, "--format", "json"
+    ).json()
     preempted = [r for r in rows if r["state"] == "PREEMPTED"]
     assert preempted and "reclaims" in preempted[0]["end_reason"]
-    csv = gitsched_cli("audit", "history", "--node", "gpu-3", "--repo", audited, "--format", "csv").stdout
-    assert csv.splitlines()[0] == "job,user,nodes,replicas,gpus,flavor,start,end,state,start_reason,end_reason"
+    csv = gitsched_cli(
+        "audit", "history", "--node", "gpu-3", "--repo", audited, "--format", "csv"
+    ).stdout
+    assert (
+        csv.splitlines()[0]
+        == "job,user,nodes,replicas,gpus,flavor,start,end,state,start_reason,end_reason"
+    )
 
 
 def test_usage_balances_borrowed_against_lent(audited: Path) -> None:
-    rows = gitsched_cli("audit", "usage", *PERIOD, "--repo", audited, "--format", "json").json()["rows"]
+    rows = gitsched_cli("audit", "usage", *PERIOD, "--repo", audited, "--format", "json").json()[
+        "rows"
+    ]
     borrowed = sum(r["borrowed_gpu_h"] for r in rows if r["team"] in ("ml", "cv"))
     lent = sum(r["lent_gpu_h"] for r in rows if r["team"] in ("ml", "cv"))
     assert borrowed > 0 and abs(borrowed - lent) < 0.01
@@ -132,7 +151,12 @@ def test_a_view_built_incrementally_equals_one_rebuilt_from_zero(tmp_path: Path)
     assert dump(incremental) == dump(rebuilt)
     # A rerun on a view that has seen everything reads nothing new and answers the same.
     again = gitsched_cli("audit", "changes", "--repo", repo, "--db", rebuilt, "--format", "json")
-    assert again.json() == gitsched_cli("audit", "changes", "--repo", repo, "--db", incremental, "--format", "json").json()
+    assert (
+        again.json()
+        == gitsched_cli(
+            "audit", "changes", "--repo", repo, "--db", incremental, "--format", "json"
+        ).json()
+    )
 
 
 def dump(path: Path) -> dict[str, list[tuple[Any, ...]]]:
@@ -180,7 +204,10 @@ def test_a_tampered_log_fails_verify_and_names_the_first_broken_event(audited: P
     ok = gitsched_cli("audit", "verify", "--repo", audited, "--format", "json").json()
     assert ok["ok"] and ok["broken"] is None
     gitsched_cli("audit", "history", "--team", "ml", "--repo", audited)  # the view reads it all
-    tamper(log, "UPDATE events SET data = replace(data, '\"gpu_milli\":1000', '\"gpu_milli\":100') WHERE seq = 22")
+    tamper(
+        log,
+        "UPDATE events SET data = replace(data, '\"gpu_milli\":1000', '\"gpu_milli\":100') WHERE seq = 22",
+    )
     broken = gitsched_cli("audit", "verify", "--repo", audited, expect=1)
     assert broken.stdout.startswith("BROKEN at seq 22 (PlacementDecided ")
     assert "content does not match its hash" in broken.stdout
@@ -222,9 +249,22 @@ def test_a_repo_that_keeps_changing_is_caught_up_on_every_query(tmp_path: Path) 
     for i, step in enumerate(HISTORY[:3]):
         commit_step(repo, step, EPOCH + i * STEP)
     gitsched_cli("reconcile", "--once", repo)
-    before = gitsched_cli("audit", "history", "--team", "ml", "--repo", repo, "--format", "json").json()
+    before = gitsched_cli(
+        "audit", "history", "--team", "ml", "--repo", repo, "--format", "json"
+    ).json()
     commit_step(repo, HISTORY[3], EPOCH + 3 * STEP)
     gitsched_cli("reconcile", "--once", repo)
-    after = gitsched_cli("audit", "history", "--team", "ml", "--repo", repo, "--format", "json").json()
+    after = gitsched_cli(
+        "audit", "history", "--team", "ml", "--repo", repo, "--format", "json"
+    ).json()
     assert len(after) == len(before) + 1 and after[-1]["job"] == "ml/sweep"
     assert after[-1]["user"] == f"{ANA[0]} <{ANA[1]}>"
+
+
+def test_a_row_that_is_not_json_stops_the_view_with_one_line(audited: Path) -> None:
+    tamper(audited / ".gitsched" / "log.db", "UPDATE events SET data = 'not json' WHERE seq = 14")
+    refused = gitsched_cli("audit", "history", "--team", "ml", "--repo", audited, expect=2)
+    assert "event 14 of the log is not JSON" in refused.stderr
+    assert not list((audited / ".gitsched").glob("audit.db*"))  # no half-built view left
+    broken = gitsched_cli("audit", "verify", "--repo", audited, expect=1)
+    assert broken.stdout.startswith("BROKEN at seq 14")

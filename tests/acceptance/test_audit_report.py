@@ -95,7 +95,12 @@ def test_chromium_draws_the_charts_and_tables(
     assert dom.count('class="trace scatter') >= 3
     for team in ("ml", "cv", "risk"):
         assert f'data-unformatted="{team}"' in dom, f"no legend entry for {team}"
-    for text in ("Audit report: cluster audit-test", "Changes with provenance", "quota-approval", "FAIL"):
+    for text in (
+        "Audit report: cluster audit-test",
+        "Changes with provenance",
+        "quota-approval",
+        "FAIL",
+    ):
         assert text in dom
 
 

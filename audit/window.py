@@ -1,0 +1,65 @@
+"""Which rows of a period to read, without scanning the whole view.
+
+Intervals (placements, usage segments) get ids in the order they start, and a
+checkpoint lists the ids open at its seq. So the intervals overlapping
+[since, until) are: those open at the last checkpoint before `since`, plus the
+ids started after it and before `until` — a bounded read, like `at`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from audit.store import AuditStore
+from eventlog.envelope import format_time
+
+# `checkpoints.tbl` for each interval table.
+PLACEMENTS, VERSIONS = 0, 1
+
+
+@dataclass(frozen=True, slots=True)
+class IdWindow:
+    """Ids [first, stop) started after the checkpoint and before `until`, and the checkpoint's
+    own open ids (`checkpoint_seq`, 0 when none): together, every interval that may overlap."""
+
+    first: int
+    stop: int
+    checkpoint_seq: int
+
+
+def iso(ts: float) -> str:
+    return format_time(datetime.fromtimestamp(ts, UTC))
+
+
+def seq_before(store: AuditStore, ts: float) -> int:
+    """The last seq of the log's prefix recorded at or before `ts`."""
+    row = store.db.execute("SELECT MIN(seq) FROM marks WHERE time > ?", (iso(ts),)).fetchone()
+    if row is None or row[0] is None:
+        return store.offset()[0]
+    return int(row[0]) - 1
+
+
+def first_id_from(store: AuditStore, table: str, column: str, ts: float) -> int:
+    """The smallest id in `table` whose start `column` is at or after `ts` (ids follow starts)."""
+    # Not MIN(id): that would read every index entry after `ts`; ids follow `column`.
+    row = store.db.execute(
+        f"SELECT id FROM {table} WHERE {column} >= ? ORDER BY {column}, id LIMIT 1", (ts,)
+    ).fetchone()
+    if row is not None:
+        return int(row[0])
+    last = store.db.execute(f"SELECT MAX(id) FROM {table}").fetchone()
+    return int(last[0] or 0) + 1
+
+
+def placement_window(store: AuditStore, since: float | None, until: float | None) -> IdWindow:
+    stop = first_id_from(store, "placements", "start_ts", until) if until is not None else 2**62
+    if since is None:
+        return IdWindow(1, stop, 0)
+    mark = store.db.execute(
+        "SELECT seq, placement_max FROM checkpoint_marks WHERE seq <= ? ORDER BY seq DESC LIMIT 1",
+        (seq_before(store, since),),
+    ).fetchone()
+    if mark is None:
+        return IdWindow(1, stop, 0)
+    return IdWindow(int(mark[1]) + 1, stop, int(mark[0]))

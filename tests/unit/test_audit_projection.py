@@ -1,0 +1,482 @@
+"""The audit views folded from hand-written logs: intervals, usage, compliance, changes.
+
+Each log is made of real domain events, encoded and sealed as the reconciler's
+are, with times chosen so every expected number can be worked out by hand.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from audit import changes as changes_query
+from audit import compliance as compliance_query
+from audit import history, usage
+from audit.pointintime import cluster_at, seq_at_time
+from audit.projection import ProjectionState
+from audit.store import AuditError, AuditStore, EventList, catch_up
+from engine import events as ev
+from engine.model import CommitInfo, Isolation, NodeState, Policy, ReplicaPlacement
+from eventlog.codec import decode_all, encode
+from eventlog.envelope import GENESIS_HASH, StoredEvent, format_time, seal_batch
+from tests.unit.factories import CLUSTER, job, node, queue
+
+T0 = datetime(2025, 11, 16, 9, 0, tzinfo=UTC)
+PRIYA = ("Priya Raman", "priya@platform.example")
+ANA = ("Ana Souza", "ana@ml.example")
+LI = "Li Wei <li@cv.example>"
+
+
+def hours(h: float) -> datetime:
+    return T0 + timedelta(hours=h)
+
+
+def ts(h: float) -> float:
+    return hours(h).timestamp()
+
+
+@dataclass
+class LogBuilder:
+    """Seals batches of domain events into a hash-chained log, each at a chosen time."""
+
+    events: list[StoredEvent] = field(default_factory=list)
+    commits: int = 0
+
+    def batch(self, at: float, items: list[ev.Event], *, actor: str, cause: str) -> list[int]:
+        first = len(self.events) + 1
+        new = [
+            encode(e, id=f"{cause}/{first + i}", actor=actor, cause=cause)
+            for i, e in enumerate(items)
+        ]
+        prev = self.events[-1].hash if self.events else GENESIS_HASH
+        self.events.extend(
+            seal_batch(new, first_seq=first, time=format_time(hours(at)), prev_hash=prev)
+        )
+        return list(range(first, first + len(items)))
+
+    def commit(
+        self,
+        at: float,
+        items: list[ev.Event],
+        *,
+        author: tuple[str, str] = PRIYA,
+        approvers: tuple[str, ...] = (),
+    ) -> str:
+        self.commits += 1
+        sha = f"{self.commits:040x}"
+        info = CommitInfo(
+            sha, author[0], author[1], format_time(hours(at)), f"commit {self.commits}", approvers
+        )
+        self.batch(at, [*items, ev.CommitApplied(info, len(items))], actor=info.actor, cause=sha)
+        return sha
+
+    def solve(self, at: float, cause: str, items: list[ev.Event]) -> list[int]:
+        done = ev.SolveCompleted(
+            f"{cause}/solve", "greedy", "heuristic", 0.0, None, None, 0.0, 0, 0, 0, 0, 0, 0, 0
+        )
+        return self.batch(at, [*items, done], actor="solver", cause=cause)
+
+    def view(self, path: Path | None = None) -> AuditStore:
+        store = AuditStore(path or ":memory:")
+        catch_up(EventList(self.events), store)
+        return store
+
+
+def placed(
+    job_key: str,
+    *nodes_gpus: tuple[str, int],
+    flavor: str = "h100",
+    action: str = "admitted",
+    reason: str = "admitted",
+) -> ev.PlacementDecided:
+    return ev.PlacementDecided(
+        job=job_key,
+        flavor=flavor,
+        replicas=tuple(ReplicaPlacement(n, tuple(range(g)), 1000) for n, g in nodes_gpus),
+        action=action,
+        reason=reason,
+        solve_id="s",
+        at="",
+    )
+
+
+def bootstrap(log: LogBuilder, *, approvers: tuple[str, ...] = ()) -> str:
+    """Two shared eu nodes, one dedicated node in eu-central; queues a and b in cohort c, r alone."""
+    return log.commit(
+        0,
+        [
+            ev.ClusterConfigured(CLUSTER),
+            ev.PolicyChanged(Policy()),
+            ev.NodeRegistered(node("n1", region="eu")),
+            ev.NodeRegistered(node("n2", region="eu")),
+            ev.NodeRegistered(node("s1", region="eu-central", isolation=Isolation.DEDICATED)),
+            ev.QueueConfigured(queue("a", cohort="c", quotas={"h100": (8, 8, None)})),
+            ev.QueueConfigured(queue("b", cohort="c", quotas={"h100": (8, None, None)})),
+            ev.QueueConfigured(queue("r", quotas={"h100": (8, None, None)})),
+        ],
+        approvers=approvers,
+    )
+
+
+def submit(log: LogBuilder, at: float, *jobs: object, author: tuple[str, str] = ANA) -> str:
+    return log.commit(at, [ev.JobSubmitted(j) for j in jobs], author=author)  # type: ignore[arg-type]
+
+
+# -- placement history -----------------------------------------------------------------------
+
+
+def test_intervals_say_why_they_started_and_ended() -> None:
+    log = LogBuilder()
+    bootstrap(log)
+    sha = submit(log, 1, job("x", queue="a", gpu=8), job("w", queue="a", gpu=8))
+    log.solve(1, sha, [placed("a/x", ("n1", 8)), placed("a/w", ("n2", 8))])
+    sha = log.commit(2, [ev.JobChanged(job("x", queue="a", gpu=8, replicas=1), ("resources",))])
+    log.solve(
+        2, sha, [placed("a/x", ("n2", 8), action="moved", reason="the job's resources changed")]
+    )
+    log.batch(
+        3,
+        [ev.NodeStateChanged("n2", NodeState.FAILED, "failed")],
+        actor="inventory:static",
+        cause="inv",
+    )
+    log.solve(
+        3,
+        "inv",
+        [
+            ev.JobPreempted("a/x", "node n2 is Failed; no other place", None, 0.0, "s"),
+            placed("a/w", ("n1", 8), action="moved", reason="node n2 is Failed"),
+        ],
+    )
+    log.batch(4, [ev.JobFinished("a/w")], actor="kubernetes", cause="k8s")
+    sha = log.commit(5, [ev.JobWithdrawn("a/x")])
+
+    with log.view() as store:
+        got = [(i.job, i.nodes, i.start_kind, i.end_kind, i.state) for i in history.query(store)]
+        assert got == [
+            ("a/x", ("n1",), "admitted", "moved", "MOVED"),
+            ("a/w", ("n2",), "admitted", "node_failed", "NODE_FAIL"),
+            ("a/x", ("n2",), "moved", "node_failed", "NODE_FAIL"),
+            ("a/w", ("n1",), "moved", "finished", "COMPLETED"),
+        ]
+        by_node = history.query(store, node="n2")
+        assert [i.job for i in by_node] == ["a/w", "a/x"]
+        assert history.query(store, job="x")[0].end_reason == "the job's resources changed"
+        assert [i.gpu_hours for i in history.query(store, job="a/x")] == [8.0, 8.0]
+        assert history.query(store, team="b") == []
+        # Intervals overlapping [2.5h, 3.5h]: both ended at 3h by the failure, and a/w's second.
+        window = history.query(store, since=ts(2.5), until=ts(3.5))
+        assert [(i.job, i.start) for i in window] == [
+            ("a/w", format_time(hours(1))),
+            ("a/x", format_time(hours(2))),
+            ("a/w", format_time(hours(3))),
+        ]
+
+
+def test_build_history_and_select_keep_their_signatures() -> None:
+    log = LogBuilder()
+    bootstrap(log)
+    sha = submit(log, 1, job("x", queue="a", gpu=8))
+    log.solve(1, sha, [placed("a/x", ("n1", 8))])
+    events = list(decode_all(log.events))
+    intervals = history.build_history(events)
+    assert [(i.queue, i.end) for i in intervals] == [("a", None)]
+    assert history.select(intervals, node="n1") == intervals
+    assert history.select(intervals, team="b") == []
+
+
+# -- usage ----------------------------------------------------------------------------------
+
+
+def borrowing_log() -> LogBuilder:
+    """a runs 16 GPUs (8 over its nominal, borrowed from b) from 1h to 3h; b runs nothing."""
+    log = LogBuilder()
+    bootstrap(log)
+    sha = submit(log, 1, job("big", queue="a", gpu=8, replicas=2))
+    log.solve(1, sha, [placed("a/big", ("n1", 8), ("n2", 8))])
+    log.batch(3, [ev.JobFinished("a/big")], actor="kubernetes", cause="k8s")
+    return log
+
+
+def rows_by(rows: list[dict[str, object]], key: str) -> dict[object, dict[str, object]]:
+    return {r[key]: r for r in rows}
+
+
+def test_usage_by_team_counts_used_quota_borrowed_lent_and_idle_quota() -> None:
+    with borrowing_log().view() as store:
+        teams = rows_by(usage.by_team(store, ts(0), ts(4)), "team")
+        assert teams["a"] == {
+            "team": "a",
+            "flavor": "h100",
+            "used_gpu_h": 32.0,
+            "quota_gpu_h": 32.0,
+            "used_pct": 100.0,
+            "borrowed_gpu_h": 16.0,
+            "lent_gpu_h": 0.0,
+            "idle_quota_gpu_h": 16.0,
+        }
+        assert teams["b"]["lent_gpu_h"] == 16.0
+        assert teams["b"]["used_gpu_h"] == 0.0
+        assert teams["b"]["idle_quota_gpu_h"] == 32.0
+        # A window inside the run is clipped to it.
+        part = rows_by(usage.by_team(store, ts(2), ts(2.5)), "team")
+        assert part["a"]["used_gpu_h"] == 8.0
+        assert part["a"]["borrowed_gpu_h"] == 4.0
+        assert part["b"]["lent_gpu_h"] == 4.0
+
+
+def test_usage_by_user_and_flavor() -> None:
+    with borrowing_log().view() as store:
+        users = usage.by_user(store, ts(0), ts(4))
+        assert users == [
+            {
+                "user": "Ana Souza <ana@ml.example>",
+                "team": "a",
+                "flavor": "h100",
+                "placements": 1,
+                "used_gpu_h": 32.0,
+                "team_pct": 100.0,
+            }
+        ]
+        flavors = rows_by(usage.by_flavor(store, ts(0), ts(4)), "flavor")
+        h100 = flavors["h100"]
+        # Three 8-GPU nodes for 4 hours; a used 32 GPU-hours of them.
+        assert h100["capacity_gpu_h"] == 96.0
+        assert h100["used_gpu_h"] == 32.0
+        assert h100["idle_gpu_h"] == 64.0
+        assert h100["down_gpu_h"] == 0.0
+        assert h100["quota_gpu_h"] == 96.0
+        assert h100["borrowed_gpu_h"] == 16.0
+
+
+def test_open_intervals_run_to_the_end_of_the_period() -> None:
+    log = LogBuilder()
+    bootstrap(log)
+    sha = submit(log, 1, job("x", queue="r", gpu=4))
+    log.solve(1, sha, [placed("r/x", ("n1", 4))])
+    with log.view() as store:
+        assert rows_by(usage.by_team(store, ts(0), ts(11)), "team")["r"]["used_gpu_h"] == 40.0
+        starts, series = usage.over_time(store, ts(1), ts(3), buckets=2)
+        assert starts == [ts(1), ts(2)]
+        assert series == {"r": [4.0, 4.0]}
+
+
+# -- compliance -----------------------------------------------------------------------------
+
+
+def violations(store: AuditStore) -> list[tuple[str, str, list[int]]]:
+    return [
+        (v["check"], v["subject"], v["evidence"])
+        for v in compliance_query.compliance(store)["violations"]
+    ]
+
+
+def test_a_non_preemptible_job_preempted_is_a_violation_a_node_failure_is_not() -> None:
+    log = LogBuilder()
+    bootstrap(log, approvers=(LI,))
+    sha = submit(
+        log,
+        1,
+        job("keep", queue="b", gpu=8, preemptible=False),
+        job("also", queue="b", gpu=8, preemptible=False),
+    )
+    log.solve(1, sha, [placed("b/keep", ("n1", 8)), placed("b/also", ("n2", 8))])
+    log.batch(2, [ev.NodeStateChanged("n1", NodeState.FAILED, "x")], actor="inventory", cause="inv")
+    log.solve(2, "inv", [ev.JobPreempted("b/keep", "node n1 is Failed", None, 0.0, "s")])
+    sha = submit(log, 3, job("urgent", queue="a", gpu=8, priority=900))
+    seqs = log.solve(
+        3,
+        sha,
+        [
+            ev.JobPreempted("b/also", "preempted by a/urgent", "a/urgent", 60.0, "s"),
+            placed("a/urgent", ("n2", 8)),
+        ],
+    )
+    with log.view() as store:
+        found = violations(store)
+        assert [(c, s) for c, s, _ in found] == [("non-preemptible", "b/also")]
+        assert seqs[0] in found[0][2]
+        result = compliance_query.compliance(store)
+        assert not result["ok"]
+        checks = {c["check"]: c for c in result["checks"]}
+        assert checks["non-preemptible"]["checked"] == 2
+        assert checks["non-preemptible"]["status"] == "FAIL"
+        assert checks["isolation"]["status"] == "PASS"
+        ended = history.query(store, job="b/keep")[0]
+        assert ended.end_kind == "node_failed"
+
+
+def test_regulated_jobs_only_on_dedicated_nodes_and_in_their_regions() -> None:
+    log = LogBuilder()
+    bootstrap(log, approvers=(LI,))
+    secret = job(
+        "secret", queue="r", gpu=8, isolation=Isolation.DEDICATED, residency=("eu-central",)
+    )
+    sha = submit(log, 1, secret, job("plain", queue="a", gpu=1))
+    good = log.solve(1, sha, [placed("r/secret", ("s1", 8))])
+    sha = log.commit(2, [ev.JobChanged(secret, ("priority",))])
+    bad = log.solve(
+        2,
+        sha,
+        [placed("r/secret", ("n1", 8), action="moved", reason="x"), placed("a/plain", ("s1", 1))],
+    )
+    with log.view() as store:
+        found = violations(store)
+        assert good[0] not in {s for _, _, e in found for s in e}
+        assert [(c, s) for c, s, _ in found] == [
+            ("isolation", "r/secret"),
+            ("residency", "r/secret"),
+        ]
+        assert bad[0] in found[0][2]
+        # a/plain on the dedicated node after r/secret left it: no one is beside a regulated job.
+        assert compliance_query.compliance(store)["checks"][0]["checked"] == 3
+
+
+def test_a_queue_over_its_limits_is_one_episode_with_its_evidence() -> None:
+    log = LogBuilder()
+    bootstrap(log, approvers=(LI,))
+    sha = submit(log, 1, job("one", queue="a", gpu=8, replicas=2), job("two", queue="a", gpu=8))
+    over = log.solve(1, sha, [placed("a/one", ("n1", 8), ("n2", 8)), placed("a/two", ("s1", 8))])
+    sha = submit(log, 2, job("three", queue="a", gpu=1))
+    log.solve(2, sha, [ev.JobPending("a/three", "quota", "quota__a__h100", "s")])
+    log.batch(3, [ev.JobFinished("a/two")], actor="kubernetes", cause="k8s")
+    back = log.solve(3, "k8s", [])
+    with log.view() as store:
+        limits = [
+            v
+            for v in compliance_query.compliance(store)["violations"]
+            if v["check"] == "queue-limits"
+        ]
+        # a uses 24 > 8 + 8; the cohort borrows 16 but b can lend only 8.
+        assert [v["subject"] for v in limits] == ["a", "c"]
+        assert all(v["until_seq"] == back[-1] for v in limits)
+        assert over[0] in limits[0]["evidence"] and over[-1] in limits[0]["evidence"]
+        assert "uses 24 h100 GPUs; its limit is 16" in limits[0]["message"]
+
+
+@pytest.mark.parametrize(
+    ("approvers", "violation"),
+    [
+        ((), "has no approval"),
+        (("Priya Raman <priya@platform.example>",), "approved only by its author"),
+        (("priya raman <PRIYA@platform.example>",), "approved only by its author"),
+        ((LI,), None),
+        (("Priya Raman <priya@platform.example>", LI), None),
+    ],
+)
+def test_every_quota_change_is_approved_by_someone_else(
+    approvers: tuple[str, ...], violation: str | None
+) -> None:
+    log = LogBuilder()
+    bootstrap(log, approvers=(LI,))
+    log.commit(
+        1,
+        [ev.QueueConfigured(queue("a", cohort="c", quotas={"h100": (16, 8, None)}))],
+        approvers=approvers,
+    )
+    log.commit(2, [ev.PolicyChanged(Policy(move_cost=2.0))])  # a policy is not a quota
+    with log.view() as store:
+        found = compliance_query.compliance(store)["violations"]
+        if violation is None:
+            assert found == []
+        else:
+            assert len(found) == 1 and violation in found[0]["message"]
+            assert found[0]["evidence"] == [log.events[-3].seq - 1, log.events[-3].seq]
+
+
+# -- changes --------------------------------------------------------------------------------
+
+
+def test_changes_name_commit_author_approvers_and_what_they_caused() -> None:
+    log = borrowing_log()
+    sha = log.commit(
+        4,
+        [ev.QueueConfigured(queue("b", cohort="c", quotas={"h100": (4, None, None)}))],
+        approvers=(LI,),
+    )
+    caused = log.solve(4, sha, [ev.JobPending("a/late", "cohort full", "cohort__c__h100", "s")])
+    submit(log, 4.5, job("late", queue="a"))
+    log.commit(5, [ev.JobChanged(job("late", queue="a", priority=900), ("priority",))])
+    with log.view() as store:
+        everything = changes_query.changes(store)
+        assert [c["kind"] for c in everything] == [
+            "priorities",
+            "policy",
+            "queue",
+            "queue",
+            "queue",
+            "queue",
+            "priority",
+        ]
+        cut = changes_query.changes(store, team="b")
+        assert [c["change"] for c in cut] == [
+            "queue created in cohort c: h100 nominal 8",
+            "h100 nominal 8 -> 4",
+        ]
+        assert cut[1]["approvers"] == [LI]
+        assert cut[1]["author"] == "Priya Raman <priya@platform.example>"
+        assert cut[1]["merged"] == format_time(hours(4))
+        assert cut[1]["effects"] == [
+            {
+                "seq": caused[0],
+                "type": "JobPending",
+                "job": "a/late",
+                "detail": "pending: cohort full",
+            }
+        ]
+        assert changes_query.changes(store, team="a")[-1]["change"].startswith(
+            "job priority x (500) -> x (900)"
+        )
+
+
+# -- point in time, rebuild, integrity -------------------------------------------------------
+
+
+def test_at_a_seq_and_at_a_time() -> None:
+    log = borrowing_log()
+    with log.view() as store:
+        running = cluster_at(store, seq_at_time(store, format_time(hours(2))))
+        assert [p["job"] for p in running["placements"]] == ["a/big"]
+        assert running["gpus_used"] == 16.0 and running["gpus_total"] == 24
+        assert [q["name"] for q in running["queues"]] == ["a", "b", "r"]
+        before = cluster_at(store, seq_at_time(store, format_time(hours(0.5))))
+        assert before["placements"] == [] and before["commit"]["subject"] == "commit 1"
+        assert cluster_at(store, 0)["nodes"] == []
+        assert seq_at_time(store, format_time(hours(-1))) == 0
+        assert seq_at_time(store, format_time(hours(99))) == len(log.events)
+
+
+def test_the_fold_state_survives_a_round_trip_through_json() -> None:
+    log = borrowing_log()
+    with log.view() as store:
+        state = store.load_state()
+        assert ProjectionState.from_json(state.to_json()).to_json() == state.to_json()
+        assert state.seq == len(log.events)
+
+
+def test_a_log_with_a_broken_link_or_gap_is_refused() -> None:
+    log = borrowing_log()
+    events = list(log.events)
+    broken = events[:5] + events[6:]
+    with AuditStore(":memory:") as store, pytest.raises(AuditError, match="gap"):
+        catch_up(EventList(broken), store)
+    relinked = [*events[:5], StoredEvent(**{**events[5].to_record(), "prev_hash": "0" * 64})]
+    with AuditStore(":memory:") as store, pytest.raises(AuditError, match="does not link"):
+        catch_up(EventList(relinked), store)
+
+
+def test_a_view_refuses_a_log_rewritten_under_it(tmp_path: Path) -> None:
+    log = borrowing_log()
+    with log.view(tmp_path / "audit.db"):
+        pass
+    other = LogBuilder()
+    bootstrap(other, approvers=(LI,))
+    submit(other, 1, job("x", queue="a"))
+    submit(other, 2, job("y", queue="a"))
+    with AuditStore(tmp_path / "audit.db") as store, pytest.raises(AuditError, match="rebuild"):
+        catch_up(EventList(other.events), store)
+    with AuditStore(tmp_path / "audit.db") as store, pytest.raises(AuditError, match="another log"):
+        catch_up(EventList(other.events[:3]), store)
