@@ -8,7 +8,7 @@ writer that crashed before learning its append committed can simply retry.
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from datetime import UTC, datetime
 
 from eventlog.envelope import NewEvent, StoredEvent, verify_chain
@@ -124,8 +124,19 @@ class EventLog(abc.ABC):
         """
 
     @abc.abstractmethod
-    def read(self, after_seq: int = 0, *, until_seq: int | None = None) -> Iterator[StoredEvent]:
-        """Stored events with after_seq < seq <= until_seq, in order."""
+    def read(
+        self,
+        after_seq: int = 0,
+        *,
+        until_seq: int | None = None,
+        skip_data_of: Collection[str] = (),
+    ) -> Iterator[StoredEvent]:
+        """Stored events with after_seq < seq <= until_seq, in order.
+
+        Events whose type is in `skip_data_of` come with empty `data` where the
+        backend can avoid parsing it: a projection that never reads a type's
+        payload should not pay for it. Their hashes cannot be re-checked then.
+        """
 
     @abc.abstractmethod
     def last_seq(self) -> int:

@@ -10,7 +10,7 @@ import hashlib
 import json
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 GENESIS_HASH = "0" * 64
 
@@ -27,9 +27,12 @@ class NewEvent:
     cause: str
 
 
-@dataclass(frozen=True, slots=True)
-class StoredEvent:
-    """An event as the log holds it. `seq` starts at 1 and has no gaps."""
+class StoredEvent(NamedTuple):
+    """An event as the log holds it. `seq` starts at 1 and has no gaps.
+
+    A NamedTuple rather than a frozen dataclass: immutable all the same, and built
+    about four times faster, which every replay and projection rebuild feels.
+    """
 
     seq: int
     id: str

@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -160,7 +160,13 @@ class KafkaEventLog(EventLog):
 
     # -- reading ---------------------------------------------------------
 
-    def read(self, after_seq: int = 0, *, until_seq: int | None = None) -> Iterator[StoredEvent]:
+    def read(
+        self,
+        after_seq: int = 0,
+        *,
+        until_seq: int | None = None,
+        skip_data_of: Collection[str] = (),  # parsed once on fetch: nothing to skip
+    ) -> Iterator[StoredEvent]:
         with self._lock:
             self._catch_up(self._deadline())
             last = len(self._events)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
@@ -221,18 +221,28 @@ class SQLiteEventLog(EventLog):
             ],
         )
 
-    def read(self, after_seq: int = 0, *, until_seq: int | None = None) -> Iterator[StoredEvent]:
+    def read(
+        self,
+        after_seq: int = 0,
+        *,
+        until_seq: int | None = None,
+        skip_data_of: Collection[str] = (),
+    ) -> Iterator[StoredEvent]:
         upper = until_seq if until_seq is not None else 2**62
+        skip = frozenset(skip_data_of)
         cursor = self._db.execute(
             f"SELECT {_COLUMNS} FROM events WHERE seq > ? AND seq <= ? ORDER BY seq",
             (after_seq, upper),
         )
-        while True:
-            rows = cursor.fetchmany(2048)
-            if not rows:
-                return
+        while rows := cursor.fetchmany(4096):
             for row in rows:
-                yield _row_to_event(row)
+                if skip and row[2] in skip:
+                    seq, id_, type_, version, _, time_, actor, cause, prev_hash, digest = row
+                    yield StoredEvent(
+                        seq, id_, type_, version, {}, time_, actor, cause, prev_hash, digest
+                    )
+                else:
+                    yield _row_to_event(row)
 
     def last_seq(self) -> int:
         row = self._db.execute("SELECT MAX(seq) FROM events").fetchone()

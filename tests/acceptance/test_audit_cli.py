@@ -264,7 +264,7 @@ def test_a_repo_that_keeps_changing_is_caught_up_on_every_query(tmp_path: Path) 
 def test_a_row_that_is_not_json_stops_the_view_with_one_line(audited: Path) -> None:
     tamper(audited / ".gitsched" / "log.db", "UPDATE events SET data = 'not json' WHERE seq = 14")
     refused = gitsched_cli("audit", "history", "--team", "ml", "--repo", audited, expect=2)
-    assert "event 14 of the log is not JSON" in refused.stderr
+    assert "seq 14: the stored data is not JSON" in refused.stderr
     assert not list((audited / ".gitsched").glob("audit.db*"))  # no half-built view left
     broken = gitsched_cli("audit", "verify", "--repo", audited, expect=1)
     assert broken.stdout.startswith("BROKEN at seq 14")
