@@ -7,7 +7,6 @@ anything that does not continue its chain.
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -54,7 +53,7 @@ def test_an_import_that_does_not_continue_the_chain_names_the_seq(
     event_log.import_events(sealed[:2], expected_last_seq=0)
     with pytest.raises(LogCorrupted, match="expected seq 3, found 4"):
         event_log.import_events(sealed[3:], expected_last_seq=2)  # seq 3 is missing
-    changed = [sealed[2], dataclasses.replace(sealed[3], actor="mallory"), *sealed[4:]]
+    changed = [sealed[2], sealed[3]._replace(actor="mallory"), *sealed[4:]]
     with pytest.raises(LogCorrupted, match="seq 4: content does not match its hash"):
         event_log.import_events(changed, expected_last_seq=2)
     assert event_log.last_seq() == 2
