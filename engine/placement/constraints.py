@@ -73,18 +73,19 @@ class NodeFree:
     memory_free: int
     jobs: int = 0
     dedicated_holder: str | None = None
+    # Running totals of gpu_free, kept by take/give: the packers read them millions of times.
+    free_gpu_milli: int = -1
+    whole_free_gpus: int = -1
+
+    def __post_init__(self) -> None:
+        if self.free_gpu_milli < 0:
+            self.free_gpu_milli = sum(self.gpu_free)
+        if self.whole_free_gpus < 0:
+            self.whole_free_gpus = sum(1 for g in self.gpu_free if g == GPU_MILLI)
 
     @staticmethod
     def of(node: Node) -> NodeFree:
         return NodeFree(node, [GPU_MILLI] * node.gpus, node.cpu_milli, node.memory_mib)
-
-    @property
-    def free_gpu_milli(self) -> int:
-        return sum(self.gpu_free)
-
-    @property
-    def whole_free_gpus(self) -> int:
-        return sum(1 for g in self.gpu_free if g == GPU_MILLI)
 
     def fits(self, r: Resources, job: Job) -> bool:
         if r.cpu_milli > self.cpu_free or r.memory_mib > self.memory_free:
@@ -96,6 +97,43 @@ class NodeFree:
         if r.fractional:
             return any(g >= r.gpu_milli for g in self.gpu_free)
         return self.whole_free_gpus >= r.whole_gpus
+
+    def copy(self) -> NodeFree:
+        return NodeFree(
+            self.node,
+            list(self.gpu_free),
+            self.cpu_free,
+            self.memory_free,
+            self.jobs,
+            self.dedicated_holder,
+            self.free_gpu_milli,
+            self.whole_free_gpus,
+        )
+
+    def room_for(self, r: Resources, job: Job, limit: int) -> int:
+        """How many replicas of `job` fit here, one after another (at most `limit`)."""
+        if self.dedicated_holder is not None and self.dedicated_holder != job.key:
+            return 0
+        if job.isolation is Isolation.DEDICATED and self.jobs and self.dedicated_holder != job.key:
+            return 0
+        k = limit
+        if r.cpu_milli:
+            k = min(k, self.cpu_free // r.cpu_milli)
+        if r.memory_mib:
+            k = min(k, self.memory_free // r.memory_mib)
+        if k <= 0 or r.gpu_milli == 0:
+            return max(k, 0)
+        if not r.fractional:
+            return min(k, self.whole_free_gpus // r.whole_gpus)
+        gpus = sorted(g for g in self.gpu_free if g >= r.gpu_milli)
+        placed = 0
+        while gpus and placed < k:
+            # Best fit, as `choose` does: the fullest GPU that still takes the share.
+            g = gpus.pop(0) - r.gpu_milli
+            placed += 1
+            if g >= r.gpu_milli:
+                gpus.insert(next((i for i, x in enumerate(gpus) if x >= g), len(gpus)), g)
+        return placed
 
     def choose(self, r: Resources) -> ReplicaPlacement:
         """Pick GPUs for one replica (best fit for shares, lowest whole GPUs otherwise)."""
@@ -125,7 +163,10 @@ class NodeFree:
 
     def take(self, replica: ReplicaPlacement, r: Resources, job: Job) -> None:
         for i in replica.gpus:
+            if self.gpu_free[i] == GPU_MILLI and replica.gpu_milli > 0:
+                self.whole_free_gpus -= 1
             self.gpu_free[i] -= replica.gpu_milli
+            self.free_gpu_milli -= replica.gpu_milli
         self.cpu_free -= r.cpu_milli
         self.memory_free -= r.memory_mib
         self.jobs += 1
@@ -135,6 +176,9 @@ class NodeFree:
     def give(self, replica: ReplicaPlacement, r: Resources, job: Job) -> None:
         for i in replica.gpus:
             self.gpu_free[i] += replica.gpu_milli
+            self.free_gpu_milli += replica.gpu_milli
+            if self.gpu_free[i] == GPU_MILLI and replica.gpu_milli > 0:
+                self.whole_free_gpus += 1
         self.cpu_free += r.cpu_milli
         self.memory_free += r.memory_mib
         self.jobs -= 1

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from engine.model import (
+    GPU_MILLI,
     NODE_LEVEL,
     Job,
     Node,
@@ -32,10 +33,9 @@ from engine.placement.constraints import (
     replica_shape_error,
 )
 from engine.placement.objective import (
-    job_value,
+    broken_soft_constraints,
     lost_gpu_seconds,
-    move_penalty,
-    preemption_penalty,
+    plan_objective,
 )
 from engine.placement.plan import (
     JobOutcome,
@@ -72,18 +72,95 @@ class Packing:
         self.ledger = QuotaLedger(instance.queues)
         self.queues: dict[str, Queue] = {q.name: q for q in instance.queues}
         self.running: dict[str, Fit] = {}
+        self.running_in: dict[str, set[str]] = defaultdict(set)  # queue -> running job keys
+        self._eligible: dict[tuple[object, ...], list[Node]] = {}
+        self._eligible_names: dict[tuple[object, ...], set[str]] = {}
+        # Nodes with some GPU left: when the cluster is full, the only ones worth a look.
+        self.open: set[str] = {n.name for n in instance.nodes if n.gpus > 0}
+        self._domains: dict[tuple[object, ...], dict[str, list[Node]]] = {}
+        self.flavor_free: dict[str | None, int] = defaultdict(int)  # free milli-GPU per flavor
+        for n in instance.nodes:
+            if n.schedulable:
+                self.flavor_free[n.flavor] += n.gpus * GPU_MILLI
+
+    def eligible_nodes(self, job: Job, flavor: str | None) -> list[Node]:
+        """Nodes that could ever host a replica (cached: it depends only on static fields)."""
+        key = (flavor, job.isolation, job.residency, job.resources)
+        nodes = self._eligible.get(key)
+        if nodes is None:
+            # node_rejection reads only a node's static attributes: ask once per kind of node.
+            verdict: dict[tuple[object, ...], bool] = {}
+            nodes = []
+            for n in self.instance.nodes:
+                kind = (n.flavor, n.isolation, n.region, n.state, n.gpus, n.cpu_milli, n.memory_mib)
+                ok = verdict.get(kind)
+                if ok is None:
+                    ok = verdict[kind] = node_rejection(job, n, flavor) is None
+                if ok:
+                    nodes.append(n)
+            self._eligible[key] = nodes
+            self._eligible_names[key] = {n.name for n in nodes}
+        return nodes
+
+    def rooms(self, job: Job, flavor: str | None, candidates: list[Node]) -> dict[str, int]:
+        """Replicas of `job` each eligible node can take now; nodes that take none are left out."""
+        r = job.resources
+        names = self._eligible_names[(flavor, job.isolation, job.residency, job.resources)]
+        if r.gpu_milli > 0 and len(self.open) < len(names):
+            looked = [name for name in self.open if name in names]
+        else:
+            looked = [n.name for n in candidates]
+        rooms: dict[str, int] = {}
+        # Many nodes are left alike (empty, or full but for the same few GPUs): ask once per state.
+        seen: dict[tuple[object, ...], int] = {}
+        for name in looked:
+            free = self.free[name]
+            state: tuple[object, ...] = (
+                free.whole_free_gpus,
+                free.cpu_free,
+                free.memory_free,
+                free.jobs > 0,
+                free.dedicated_holder,
+                tuple(free.gpu_free) if r.fractional else free.free_gpu_milli,
+            )
+            k = seen.get(state)
+            if k is None:
+                k = seen[state] = free.room_for(r, job, job.replicas)
+            if k:
+                rooms[name] = k
+        return rooms
+
+    def domains(self, job: Job, flavor: str | None, level: str) -> dict[str, list[Node]]:
+        key = (flavor, job.isolation, job.residency, job.resources, level)
+        groups = self._domains.get(key)
+        if groups is None:
+            groups = defaultdict(list)
+            for node in self.eligible_nodes(job, flavor):
+                groups[node.domain(level)].append(node)
+            self._domains[key] = groups
+        return groups
 
     # -- bookkeeping -----------------------------------------------------------------
     def commit(self, job: Job, fit: Fit) -> None:
         for replica in fit.replicas:
-            self.free[replica.node].take(replica, job.resources, job)
+            free = self.free[replica.node]
+            free.take(replica, job.resources, job)
+            self.flavor_free[free.node.flavor] -= replica.gpu_milli * len(replica.gpus)
+            if free.free_gpu_milli <= 0:
+                self.open.discard(replica.node)
         self.ledger.add(job.queue, fit.flavor, len(fit.replicas) * job.resources.gpu_milli)
         self.running[job.key] = fit
+        self.running_in[job.queue].add(job.key)
 
     def release(self, job: Job) -> Fit:
         fit = self.running.pop(job.key)
+        self.running_in[job.queue].discard(job.key)
         for replica in fit.replicas:
-            self.free[replica.node].give(replica, job.resources, job)
+            free = self.free[replica.node]
+            free.give(replica, job.resources, job)
+            self.flavor_free[free.node.flavor] += replica.gpu_milli * len(replica.gpus)
+            if free.free_gpu_milli > 0:
+                self.open.add(replica.node)
         self.ledger.remove(job.queue, fit.flavor, len(fit.replicas) * job.resources.gpu_milli)
         return fit
 
@@ -152,7 +229,7 @@ class Packing:
         )
 
     def _find_on_flavor(self, job: Job, flavor: str | None) -> Fit | Miss:
-        candidates = [n for n in self.instance.nodes if node_rejection(job, n, flavor) is None]
+        candidates = self.eligible_nodes(job, flavor)
         what = f"{gpus_text(job.resources.gpu_milli)} × {flavor}" if flavor else "CPU only"
         if not candidates:
             return Miss(
@@ -162,10 +239,12 @@ class Packing:
                 + ")",
                 "eligibility",
             )
+        # What each node can take does not change while this job is being fitted.
+        rooms = self.rooms(job, flavor, candidates)
         first_miss: Miss | None = None
         for count in range(job.replicas, job.smallest_gang - 1, -1):
             quota = self.ledger.rejection(job.queue, flavor, count * job.resources.gpu_milli)
-            result = self._pack_gang(job, flavor, candidates, count)
+            result = self._pack_gang(job, flavor, candidates, count, rooms)
             if quota is None and isinstance(result, Fit):
                 return result
             if first_miss is None:
@@ -184,27 +263,37 @@ class Packing:
         return Miss(f"{quota[0]}; and even within quota: {packed.reason}", quota[1])
 
     def _pack_gang(
-        self, job: Job, flavor: str | None, candidates: list[Node], count: int
+        self,
+        job: Job,
+        flavor: str | None,
+        candidates: list[Node],
+        count: int,
+        rooms: dict[str, int],
     ) -> Fit | Miss:
         topo = job.topology
         if topo is None:
-            return self._pack(job, flavor, candidates, count) or self._capacity_miss(
-                job, flavor, candidates, count
+            return self.pack(job, flavor, candidates, count, rooms) or self._capacity_miss(
+                job, flavor, candidates, count, rooms
             )
-        groups: dict[str, list[Node]] = defaultdict(list)
-        for node in candidates:
-            groups[node.domain(topo.level)].append(node)
+        groups = self.domains(job, flavor, topo.level)
         # Best fit over domains: the fullest domain that still holds the gang.
-        ordered = sorted(groups.items(), key=lambda kv: (self._domain_free(kv[1]), kv[0]))
-        for _, nodes in ordered:
-            fit = self._pack(job, flavor, nodes, count)
-            if fit is not None:
-                return fit
+        held: dict[str, int] = defaultdict(int)
+        for name, k in rooms.items():
+            held[self.nodes[name].domain(topo.level)] += min(k, count)
+        holding = [d for d, k in held.items() if k >= count]
+        if holding:
+            domain = min(holding, key=lambda d: (self._domain_free(groups[d]), d))
+            fit = self.pack(job, flavor, groups[domain], count, rooms)
+            assert fit is not None
+            return fit
         if topo.mode is TopologyMode.PREFERRED:
-            return self._pack(job, flavor, candidates, count) or self._capacity_miss(
-                job, flavor, candidates, count
+            return self.pack(job, flavor, candidates, count, rooms) or self._capacity_miss(
+                job, flavor, candidates, count, rooms
             )
-        best = max((self._domain_capacity(job, nodes) for nodes in groups.values()), default=0)
+        spare: dict[str, int] = defaultdict(int)
+        for name, k in rooms.items():
+            spare[self.nodes[name].domain(topo.level)] += k
+        best = min(job.replicas, max(spare.values(), default=0))
         level = "node" if topo.level == NODE_LEVEL else f"{topo.level} domain"
         need = count * job.resources.gpu_milli
         return Miss(
@@ -216,59 +305,55 @@ class Packing:
     def _domain_free(self, nodes: Sequence[Node]) -> int:
         return sum(self.free[n.name].free_gpu_milli for n in nodes)
 
-    def _domain_capacity(self, job: Job, nodes: Sequence[Node]) -> int:
-        """How many replicas of the job fit in these nodes right now."""
-        fit = 0
-        for count in range(1, job.replicas + 1):
-            if (
-                self._pack(
-                    job, None if job.resources.gpu_milli == 0 else nodes[0].flavor, nodes, count
-                )
-                is None
-            ):
-                break
-            fit = count
-        return fit
+    def pack(
+        self,
+        job: Job,
+        flavor: str | None,
+        nodes: Sequence[Node],
+        count: int,
+        rooms: dict[str, int],
+    ) -> Fit | None:
+        """Best fit, replica by replica; None if the gang does not fit.
 
-    def _pack(self, job: Job, flavor: str | None, nodes: Sequence[Node], count: int) -> Fit | None:
-        """Best fit, replica by replica, on a scratch copy; None if the gang does not fit."""
+        The node a replica goes to only gets fuller, so it stays the best fit until
+        it is full: filling nodes in best-fit order, each as far as it goes, places
+        the replicas exactly as choosing them one at a time would.
+        """
         r = job.resources
-        scratch = {
-            n.name: NodeFree(
-                n,
-                list(self.free[n.name].gpu_free),
-                self.free[n.name].cpu_free,
-                self.free[n.name].memory_free,
-                self.free[n.name].jobs,
-                self.free[n.name].dedicated_holder,
-            )
-            for n in nodes
-        }
+        room: list[tuple[tuple[int, int, str], NodeFree, int]] = []
+        total = 0
+        names = rooms if len(rooms) < len(nodes) else (n.name for n in nodes)
+        within = None if len(rooms) >= len(nodes) else {n.name for n in nodes}
+        for name in names:
+            k = rooms.get(name, 0)
+            if k and (within is None or name in within):
+                free = self.free[name]
+                key = (free.free_gpu_milli - r.gpu_milli, free.cpu_free - r.cpu_milli, name)
+                room.append((key, free, k))
+                total += k
+        if total < count:
+            return None
+        room.sort(key=lambda t: t[0])
         placed: list[ReplicaPlacement] = []
-        for _ in range(count):
-            best: NodeFree | None = None
-            best_key: tuple[int, int, str] | None = None
-            for free in scratch.values():
-                if not free.fits(r, job):
-                    continue
-                key = (
-                    free.free_gpu_milli - r.gpu_milli,
-                    free.cpu_free - r.cpu_milli,
-                    free.node.name,
-                )
-                if best_key is None or key < best_key:
-                    best, best_key = free, key
-            if best is None:
-                return None
-            replica = best.choose(r)
-            best.take(replica, r, job)
-            placed.append(replica)
+        for _, free, k in room:
+            scratch = free.copy()
+            for _ in range(min(k, count - len(placed))):
+                replica = scratch.choose(r)
+                scratch.take(replica, r, job)
+                placed.append(replica)
+            if len(placed) == count:
+                break
         return Fit(flavor, tuple(placed))
 
     def _capacity_miss(
-        self, job: Job, flavor: str | None, candidates: list[Node], count: int
+        self,
+        job: Job,
+        flavor: str | None,
+        candidates: list[Node],
+        count: int,
+        rooms: dict[str, int],
     ) -> Miss:
-        fitting = sum(1 for n in candidates if self.free[n.name].fits(job.resources, job))
+        fitting = len(rooms)
         return Miss(
             f"needs {count} replicas of {gpus_text(job.resources.gpu_milli)} × {flavor or 'CPU'} "
             f"GPU; {fitting} eligible node(s) have room for one now",
@@ -314,12 +399,16 @@ class GreedyPlacer:
                         packing.release(victim)
                         was = instance.current.get(victim.key)
                         lost = lost_gpu_seconds(victim, was, instance.now) if was else 0.0
+                        why = (
+                            f"preempted by {job.key} (priority {job.priority} > {victim.priority})"
+                            if victim.queue == job.queue
+                            else f"preempted by {job.key}: queue {job.queue} reclaims its quota"
+                        )
+                        # A job admitted earlier in this same solve never ran: it waits again.
                         outcomes[victim.key] = JobOutcome(
                             victim.key,
-                            OutcomeStatus.PREEMPTED,
-                            reason=f"preempted by {job.key} (priority {job.priority} > {victim.priority})"
-                            if victim.queue == job.queue
-                            else f"preempted by {job.key}: queue {job.queue} reclaims its quota",
+                            OutcomeStatus.PREEMPTED if was else OutcomeStatus.PENDING,
+                            reason=why,
                             constraint="preemption",
                             preempted_by=job.key,
                             lost_gpu_seconds=lost,
@@ -350,7 +439,7 @@ class GreedyPlacer:
                 packing.commit(victim, result)
                 outcomes[victim.key] = JobOutcome(
                     victim.key,
-                    OutcomeStatus.MOVED,
+                    OutcomeStatus.MOVED if victim.key in instance.current else OutcomeStatus.PLACED,
                     result.flavor,
                     result.replicas,
                     reason=f"moved to make room for {outcomes[victim.key].preempted_by}",
@@ -366,6 +455,7 @@ class GreedyPlacer:
                 objective=objective,
                 seconds=time.perf_counter() - started,
             ),
+            broken_soft=broken_soft_constraints(instance, ordered),
         )
 
     @staticmethod
@@ -395,7 +485,14 @@ class GreedyPlacer:
             return None
         flavors = eligible_flavors(job, queue)
         candidates: list[Job] = []
-        for key, fit in packing.running.items():
+        # Only the job's own queue and its cohort can hold victims.
+        neighbours = [
+            q.name
+            for q in packing.queues.values()
+            if q.name == job.queue or (queue.cohort is not None and q.cohort == queue.cohort)
+        ]
+        for key in sorted(k for name in neighbours for k in packing.running_in[name]):
+            fit = packing.running[key]
             other = jobs[key]
             if not other.preemptible:
                 continue
@@ -430,17 +527,36 @@ class GreedyPlacer:
             return (j.priority, lost_gpu_seconds(j, was, now) if was else 0.0, j.key)
 
         candidates.sort(key=cost)
-        removed: list[tuple[Job, Fit]] = []
-        fits = False
-        for victim in candidates:
-            removed.append((victim, packing.release(victim)))
-            if isinstance(packing.find(job), Fit):
-                fits = True
-                break
-        if not fits:
-            for victim, fit in reversed(removed):
+        # Not enough GPUs of the job's flavors even with every candidate gone: no victims help.
+        need = job.smallest_gang * job.resources.gpu_milli
+        if need:
+            reachable = sum(packing.flavor_free[f] for f in flavors) + sum(
+                packing.running[v.key].replicas.__len__() * v.resources.gpu_milli
+                for v in candidates
+                if packing.running[v.key].flavor in flavors
+            )
+            if reachable < need:
+                return None
+
+        def fits_without(count: int) -> bool:
+            gone = [(victim, packing.release(victim)) for victim in candidates[:count]]
+            fits = isinstance(packing.find(job), Fit)
+            for victim, fit in reversed(gone):
                 packing.commit(victim, fit)
+            return fits
+
+        # Room only grows as victims leave, so the shortest prefix of the cheapest
+        # victims that lets the job fit is found by bisection.
+        if not fits_without(len(candidates)):
             return None
+        low, high = 1, len(candidates)
+        while low < high:
+            middle = (low + high) // 2
+            if fits_without(middle):
+                high = middle
+            else:
+                low = middle + 1
+        removed = [(victim, packing.release(victim)) for victim in candidates[:low]]
         # Give back every victim the job can do without, most expensive first.
         needed: list[tuple[Job, Fit]] = []
         for victim, fit in reversed(removed):
@@ -451,21 +567,3 @@ class GreedyPlacer:
         for victim, fit in needed:
             packing.commit(victim, fit)
         return [victim for victim, _ in needed]
-
-
-def plan_objective(instance: PlacementInstance, outcomes: Sequence[JobOutcome]) -> float:
-    """Score any plan with engine.placement.objective, the same way for every solver."""
-    jobs = {j.key: j for j in instance.jobs}
-    policy = instance.policy
-    total = 0.0
-    for o in outcomes:
-        job = jobs.get(o.job)
-        if job is None:
-            continue
-        if o.running:
-            total += job_value(job, len(o.replicas), policy)
-        if o.status is OutcomeStatus.MOVED:
-            total -= move_penalty(job, policy)
-        if o.status is OutcomeStatus.PREEMPTED:
-            total -= preemption_penalty(job, o.lost_gpu_seconds, policy)
-    return total

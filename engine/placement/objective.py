@@ -1,16 +1,40 @@
 """The one objective every solver is scored by, so plans from different solvers compare.
 
 Value of a running job: its GPUs (a CPU-only job counts one tenth of a GPU per
-replica), scaled up by priority; minus the cost of moves and of preemptions.
+replica), scaled up by priority; plus a bonus for usage inside a queue's nominal
+quota (nominal quota is guaranteed, borrowing is best effort, as in Kueue);
+minus the cost of moves and of preemptions (lost work since the last
+checkpoint); minus the soft terms: fragmentation, unfair shares, and gangs
+spread over more than their preferred topology domain.
+
+The MILP in `model.py` expresses each term linearly; its versions never exceed
+these (its objective is an upper bound of this score), so its LP bound bounds
+every plan's score.
 """
 
 from __future__ import annotations
 
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 
-from engine.model import GPU_MILLI, Job, Placement, Policy
+from engine.model import (
+    GPU_MILLI,
+    Job,
+    Node,
+    Placement,
+    Policy,
+    PreemptionScope,
+    Queue,
+    TopologyMode,
+)
+from engine.placement.plan import JobOutcome, OutcomeStatus, PlacementInstance
 
 CPU_JOB_VALUE_MILLI = 100
+NOMINAL_BONUS_PER_GPU = 2.0  # above any priority difference plus a preemption: reclaim wins
+PREFERRED_TOPOLOGY_SHARE = 0.05  # a preferred-topology gang that spreads loses 5% of its value
+RESOURCES = ("gpu", "cpu", "memory")
 
 
 def job_value(job: Job, replicas: int, policy: Policy) -> float:
@@ -50,3 +74,268 @@ def preemption_penalty(job: Job, lost_seconds: float, policy: Policy) -> float:
     return policy.preemption_cost * (
         0.5 * job_value(job, job.replicas, policy) + lost_seconds / 3600.0
     )
+
+
+def nominal_bonus_per_milli(policy: Policy) -> float:
+    """The worth of one milli-GPU used inside nominal quota (none when nobody may reclaim)."""
+    if policy.reclaim_within_cohort is PreemptionScope.NEVER:
+        return 0.0
+    return NOMINAL_BONUS_PER_GPU / GPU_MILLI
+
+
+def topology_spread_penalty(job: Job, policy: Policy) -> float:
+    """The soft term of a preferred topology: what spreading over several domains costs."""
+    return PREFERRED_TOPOLOGY_SHARE * job_value(job, job.smallest_gang, policy)
+
+
+def node_fragmentation(capacity_milli: int, used_milli: int) -> float:
+    """The share of a node's GPUs stranded next to work: 0 for an empty or full node."""
+    if capacity_milli <= 0 or used_milli <= 0 or used_milli >= capacity_milli:
+        return 0.0
+    return 1.0 - used_milli / capacity_milli
+
+
+def quota_exempt(job: Job, outcome_status: OutcomeStatus) -> bool:
+    """A non-preemptible job that stays where it is is not charged to quota (check.py agrees)."""
+    return outcome_status is OutcomeStatus.KEPT and not job.preemptible
+
+
+# -- fairness: weighted dominant resource shares --------------------------------------------
+
+
+def capacity_vector(nodes: Iterable[Node]) -> dict[str, int]:
+    cap = {"gpu": 0, "cpu": 0, "memory": 0}
+    for n in nodes:
+        if n.schedulable:
+            cap["gpu"] += n.gpus * GPU_MILLI
+            cap["cpu"] += n.cpu_milli
+            cap["memory"] += n.memory_mib
+    return cap
+
+
+def job_demand(job: Job, replicas: int) -> dict[str, int]:
+    r = job.resources
+    return {
+        "gpu": replicas * r.gpu_milli,
+        "cpu": replicas * r.cpu_milli,
+        "memory": replicas * r.memory_mib,
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class FairTarget:
+    """A queue's weighted max-min fair dominant share, and which resource is dominant."""
+
+    queue: str
+    resource: str
+    share: float
+
+
+def fair_targets(
+    queues: Sequence[Queue], jobs: Sequence[Job], capacity: Mapping[str, int]
+) -> dict[str, FairTarget]:
+    """Weighted max-min fairness over dominant shares (DRF), capped by each queue's demand.
+
+    Each queue grows its dominant share at the rate of its weight, consuming every
+    resource in the proportion of its demand, until its demand is met or a
+    resource runs out (progressive filling).
+    """
+    demand: dict[str, dict[str, int]] = {q.name: {r: 0 for r in RESOURCES} for q in queues}
+    for job in jobs:
+        if job.queue in demand:
+            for r, v in job_demand(job, job.replicas).items():
+                demand[job.queue][r] += v
+    weight = {q.name: max(q.weight, 1e-9) for q in queues}
+    dominant: dict[str, tuple[str, float]] = {}
+    for q, d in demand.items():
+        shares = [(d[r] / capacity[r], r) for r in RESOURCES if capacity[r] > 0]
+        if not shares:
+            continue
+        share, res = max(shares)
+        if share > 0:
+            dominant[q] = (res, share)
+    if not dominant:
+        return {}
+
+    def use(level: float) -> dict[str, float]:
+        total = {r: 0.0 for r in RESOURCES}
+        for q, (_, ds) in dominant.items():
+            s = min(ds, weight[q] * level)
+            for r in RESOURCES:
+                total[r] += s / ds * demand[q][r]
+        return total
+
+    def fits(level: float) -> bool:
+        used = use(level)
+        return all(used[r] <= capacity[r] * (1 + 1e-12) for r in RESOURCES)
+
+    low, high = 0.0, max(ds / weight[q] for q, (_, ds) in dominant.items())
+    if fits(high):
+        low = high
+    else:
+        for _ in range(60):
+            middle = (low + high) / 2
+            if fits(middle):
+                low = middle
+            else:
+                high = middle
+    return {q: FairTarget(q, res, min(ds, weight[q] * low)) for q, (res, ds) in dominant.items()}
+
+
+def fairness_penalty_per_share(instance: PlacementInstance) -> float:
+    """What one unit of dominant share below target costs (in GPU-value units)."""
+    return instance.policy.fairness_weight * capacity_vector(instance.nodes)["gpu"] / GPU_MILLI
+
+
+# -- scoring a whole plan -------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectiveTerms:
+    value: float = 0.0
+    nominal_bonus: float = 0.0
+    moves: float = 0.0
+    preemptions: float = 0.0
+    fragmentation: float = 0.0
+    fairness: float = 0.0
+    topology: float = 0.0
+
+    @property
+    def total(self) -> float:
+        return (
+            self.value
+            + self.nominal_bonus
+            - self.moves
+            - self.preemptions
+            - self.fragmentation
+            - self.fairness
+            - self.topology
+        )
+
+
+def objective_terms(instance: PlacementInstance, outcomes: Sequence[JobOutcome]) -> ObjectiveTerms:
+    """Every term of the objective for a plan, computed from the plan alone."""
+    jobs = {j.key: j for j in instance.jobs}
+    nodes = {n.name: n for n in instance.nodes}
+    policy = instance.policy
+    value = moves = preemptions = topology = 0.0
+    node_used: dict[str, int] = defaultdict(int)
+    quota_used: dict[tuple[str, str], int] = defaultdict(int)
+    queue_used: dict[str, dict[str, int]] = defaultdict(lambda: {r: 0 for r in RESOURCES})
+    for o in outcomes:
+        job = jobs.get(o.job)
+        if job is None:
+            continue
+        if o.running:
+            count = len(o.replicas)
+            value += job_value(job, count, policy)
+            for replica in o.replicas:
+                node_used[replica.node] += replica.gpu_milli * len(replica.gpus)
+            if o.flavor is not None and not quota_exempt(job, o.status):
+                quota_used[(job.queue, o.flavor)] += count * job.resources.gpu_milli
+            for r, v in job_demand(job, count).items():
+                queue_used[job.queue][r] += v
+            topo = job.topology
+            if topo is not None and topo.mode is TopologyMode.PREFERRED:
+                domains = {nodes[r.node].domain(topo.level) for r in o.replicas if r.node in nodes}
+                if len(domains) > 1:
+                    topology += topology_spread_penalty(job, policy)
+        if o.status is OutcomeStatus.MOVED:
+            moves += move_penalty(job, policy)
+        if o.status is OutcomeStatus.PREEMPTED:
+            preemptions += preemption_penalty(job, o.lost_gpu_seconds, policy)
+    bonus_rate = nominal_bonus_per_milli(policy)
+    bonus = 0.0
+    if bonus_rate:
+        queues = {q.name: q for q in instance.queues}
+        for (queue_name, flavor), used in quota_used.items():
+            queue = queues.get(queue_name)
+            fq = queue.quota(flavor) if queue else None
+            if fq is not None:
+                bonus += bonus_rate * min(used, fq.nominal)
+    fragmentation = 0.0
+    if policy.fragmentation_weight:
+        for name, used in node_used.items():
+            node = nodes.get(name)
+            if node is not None:
+                fragmentation += node_fragmentation(node.gpus * GPU_MILLI, used)
+        fragmentation *= policy.fragmentation_weight
+    fairness = 0.0
+    if policy.fairness_weight:
+        capacity = capacity_vector(instance.nodes)
+        rate = fairness_penalty_per_share(instance)
+        for target in fair_targets(instance.queues, instance.jobs, capacity).values():
+            share = queue_used[target.queue][target.resource] / capacity[target.resource]
+            fairness += rate * max(0.0, target.share - share)
+    return ObjectiveTerms(value, bonus, moves, preemptions, fragmentation, fairness, topology)
+
+
+def plan_objective(instance: PlacementInstance, outcomes: Sequence[JobOutcome]) -> float:
+    """Score any plan, the same way for every solver."""
+    return objective_terms(instance, outcomes).total
+
+
+def broken_soft_constraints(
+    instance: PlacementInstance, outcomes: Sequence[JobOutcome]
+) -> tuple[str, ...]:
+    """Soft rules the plan breaks, named like constraints: topology__job__level, fairness__queue."""
+    nodes = {n.name: n for n in instance.nodes}
+    jobs = {j.key: j for j in instance.jobs}
+    broken: list[str] = []
+    queue_used: dict[str, dict[str, int]] = defaultdict(lambda: {r: 0 for r in RESOURCES})
+    for o in outcomes:
+        job = jobs.get(o.job)
+        if job is None or not o.running:
+            continue
+        for r, v in job_demand(job, len(o.replicas)).items():
+            queue_used[job.queue][r] += v
+        topo = job.topology
+        if topo is not None and topo.mode is TopologyMode.PREFERRED:
+            domains = {nodes[r.node].domain(topo.level) for r in o.replicas if r.node in nodes}
+            if len(domains) > 1:
+                broken.append(f"topology__{job.key}__{topo.level}")
+    if instance.policy.fairness_weight:
+        capacity = capacity_vector(instance.nodes)
+        for target in fair_targets(instance.queues, instance.jobs, capacity).values():
+            share = queue_used[target.queue][target.resource] / capacity[target.resource]
+            if target.share - share > 1e-6:
+                broken.append(f"fairness__{target.queue}")
+    return tuple(broken)
+
+
+# -- fragmentation as FGD measures it (trace-driven, online placement) -----------------------
+
+WorkloadShape = tuple[float, int, int, int, int, frozenset[str]]
+
+
+def workload_fragmentation(
+    flavor: str | None,
+    gpus: tuple[int, ...],
+    cpu_step: int,
+    memory_step: int,
+    shapes: tuple[WorkloadShape, ...],
+) -> float:
+    """The milli-GPU of one node that the workload's pods could not use, weighted by how
+    often each pod shape occurs (FGD, USENIX ATC'23): all of it for a pod that does not
+    fit at all, else the GPUs too small for its share (or not whole, for whole-GPU pods).
+
+    `gpus` is the free milli-GPU per GPU, sorted; CPU and memory are given as steps:
+    how many of the workload's distinct demands they cover; each shape is
+    (share, CPU step needed, memory step needed, GPUs, milli-GPU per GPU, models).
+    """
+    total = sum(gpus)
+    if total == 0:
+        return 0.0
+    whole = gpus.count(GPU_MILLI)
+    top = gpus[-1]
+    fragment = 0.0
+    for share, cpu_need, memory_need, count, milli, models in shapes:
+        if flavor not in models or cpu_step <= cpu_need or memory_step <= memory_need:
+            fragment += share * total
+        elif milli >= GPU_MILLI:
+            fragment += share * (total if whole < count else total - whole * GPU_MILLI)
+        elif top < milli:
+            fragment += share * total
+        else:
+            fragment += share * sum(g for g in gpus if g < milli)
+    return fragment

@@ -4,9 +4,14 @@ from __future__ import annotations
 
 from engine.errors import UsageError
 from engine.placement.greedy import GreedyPlacer
+from engine.placement.milp import MilpPlacer
 from engine.placement.plan import PlacementInstance, PlacementPlan, Placer
 
-SOLVERS: dict[str, Placer] = {"greedy": GreedyPlacer()}
+SOLVERS: dict[str, Placer] = {
+    "greedy": GreedyPlacer(),
+    "highs": MilpPlacer("highs"),
+    "cbc": MilpPlacer("cbc"),
+}
 
 
 def placer(name: str) -> Placer:

@@ -1,0 +1,312 @@
+"""A solver-neutral mixed-integer linear model, and the two backends that solve it.
+
+The placement model is built once, as plain rows and columns with names, and
+handed to HiGHS (through highspy) or CBC (through PuLP). Neither library is
+typed; everything untyped stays inside `_solve_highs` and `_solve_cbc`.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import warnings
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+INF = math.inf
+
+
+@dataclass(slots=True)
+class LinearModel:
+    """max c·x subject to lo <= A x <= hi and bounds; integer columns where flagged."""
+
+    col_names: list[str] = field(default_factory=list)
+    col_lower: list[float] = field(default_factory=list)
+    col_upper: list[float] = field(default_factory=list)
+    col_cost: list[float] = field(default_factory=list)
+    col_integer: list[bool] = field(default_factory=list)
+    row_names: list[str] = field(default_factory=list)
+    row_lower: list[float] = field(default_factory=list)
+    row_upper: list[float] = field(default_factory=list)
+    row_index: list[list[int]] = field(default_factory=list)
+    row_value: list[list[float]] = field(default_factory=list)
+    offset: float = 0.0
+
+    def var(
+        self,
+        name: str,
+        lower: float = 0.0,
+        upper: float = INF,
+        cost: float = 0.0,
+        integer: bool = True,
+    ) -> int:
+        self.col_names.append(name)
+        self.col_lower.append(lower)
+        self.col_upper.append(upper)
+        self.col_cost.append(cost)
+        self.col_integer.append(integer)
+        return len(self.col_names) - 1
+
+    def row(
+        self,
+        name: str,
+        terms: Iterable[tuple[int, float]],
+        lower: float = -INF,
+        upper: float = INF,
+    ) -> int | None:
+        """Add `lower <= sum(coef * x) <= upper`; terms on the same column add up. Empty rows are dropped."""
+        merged: dict[int, float] = {}
+        for col, coef in terms:
+            merged[col] = merged.get(col, 0.0) + coef
+        merged = {c: v for c, v in merged.items() if v != 0.0}
+        if not merged:
+            return None
+        self.row_names.append(name)
+        self.row_lower.append(lower)
+        self.row_upper.append(upper)
+        self.row_index.append(list(merged))
+        self.row_value.append(list(merged.values()))
+        return len(self.row_names) - 1
+
+    def with_bounds(self, lower: list[float], upper: list[float]) -> LinearModel:
+        """The same rows and costs with other column bounds (the rows are shared, not copied)."""
+        return LinearModel(
+            self.col_names,
+            lower,
+            upper,
+            self.col_cost,
+            self.col_integer,
+            self.row_names,
+            self.row_lower,
+            self.row_upper,
+            self.row_index,
+            self.row_value,
+            self.offset,
+        )
+
+    def add_cost(self, col: int, cost: float) -> None:
+        self.col_cost[col] += cost
+
+    @property
+    def num_cols(self) -> int:
+        return len(self.col_names)
+
+    @property
+    def num_rows(self) -> int:
+        return len(self.row_names)
+
+    def objective(self, x: Sequence[float]) -> float:
+        return self.offset + sum(c * v for c, v in zip(self.col_cost, x, strict=True) if c)
+
+    def violations(self, x: Sequence[float], tol: float = 1e-6) -> list[str]:
+        """Rows and bounds that `x` breaks (used to check a warm start before handing it over)."""
+        bad: list[str] = []
+        for j, v in enumerate(x):
+            if v < self.col_lower[j] - tol or v > self.col_upper[j] + tol:
+                bad.append(
+                    f"{self.col_names[j]} = {v} outside [{self.col_lower[j]}, {self.col_upper[j]}]"
+                )
+            elif self.col_integer[j] and abs(v - round(v)) > tol:
+                bad.append(f"{self.col_names[j]} = {v} is not integer")
+        for i, (idx, val) in enumerate(zip(self.row_index, self.row_value, strict=True)):
+            act = sum(x[j] * a for j, a in zip(idx, val, strict=True))
+            scale = tol * max(1.0, abs(act))
+            if act < self.row_lower[i] - scale or act > self.row_upper[i] + scale:
+                bad.append(
+                    f"{self.row_names[i]}: {act} outside [{self.row_lower[i]}, {self.row_upper[i]}]"
+                )
+        return bad
+
+    def activity(self, row: int, x: Sequence[float]) -> float:
+        return sum(x[j] * a for j, a in zip(self.row_index[row], self.row_value[row], strict=True))
+
+
+@dataclass(frozen=True, slots=True)
+class LinearSolution:
+    """What a backend found: values (None when it found nothing), objective, proven bound."""
+
+    status: str  # optimal | feasible | time-limit | infeasible | error
+    values: tuple[float, ...] | None
+    objective: float | None
+    bound: float | None
+    seconds: float
+    solver: str
+
+
+@dataclass(frozen=True, slots=True)
+class SolveLimits:
+    time_limit_s: float
+    gap: float
+    threads: int = 1
+    relax: bool = False  # solve the LP relaxation only
+    extra: tuple[tuple[str, float | int | bool | str], ...] = ()  # backend options, by name
+
+
+def solve(
+    model: LinearModel, solver: str, limits: SolveLimits, warm: Sequence[float] | None = None
+) -> LinearSolution:
+    """Solve with `solver` ('highs' or 'cbc'); `warm` is a feasible start (kept if nothing better)."""
+    started = time.perf_counter()
+    if model.num_cols == 0:  # nothing to decide: the constant is the optimum
+        return LinearSolution("optimal", (), model.offset, model.offset, 0.0, solver)
+    if solver == "highs":
+        result = _solve_highs(model, limits, warm)
+    elif solver == "cbc":
+        result = _solve_cbc(model, limits, warm)
+    else:
+        raise ValueError(f"unknown MILP backend {solver!r}")
+    status, values, objective, bound = result
+    return LinearSolution(
+        status=status,
+        values=values,
+        objective=objective,
+        bound=bound,
+        seconds=time.perf_counter() - started,
+        solver=solver,
+    )
+
+
+_Result = tuple[str, tuple[float, ...] | None, float | None, float | None]
+
+
+def _solve_highs(model: LinearModel, limits: SolveLimits, warm: Sequence[float] | None) -> _Result:
+    import highspy
+
+    h: Any = highspy.Highs()  # type: ignore[no-untyped-call]
+    h.setOptionValue("output_flag", bool(__import__("os").environ.get("HIGHS_LOG")))
+    h.setOptionValue("time_limit", max(0.05, float(limits.time_limit_s)))
+    h.setOptionValue("mip_rel_gap", float(limits.gap))
+    h.setOptionValue("threads", int(limits.threads))
+    h.setOptionValue("random_seed", 0)
+    for option, setting in limits.extra:
+        h.setOptionValue(option, setting)
+    lp: Any = highspy.HighsLp()
+    lp.num_col_ = model.num_cols
+    lp.num_row_ = model.num_rows
+    lp.col_cost_ = model.col_cost
+    lp.col_lower_ = model.col_lower
+    lp.col_upper_ = [u if u != INF else highspy.kHighsInf for u in model.col_upper]
+    lp.row_lower_ = [v if v != -INF else -highspy.kHighsInf for v in model.row_lower]
+    lp.row_upper_ = [v if v != INF else highspy.kHighsInf for v in model.row_upper]
+    lp.offset_ = model.offset
+    lp.sense_ = highspy.ObjSense.kMaximize
+    starts: list[int] = []
+    index: list[int] = []
+    value: list[float] = []
+    for idx, val in zip(model.row_index, model.row_value, strict=True):
+        starts.append(len(index))
+        index.extend(idx)
+        value.extend(val)
+    starts.append(len(index))
+    lp.a_matrix_.format_ = highspy.MatrixFormat.kRowwise
+    lp.a_matrix_.num_col_ = model.num_cols
+    lp.a_matrix_.num_row_ = model.num_rows
+    lp.a_matrix_.start_ = starts
+    lp.a_matrix_.index_ = index
+    lp.a_matrix_.value_ = value
+    if not limits.relax and any(model.col_integer):
+        lp.integrality_ = [
+            highspy.HighsVarType.kInteger if i else highspy.HighsVarType.kContinuous
+            for i in model.col_integer
+        ]
+    h.passModel(lp)
+    if warm is not None and not limits.relax:
+        start: Any = highspy.HighsSolution()
+        start.col_value = list(warm)
+        start.value_valid = True
+        h.setSolution(start)
+    h.run()
+    status: Any = h.getModelStatus()
+    info: Any = h.getInfo()
+    ms = highspy.HighsModelStatus
+    has_values = int(info.primal_solution_status) == 2  # kSolutionStatusFeasible
+    values = tuple(float(v) for v in h.getSolution().col_value) if has_values else None
+    objective = float(info.objective_function_value) if has_values else None
+    if status == ms.kOptimal:
+        state = "optimal"
+    elif status == ms.kInfeasible:
+        state = "infeasible"
+    elif status in (ms.kTimeLimit, ms.kInterrupt, ms.kIterationLimit, ms.kSolutionLimit):
+        state = "time-limit"
+    else:
+        state = "error"
+    if limits.relax or not any(model.col_integer):
+        bound = objective if state == "optimal" else None
+    else:
+        raw = float(info.mip_dual_bound)
+        bound = raw if math.isfinite(raw) and abs(raw) < 1e30 else None
+    if state == "time-limit" and values is not None:
+        state = "feasible"
+    return state, values, objective, bound
+
+
+def _solve_cbc(model: LinearModel, limits: SolveLimits, warm: Sequence[float] | None) -> _Result:
+    import pulp
+
+    prob: Any = pulp.LpProblem("placement", pulp.LpMaximize)
+    cols: list[Any] = []
+    for j in range(model.num_cols):
+        upper = model.col_upper[j]
+        cat = "Integer" if model.col_integer[j] and not limits.relax else "Continuous"
+        var: Any = prob.add_variable(
+            f"x{j}", lowBound=model.col_lower[j], upBound=None if upper == INF else upper, cat=cat
+        )
+        cols.append(var)
+    prob += pulp.lpSum(c * cols[j] for j, c in enumerate(model.col_cost) if c) + model.offset
+    for i, (idx, val) in enumerate(zip(model.row_index, model.row_value, strict=True)):
+        expr: Any = pulp.LpAffineExpression([(cols[j], a) for j, a in zip(idx, val, strict=True)])
+        lo, hi = model.row_lower[i], model.row_upper[i]
+        if lo == hi:
+            prob += (expr == lo), f"r{i}"
+        else:
+            if hi != INF:
+                prob += (expr <= hi), f"r{i}u"
+            if lo != -INF:
+                prob += (expr >= lo), f"r{i}l"
+    use_warm = warm is not None and not limits.relax
+    if use_warm:
+        assert warm is not None
+        for var, v in zip(cols, warm, strict=True):
+            var.setInitialValue(round(v) if var.cat == "Integer" else v)
+    with warnings.catch_warnings():
+        # PuLP 3 deprecates the bundled-CBC command; it is the one that ships with the wheel.
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return _run_cbc(prob, cols, model, limits, use_warm)
+
+
+def _run_cbc(
+    prob: Any, cols: list[Any], model: LinearModel, limits: SolveLimits, use_warm: bool
+) -> _Result:
+    import pulp
+
+    cmd: Any = pulp.PULP_CBC_CMD(
+        msg=False,
+        timeLimit=max(1, math.ceil(limits.time_limit_s)),
+        gapRel=float(limits.gap),
+        warmStart=use_warm,
+        threads=int(limits.threads),
+        mip=not limits.relax,
+    )
+    try:
+        prob.solve(cmd)
+    except pulp.PulpSolverError:
+        return "error", None, None, None
+    sol_status = int(prob.sol_status)
+    values_raw = [var.varValue for var in cols]
+    has_values = sol_status in (1, 2) and all(v is not None for v in values_raw)
+    values = tuple(float(v) for v in values_raw) if has_values else None
+    objective = model.objective(values) if values is not None else None
+    if sol_status == 1:
+        state = "optimal"
+    elif sol_status == 2:
+        state = "feasible"
+    elif sol_status == -1:
+        state = "infeasible"
+    else:
+        state = "error"
+    # CBC through PuLP does not report its dual bound: an optimal stop is within gapRel.
+    bound: float | None = None
+    if state == "optimal" and objective is not None:
+        bound = objective + (0.0 if limits.relax else float(limits.gap) * abs(objective))
+    return state, values, objective, bound

@@ -1,0 +1,945 @@
+"""Trace-driven placement (BENCHMARKS.md §1): pods arrive on a GPU cluster and stay.
+
+Three ways to place them, all pure and seeded by the caller:
+- online: each pod on arrival, never moved. A single pod with everything else
+  fixed is a MILP whose optimum is found by enumerating the nodes: the node whose
+  workload fragmentation (objective.workload_fragmentation) grows least.
+- batch: a commit of pods at a time; each goes online-style, then exact MILPs over
+  windows of the nodes the commit touched re-place the commit's pods and let waiting
+  pods in. Earlier commits never move.
+- re-optimise: after all arrivals, exact MILPs re-solve windows of nodes with every
+  pod there free to move at a cost (partitioned solves, the POP idea), until a time
+  budget is spent.
+
+Nodes in the same state are scored once: states are grouped by node kind, free GPU
+per GPU, and CPU and memory bucketed by the demands that occur (exact for every
+comparison the score makes).
+"""
+
+from __future__ import annotations
+
+import bisect
+import time
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+
+from engine.model import (
+    GPU_MILLI,
+    ClusterSpec,
+    FlavorQuota,
+    GpuFlavor,
+    Job,
+    Node,
+    Placement,
+    Policy,
+    PriorityClass,
+    Queue,
+    ReplicaPlacement,
+    Resources,
+)
+from engine.placement.greedy import Fit, Packing
+from engine.placement.linear import LinearModel, SolveLimits, solve
+from engine.placement.objective import WorkloadShape, workload_fragmentation
+from engine.placement.plan import (
+    JobOutcome,
+    OutcomeStatus,
+    PlacementInstance,
+    PlacementPlan,
+    SolveStats,
+)
+
+QUEUE = "trace"
+NOW = "2026-11-22T12:00:00+00:00"
+ShapeKey = tuple[int, int, int, int, tuple[str, ...]]  # CPU, memory, GPUs, milli, models
+
+
+@dataclass(frozen=True, slots=True)
+class TracePod:
+    """One pod of a trace: per-pod CPU and memory; whole GPUs, or a share of one GPU."""
+
+    name: str
+    cpu_milli: int
+    memory_mib: int
+    num_gpu: int
+    gpu_milli: int  # per GPU
+    models: tuple[str, ...] = ()  # allowed GPU models; empty: any
+
+    @property
+    def total_gpu_milli(self) -> int:
+        return self.num_gpu * self.gpu_milli
+
+    @property
+    def shape(self) -> tuple[int, int, int, int, tuple[str, ...]]:
+        return (self.cpu_milli, self.memory_mib, self.num_gpu, self.gpu_milli, self.models)
+
+    def job(self, index: int) -> Job:
+        return Job(
+            name=f"{index:06d}-{self.name}",
+            queue=QUEUE,
+            replicas=1,
+            resources=Resources(self.total_gpu_milli, self.cpu_milli, self.memory_mib),
+            priority_class="trace",
+            priority=0,
+            gpu_flavors=self.models,
+            preemptible=True,
+            submitted_at=f"{index:09d}",
+        )
+
+
+def trace_cluster_spec(nodes: Sequence[Node]) -> ClusterSpec:
+    models = sorted({n.flavor for n in nodes if n.flavor})
+    return ClusterSpec(
+        name="trace",
+        topology_levels=(),
+        gpu_flavors=tuple(GpuFlavor(m, m, 0) for m in models),
+        priority_classes=(PriorityClass("trace", 0),),
+        default_priority_class="trace",
+    )
+
+
+def trace_queue(nodes: Sequence[Node]) -> Queue:
+    """One queue whose quota is the whole cluster: the trace has no tenants."""
+    models = sorted({n.flavor for n in nodes if n.flavor})
+    return Queue(
+        name=QUEUE,
+        team=QUEUE,
+        quotas=tuple(FlavorQuota(m, 10**12) for m in models),
+    )
+
+
+def sample_arrivals(
+    pods: Sequence[TracePod], capacity_milli: int, demand: float, draw: Callable[[int], int]
+) -> list[TracePod]:
+    """Pods drawn with replacement (`draw(n)` gives an index below n) until the GPU asked
+    for would pass `demand` times the cluster's milli-GPU (the FGD paper's protocol)."""
+    out: list[TracePod] = []
+    asked = 0
+    limit = demand * capacity_milli
+    while True:
+        pod = pods[draw(len(pods))]
+        if asked + pod.total_gpu_milli > limit:
+            return out
+        asked += pod.total_gpu_milli
+        out.append(pod)
+
+
+# -- the workload, as FGD sees it ------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    """Pod shapes of the trace with their share of GPU pods, and the demand thresholds."""
+
+    shapes: tuple[WorkloadShape, ...]  # share, CPU step, memory step, GPUs, milli, models
+    cpu_steps: tuple[int, ...]
+    memory_steps: tuple[int, ...]
+
+    @staticmethod
+    def of(pods: Iterable[TracePod], models: Iterable[str]) -> Workload:
+        pods = list(pods)
+        every = frozenset(models)
+        counts = Counter(
+            (p.cpu_milli, p.memory_mib, p.num_gpu, p.gpu_milli, p.models)
+            for p in pods
+            if p.num_gpu > 0
+        )
+        total = sum(counts.values()) or 1
+        cpu_steps = tuple(sorted({p.cpu_milli for p in pods}))
+        memory_steps = tuple(sorted({p.memory_mib for p in pods}))
+        shapes = tuple(
+            (
+                n / total,
+                bisect.bisect_left(cpu_steps, cpu),
+                bisect.bisect_left(memory_steps, mem),
+                k,
+                milli,
+                frozenset(ms) if ms else every,
+            )
+            for (cpu, mem, k, milli, ms), n in sorted(counts.items())
+        )
+        return Workload(shapes, cpu_steps, memory_steps)
+
+
+# -- the cluster while pods arrive ------------------------------------------------------------
+
+
+State = tuple[
+    int, tuple[int, ...], int, int
+]  # node kind, free per GPU (sorted), CPU step, memory step
+
+
+@dataclass(slots=True)
+class TraceCluster:
+    """Exact free capacity per node and GPU, and the nodes grouped by state for scoring."""
+
+    nodes: list[Node]
+    workload: Workload
+    gpu_free: list[list[int]] = field(default_factory=list)
+    cpu_free: list[int] = field(default_factory=list)
+    memory_free: list[int] = field(default_factory=list)
+    kind: list[int] = field(default_factory=list)
+    kinds: list[Node] = field(default_factory=list)
+    groups: dict[State, list[int]] = field(default_factory=dict)
+    state_of: list[State] = field(default_factory=list)
+    placed: dict[int, tuple[int, tuple[int, ...], int]] = field(default_factory=dict)
+    _frag: dict[State, float] = field(default_factory=dict)
+
+    @staticmethod
+    def of(nodes: Sequence[Node], workload: Workload) -> TraceCluster:
+        c = TraceCluster(list(nodes), workload)
+        kind_ids: dict[tuple[object, ...], int] = {}
+        for n in c.nodes:
+            key = (n.flavor, n.gpus, n.cpu_milli, n.memory_mib)
+            if key not in kind_ids:
+                kind_ids[key] = len(c.kinds)
+                c.kinds.append(n)
+            c.kind.append(kind_ids[key])
+            c.gpu_free.append([GPU_MILLI] * n.gpus)
+            c.cpu_free.append(n.cpu_milli)
+            c.memory_free.append(n.memory_mib)
+        c.state_of = [c._state(i) for i in range(len(c.nodes))]
+        for i, s in enumerate(c.state_of):
+            c.groups.setdefault(s, []).append(i)
+        return c
+
+    def _state(self, i: int) -> State:
+        return (
+            self.kind[i],
+            tuple(sorted(self.gpu_free[i])),
+            bisect.bisect_right(self.workload.cpu_steps, self.cpu_free[i]),
+            bisect.bisect_right(self.workload.memory_steps, self.memory_free[i]),
+        )
+
+    def _regroup(self, i: int) -> None:
+        old = self.state_of[i]
+        members = self.groups[old]
+        members.pop(bisect.bisect_left(members, i))
+        if not members:
+            del self.groups[old]
+        new = self._state(i)
+        self.state_of[i] = new
+        bisect.insort(self.groups.setdefault(new, []), i)
+
+    @property
+    def allocated_milli(self) -> int:
+        return sum(
+            n.gpus * GPU_MILLI - sum(f) for n, f in zip(self.nodes, self.gpu_free, strict=True)
+        )
+
+    @property
+    def capacity_milli(self) -> int:
+        return sum(n.gpus for n in self.nodes) * GPU_MILLI
+
+    def fits(self, i: int, pod: TracePod) -> bool:
+        node = self.nodes[i]
+        if pod.models and node.flavor not in pod.models:
+            return False
+        if pod.num_gpu and node.gpus == 0:
+            return False
+        if self.cpu_free[i] < pod.cpu_milli or self.memory_free[i] < pod.memory_mib:
+            return False
+        return self.gpu_choice(i, pod) is not None
+
+    def fits_kind(self, i: int, pod: TracePod) -> bool:
+        """Whether the pod could ever run on node i (its model, CPU, memory and GPU count)."""
+        node = self.nodes[i]
+        if pod.models and node.flavor not in pod.models:
+            return False
+        if pod.cpu_milli > node.cpu_milli or pod.memory_mib > node.memory_mib:
+            return False
+        return pod.num_gpu <= node.gpus
+
+    def gpu_choice(self, i: int, pod: TracePod) -> tuple[int, ...] | None:
+        """GPUs for the pod on node i: the lowest whole free GPUs, or the fullest GPU that
+        still takes the share (the GPU choice a single-pod solve makes)."""
+        free = self.gpu_free[i]
+        if pod.num_gpu == 0:
+            return ()
+        if pod.gpu_milli >= GPU_MILLI:
+            whole = [g for g, f in enumerate(free) if f == GPU_MILLI]
+            return tuple(whole[: pod.num_gpu]) if len(whole) >= pod.num_gpu else None
+        fitting = [(f, g) for g, f in enumerate(free) if f >= pod.gpu_milli]
+        return (min(fitting)[1],) if fitting else None
+
+    def place(self, key: int, pod: TracePod, i: int, gpus: tuple[int, ...]) -> None:
+        for g in gpus:
+            self.gpu_free[i][g] -= pod.gpu_milli
+        self.cpu_free[i] -= pod.cpu_milli
+        self.memory_free[i] -= pod.memory_mib
+        self.placed[key] = (i, gpus, pod.gpu_milli)
+        self._regroup(i)
+
+    def remove(self, key: int, pod: TracePod) -> None:
+        i, gpus, milli = self.placed.pop(key)
+        for g in gpus:
+            self.gpu_free[i][g] += milli
+        self.cpu_free[i] += pod.cpu_milli
+        self.memory_free[i] += pod.memory_mib
+        self._regroup(i)
+
+    # -- scoring ------------------------------------------------------------------------
+    def fragmentation(self, state: State) -> float:
+        found = self._frag.get(state)
+        if found is None:
+            kind, gpus, cpu_step, mem_step = state
+            node = self.kinds[kind]
+            found = workload_fragmentation(
+                node.flavor, gpus, cpu_step, mem_step, self.workload.shapes
+            )
+            self._frag[state] = found
+        return found
+
+    def choose(self, pod: TracePod, policy: str) -> tuple[int, tuple[int, ...]] | None:
+        """Where a pod goes on its own: `fgd` (least growth of workload fragmentation, then
+        best fit) or `bestfit` (least GPU left on the node, then least CPU)."""
+        best: tuple[float, ...] | None = None
+        choice: tuple[int, tuple[int, ...]] | None = None
+        cpu_step_need = bisect.bisect_left(self.workload.cpu_steps, pod.cpu_milli)
+        mem_step_need = bisect.bisect_left(self.workload.memory_steps, pod.memory_mib)
+        for state, members in self.groups.items():
+            kind, gpus, cpu_step, mem_step = state
+            node = self.kinds[kind]
+            if pod.models and node.flavor not in pod.models:
+                continue
+            if cpu_step <= cpu_step_need or mem_step <= mem_step_need:
+                continue
+            if pod.num_gpu:
+                if pod.gpu_milli >= GPU_MILLI:
+                    if gpus.count(GPU_MILLI) < pod.num_gpu:
+                        continue
+                elif not gpus or gpus[-1] < pod.gpu_milli:
+                    continue
+            i = members[0]
+            if self.cpu_free[i] < pod.cpu_milli or self.memory_free[i] < pod.memory_mib:
+                i = next(
+                    (
+                        m
+                        for m in members
+                        if self.cpu_free[m] >= pod.cpu_milli
+                        and self.memory_free[m] >= pod.memory_mib
+                    ),
+                    -1,
+                )
+                if i < 0:
+                    continue
+            gpu_sets = self._gpu_options(i, pod)
+            for chosen in gpu_sets:
+                left = sum(gpus) - pod.total_gpu_milli
+                if policy == "bestfit":
+                    score: tuple[float, ...] = (left, self.cpu_free[i] - pod.cpu_milli, i)
+                else:
+                    after = self._after(i, pod, chosen)
+                    delta = self.fragmentation(after) - self.fragmentation(state)
+                    score = (round(delta, 9), left, i)
+                if best is None or score < best:
+                    best, choice = score, (i, chosen)
+        return choice
+
+    def _gpu_options(self, i: int, pod: TracePod) -> list[tuple[int, ...]]:
+        if pod.num_gpu == 0:
+            return [()]
+        free = self.gpu_free[i]
+        if pod.gpu_milli >= GPU_MILLI:
+            choice = self.gpu_choice(i, pod)
+            return [choice] if choice is not None else []
+        seen: dict[int, int] = {}
+        for g, f in enumerate(free):
+            if f >= pod.gpu_milli and f not in seen:
+                seen[f] = g
+        return [(g,) for g in seen.values()]
+
+    def _after(self, i: int, pod: TracePod, gpus: tuple[int, ...]) -> State:
+        free = list(self.gpu_free[i])
+        for g in gpus:
+            free[g] -= pod.gpu_milli
+        return (
+            self.kind[i],
+            tuple(sorted(free)),
+            bisect.bisect_right(self.workload.cpu_steps, self.cpu_free[i] - pod.cpu_milli),
+            bisect.bisect_right(self.workload.memory_steps, self.memory_free[i] - pod.memory_mib),
+        )
+
+
+# -- runs ---------------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class TraceRun:
+    """The outcome of one arrival sequence under one policy."""
+
+    arrivals: list[TracePod]
+    cluster: TraceCluster
+    curve: list[float]  # allocation ratio at every 1% of arrived demand
+    pending: list[int] = field(default_factory=list)
+    moves: int = 0
+    solves: int = 0
+    seconds: float = 0.0
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def origin(self) -> dict[int, tuple[int, tuple[int, ...]]]:
+        return {k: (i, gpus) for k, (i, gpus, _) in self.cluster.placed.items()}
+
+    @property
+    def allocation(self) -> float:
+        return self.cluster.allocated_milli / self.cluster.capacity_milli
+
+
+def _curve_points(arrivals: Sequence[TracePod], capacity: int, demand: float) -> list[int]:
+    """Arrival index after which each 1% of demand (of the cluster's capacity) has arrived."""
+    marks: list[int] = []
+    asked = 0
+    step = capacity / 100
+    for i, pod in enumerate(arrivals):
+        asked += pod.total_gpu_milli
+        while len(marks) < int(demand * 100) and asked >= (len(marks) + 1) * step:
+            marks.append(i)
+    return marks
+
+
+def run_online(
+    nodes: Sequence[Node],
+    arrivals: Sequence[TracePod],
+    workload: Workload,
+    policy: str,
+    demand: float,
+) -> TraceRun:
+    """Each pod on arrival, never moved: `fgd` (gitsched's single-pod solve), `bestfit`."""
+    started = time.perf_counter()
+    cluster = TraceCluster.of(nodes, workload)
+    marks = set(_curve_points(arrivals, cluster.capacity_milli, demand))
+    run = TraceRun(list(arrivals), cluster, [])
+    for k, pod in enumerate(arrivals):
+        choice = cluster.choose(pod, policy)
+        if choice is None:
+            run.pending.append(k)
+        else:
+            cluster.place(k, pod, *choice)
+        if k in marks:
+            run.curve.append(cluster.allocated_milli / cluster.capacity_milli)
+    run.seconds = time.perf_counter() - started
+    return run
+
+
+def run_greedy(
+    nodes: Sequence[Node],
+    arrivals: Sequence[TracePod],
+    workload: Workload,
+    demand: float,
+    commit: int = 1,
+) -> TraceRun:
+    """The greedy baseline (greedy.py's packing: priority order, best fit) with commits of
+    `commit` pods; a pod that does not fit waits and is tried again at the next commit."""
+    started = time.perf_counter()
+    instance = trace_instance(nodes, [])
+    packing = Packing(instance)
+    cluster = TraceCluster.of(nodes, workload)
+    marks = set(_curve_points(arrivals, cluster.capacity_milli, demand))
+    run = TraceRun(list(arrivals), cluster, [])
+    index = {n.name: i for i, n in enumerate(nodes)}
+    waiting: list[int] = []
+    # No pod leaves, so free capacity only shrinks: a shape that found no room never will.
+    hopeless: set[ShapeKey] = set()
+    for start in range(0, len(arrivals), commit):
+        batch = list(range(start, min(start + commit, len(arrivals))))
+        still: list[int] = []
+        for k in (waiting + batch) if commit > 1 else batch:
+            if arrivals[k].shape in hopeless:
+                still.append(k)
+                continue
+            job = arrivals[k].job(k)
+            found = packing.find(job)
+            if isinstance(found, Fit):
+                packing.commit(job, found)
+                replica = found.replicas[0]
+                cluster.place(k, arrivals[k], index[replica.node], replica.gpus)
+            else:
+                hopeless.add(arrivals[k].shape)
+                still.append(k)
+        waiting = still
+        for k in batch:
+            if k in marks:
+                run.curve.append(cluster.allocated_milli / cluster.capacity_milli)
+    run.pending = waiting
+    run.seconds = time.perf_counter() - started
+    return run
+
+
+def trace_instance(
+    nodes: Sequence[Node],
+    jobs: Sequence[Job],
+    current: dict[str, Placement] | None = None,
+    policy: Policy | None = None,
+) -> PlacementInstance:
+    return PlacementInstance(
+        cluster=trace_cluster_spec(nodes),
+        nodes=tuple(nodes),
+        queues=(trace_queue(nodes),),
+        jobs=tuple(jobs),
+        current=current or {},
+        policy=policy or Policy(),
+        now=NOW,
+    )
+
+
+def _placement(cluster: TraceCluster, k: int, pod: TracePod) -> Placement:
+    i, gpus, milli = cluster.placed[k]
+    node = cluster.nodes[i]
+    return Placement(
+        pod.job(k).key,
+        node.flavor if pod.num_gpu else None,
+        (ReplicaPlacement(node.name, gpus, milli if gpus else 0),),
+        started_at=NOW,
+    )
+
+
+def _worth_trying(
+    cluster: TraceCluster,
+    window: list[int],
+    candidates: list[int],
+    arrivals: Sequence[TracePod],
+    movable: bool = False,
+) -> list[int]:
+    """Waiting pods that fit some window node (an empty one, when the pods there may move),
+    at most as many of a shape as the window's free capacity could take."""
+    free_gpu = sum(sum(cluster.gpu_free[i]) for i in window)
+    free_cpu = sum(cluster.cpu_free[i] for i in window)
+    if free_gpu <= 0 and free_cpu <= 0:
+        return []
+    by_shape: dict[tuple[object, ...], list[int]] = defaultdict(list)
+    for k in candidates:
+        by_shape[arrivals[k].shape].append(k)
+    kinds = {cluster.kind[i] for i in window}
+    out = []
+    for keys in by_shape.values():
+        pod = arrivals[keys[0]]
+        if movable:
+            if not any(_fits_empty(cluster.kinds[kind], pod) for kind in kinds):
+                continue
+        elif not any(cluster.fits(i, pod) for i in window):
+            continue
+        cap = len(keys)
+        if pod.total_gpu_milli:
+            cap = min(cap, free_gpu // pod.total_gpu_milli + 1)
+        if pod.cpu_milli:
+            cap = min(cap, free_cpu // pod.cpu_milli + 1)
+        out.extend(keys[:cap])
+    return sorted(out)
+
+
+def _fits_empty(node: Node, pod: TracePod) -> bool:
+    if pod.models and node.flavor not in pod.models:
+        return False
+    if pod.cpu_milli > node.cpu_milli or pod.memory_mib > node.memory_mib:
+        return False
+    return pod.num_gpu <= node.gpus
+
+
+def run_batch(
+    nodes: Sequence[Node],
+    arrivals: Sequence[TracePod],
+    workload: Workload,
+    demand: float,
+    backend: str,
+    commit: int = 100,
+    window_nodes: int = 8,
+    window_limit_s: float = 0.5,
+) -> TraceRun:
+    """Commits of `commit` pods. Each pod of a commit goes where a single-pod solve puts it;
+    then exact MILPs over the nodes the commit touched (in windows) re-place the commit's
+    pods and let waiting pods in. Earlier commits never move; a pod that does not fit waits
+    and is reconsidered at every later commit, as a job in a cluster repo would be."""
+    started = time.perf_counter()
+    cluster = TraceCluster.of(nodes, workload)
+    marks = set(_curve_points(arrivals, cluster.capacity_milli, demand))
+    run = TraceRun(list(arrivals), cluster, [])
+    waiting: list[int] = []
+    for start in range(0, len(arrivals), commit):
+        batch = list(range(start, min(start + commit, len(arrivals))))
+        touched: set[int] = set()
+        for k in batch:
+            choice = cluster.choose(arrivals[k], "fgd")
+            if choice is None:
+                waiting.append(k)
+            else:
+                cluster.place(k, arrivals[k], *choice)
+                touched.add(choice[0])
+        if waiting and touched:
+            ordered = sorted(touched, key=lambda i: (cluster.kind[i], i))
+            for w in range(0, len(ordered), window_nodes):
+                window = ordered[w : w + window_nodes]
+                waiting = window_solve(
+                    run, waiting, window, backend, window_limit_s, 0.01, True, set(batch)
+                )
+        for k in batch:
+            if k in marks:
+                run.curve.append(cluster.allocated_milli / cluster.capacity_milli)
+    run.pending = waiting
+    run.seconds = time.perf_counter() - started
+    return run
+
+
+def reoptimise(
+    run: TraceRun,
+    backend: str,
+    budget_s: float,
+    window_nodes: int = 8,
+    window_limit_s: float = 0.5,
+    move_weight: float = 0.01,
+) -> TraceRun:
+    """Windows of nodes re-solved exactly (every pod on them free to move, at a small cost
+    per move, and every waiting pod free to come in), until the time budget is spent.
+    Windows pair the nodes with the most free GPU with full nodes of the same kind."""
+    started = time.perf_counter()
+    cluster = run.cluster
+    waiting = sorted(run.pending)
+    rounds = 0
+    while time.perf_counter() - started < budget_s:
+        windows = _windows(cluster, window_nodes, rounds)
+        if not windows:
+            break
+        improved = False
+        for window in windows:
+            left = budget_s - (time.perf_counter() - started)
+            if left <= 0:
+                break
+            before = cluster.allocated_milli
+            waiting = window_solve(
+                run, waiting, window, backend, min(window_limit_s, left), move_weight, movable=True
+            )
+            improved |= cluster.allocated_milli > before
+        rounds += 1
+        if not improved and rounds > 1:
+            break
+    run.pending = waiting
+    run.seconds += time.perf_counter() - started
+    run.notes.append(f"{rounds} rounds of windows")
+    return run
+
+
+def window_solve(
+    run: TraceRun,
+    waiting: list[int],
+    window: list[int],
+    backend: str,
+    time_limit_s: float,
+    move_weight: float,
+    movable: bool,
+    only: set[int] | None = None,
+) -> list[int]:
+    """One exact MILP over a window of nodes, GPU by GPU: which waiting pods come in, and
+    (when `movable`) where the pods already there go (`only` these, if given). No pod
+    already placed is dropped. Returns the pods still waiting."""
+    cluster = run.cluster
+    arrivals = run.arrivals
+    inside = set(window)
+    here = (
+        [
+            k
+            for k, (i, _, _) in cluster.placed.items()
+            if i in inside and (only is None or k in only)
+        ]
+        if movable
+        else []
+    )
+    tried = _worth_trying(cluster, window, waiting, arrivals, movable)
+    if not tried:
+        return waiting
+    untried = sorted(set(waiting) - set(tried))
+    origin = {k: (cluster.placed[k][0], cluster.placed[k][1]) for k in here}
+    for k in here:
+        cluster.remove(k, arrivals[k])
+    lp, cols, shapes = _window_model(cluster, window, here, tried, arrivals, origin, move_weight)
+    solution = solve(
+        lp,
+        backend,
+        SolveLimits(max(0.1, time_limit_s), 0.0),
+        _window_start(lp, cols, here, arrivals, origin),
+    )
+    run.solves += 1
+    placed = _window_apply(run, window, here, tried, shapes, cols, solution.values, origin)
+    if movable and not placed:
+        for k in here:  # nothing better found: put everything back where it was
+            i, gpus = origin[k]
+            cluster.place(k, arrivals[k], i, gpus)
+        return waiting
+    return sorted(untried + [k for k in tried if k not in cluster.placed])
+
+
+def _window_model(
+    cluster: TraceCluster,
+    window: list[int],
+    here: list[int],
+    tried: list[int],
+    arrivals: Sequence[TracePod],
+    origin: dict[int, tuple[int, tuple[int, ...]]],
+    move_weight: float,
+) -> tuple[
+    LinearModel, dict[tuple[ShapeKey, int, int], int], dict[ShapeKey, tuple[TracePod, int, int]]
+]:
+    """Columns: pods of a shape per (node, GPU) for shares, per node for whole GPUs and CPU-only
+    pods; GPU g of node n given to whole-GPU pods; a bonus for a pod that stays put."""
+    lp = LinearModel()
+    shapes: dict[ShapeKey, tuple[TracePod, int, int]] = {}
+    for group, keys in (("here", here), ("waiting", tried)):
+        for k in keys:
+            pod = arrivals[k]
+            old = shapes.get(pod.shape, (pod, 0, 0))
+            shapes[pod.shape] = (pod, old[1] + (group == "here"), old[2] + (group == "waiting"))
+    stays: dict[tuple[ShapeKey, int, int], int] = defaultdict(int)
+    for k in here:
+        i, gpus = origin[k]
+        stays[
+            (arrivals[k].shape, i, gpus[0] if arrivals[k].gpu_milli < GPU_MILLI and gpus else -1)
+        ] += 1
+    cols: dict[tuple[ShapeKey, int, int], int] = {}
+    count_terms: dict[ShapeKey, list[tuple[int, float]]] = defaultdict(list)
+    for i in window:
+        node = cluster.nodes[i]
+        tag = node.name
+        free = cluster.gpu_free[i]
+        whole_cols = []
+        cpu_terms: list[tuple[int, float]] = []
+        mem_terms: list[tuple[int, float]] = []
+        share_terms: dict[int, list[tuple[int, float]]] = defaultdict(list)
+        for key, (pod, _, _) in shapes.items():
+            if not cluster.fits_kind(i, pod):
+                continue
+            if pod.num_gpu and pod.gpu_milli < GPU_MILLI:
+                for g, f in enumerate(free):
+                    if f >= pod.gpu_milli:
+                        c = lp.var(f"share__{key[3]}x{key[0]}__{tag}_{g}", 0, f // pod.gpu_milli)
+                        cols[(key, i, g)] = c
+                        share_terms[g].append((c, float(pod.gpu_milli)))
+                        count_terms[key].append((c, 1.0))
+                        cpu_terms.append((c, float(pod.cpu_milli)))
+                        mem_terms.append((c, float(pod.memory_mib)))
+                        lp.add_cost(c, pod.total_gpu_milli / GPU_MILLI)
+            else:
+                c = lp.var(f"pods__{key[2]}x{key[0]}__{tag}", 0, max(1, len(free)))
+                cols[(key, i, -1)] = c
+                count_terms[key].append((c, 1.0))
+                cpu_terms.append((c, float(pod.cpu_milli)))
+                mem_terms.append((c, float(pod.memory_mib)))
+                lp.add_cost(c, pod.total_gpu_milli / GPU_MILLI if pod.num_gpu else 1e-4)
+                if pod.num_gpu:
+                    whole_cols.append((c, float(pod.num_gpu)))
+        if whole_cols:
+            given = []
+            for g, f in enumerate(free):
+                if f == GPU_MILLI:
+                    u = lp.var(f"whole__{tag}_{g}", 0, 1)
+                    given.append((u, -1.0))
+                    share_terms[g].append((u, float(GPU_MILLI)))
+            lp.row(f"whole__{tag}", whole_cols + given, lower=0, upper=0)
+        for g, terms in share_terms.items():
+            lp.row(f"gpu__{tag}_{g}", terms, upper=free[g])
+        lp.row(f"cpu__{tag}", cpu_terms, upper=cluster.cpu_free[i])
+        lp.row(f"memory__{tag}", mem_terms, upper=cluster.memory_free[i])
+    for key, (_pod, here_count, wait_count) in shapes.items():
+        lp.row(f"pods__{key}", count_terms[key], lower=here_count, upper=here_count + wait_count)
+    for (key, i, g), n in stays.items():
+        kept = cols.get((key, i, g))
+        if kept is not None and move_weight:
+            t = lp.var(f"stays__{key}__{i}_{g}", 0, n, cost=move_weight)
+            lp.row(f"stays__{key}__{i}_{g}", [(t, 1.0), (kept, -1.0)], upper=0)
+    return lp, cols, shapes
+
+
+def _window_start(
+    lp: LinearModel,
+    cols: dict[tuple[ShapeKey, int, int], int],
+    here: list[int],
+    arrivals: Sequence[TracePod],
+    origin: dict[int, tuple[int, tuple[int, ...]]],
+) -> list[float] | None:
+    """Everything where it was and nothing new: the warm start (always feasible)."""
+    x = [0.0] * lp.num_cols
+    index = {name: c for c, name in enumerate(lp.col_names)}
+    for k in here:
+        pod = arrivals[k]
+        i, gpus = origin[k]
+        share = pod.num_gpu and pod.gpu_milli < GPU_MILLI
+        c = cols.get((pod.shape, i, gpus[0] if share else -1))
+        if c is None:
+            return None
+        x[c] += 1
+        if pod.num_gpu and not share:
+            for g in gpus:
+                u = index.get(f"whole__{lp.col_names[c].split('__')[-1]}_{g}")
+                if u is None:
+                    return None
+                x[u] = 1.0
+    for c, name in enumerate(lp.col_names):
+        if name.startswith("stays__"):
+            (row,) = [r for r, rn in enumerate(lp.row_names) if rn == name]
+            other = next(j for j in lp.row_index[row] if j != c)
+            x[c] = min(lp.col_upper[c], x[other])
+    return x if not lp.violations(x) else None
+
+
+def allocation_bound(nodes: Sequence[Node], pods: Sequence[TracePod], backend: str) -> float:
+    """An upper bound of the GPU allocation ratio: the LP relaxation of placing the pods on
+    the cluster with nodes of a kind pooled (capacity, GPU counts, CPU, memory, and
+    floor(GPUs / s) items of s GPUs or more per node)."""
+    kinds: dict[tuple[object, ...], list[Node]] = defaultdict(list)
+    for n in nodes:
+        kinds[(n.flavor, n.gpus, n.cpu_milli, n.memory_mib)].append(n)
+    counts = Counter(p.shape for p in pods)
+    example = {p.shape: p for p in pods}
+    lp = LinearModel()
+    per_shape: dict[ShapeKey, list[tuple[int, float]]] = defaultdict(list)
+    for kid, members in enumerate(kinds.values()):
+        node, m = members[0], len(members)
+        milli, cpu, mem, count = [], [], [], []
+        items: dict[int, list[tuple[int, float]]] = defaultdict(list)
+        for key, pod in example.items():
+            if pod.models and node.flavor not in pod.models:
+                continue
+            if pod.cpu_milli > node.cpu_milli or pod.memory_mib > node.memory_mib:
+                continue
+            if pod.num_gpu > node.gpus:
+                continue
+            x = lp.var(
+                f"pods__{key}__{kid}", 0, counts[key], cost=pod.total_gpu_milli, integer=False
+            )
+            per_shape[key].append((x, 1.0))
+            milli.append((x, float(pod.total_gpu_milli)))
+            cpu.append((x, float(pod.cpu_milli)))
+            mem.append((x, float(pod.memory_mib)))
+            if pod.num_gpu and (pod.gpu_milli >= GPU_MILLI or pod.gpu_milli > GPU_MILLI // 2):
+                count.append((x, float(pod.num_gpu)))
+            if pod.gpu_milli >= GPU_MILLI and pod.num_gpu > 1:
+                items[pod.num_gpu].append((x, 1.0))
+        lp.row(f"gpu__{kid}", milli, upper=m * node.gpus * GPU_MILLI)
+        lp.row(f"gpus__{kid}", count, upper=m * node.gpus)
+        lp.row(f"cpu__{kid}", cpu, upper=m * node.cpu_milli)
+        lp.row(f"memory__{kid}", mem, upper=m * node.memory_mib)
+        for size in items:
+            terms = [(c, v * (a // size)) for a in items if a >= size for c, v in items[a]]
+            lp.row(f"items__{kid}__{size}", terms, upper=m * (node.gpus // size))
+    for key, terms in per_shape.items():
+        lp.row(f"arrived__{key}", terms, upper=counts[key])
+    result = solve(lp, backend, SolveLimits(60.0, 0.0, relax=True))
+    capacity = sum(n.gpus for n in nodes) * GPU_MILLI
+    return min(1.0, (result.objective or capacity) / capacity)
+
+
+def _window_apply(
+    run: TraceRun,
+    window: list[int],
+    here: list[int],
+    tried: list[int],
+    shapes: dict[ShapeKey, tuple[TracePod, int, int]],
+    cols: dict[tuple[ShapeKey, int, int], int],
+    values: tuple[float, ...] | None,
+    origin: dict[int, tuple[int, tuple[int, ...]]],
+) -> bool:
+    """Put pods where the solution says (a pod that was here keeps its old place when the
+    solution has one of its shape there). All or nothing: False leaves the window empty."""
+    if values is None:
+        return False
+    cluster = run.cluster
+    arrivals = run.arrivals
+    slots: dict[ShapeKey, list[tuple[int, int]]] = defaultdict(list)
+    for (key, i, g), c in cols.items():
+        slots[key].extend([(i, g)] * round(values[c]))
+    assigned: list[tuple[int, int, int]] = []
+    rest: list[int] = []
+    for k in here:
+        pod = arrivals[k]
+        i, was_on = origin[k]
+        slot = (i, was_on[0] if pod.num_gpu and pod.gpu_milli < GPU_MILLI else -1)
+        if slot in slots[pod.shape]:
+            slots[pod.shape].remove(slot)
+            assigned.append((k, *slot))
+        else:
+            rest.append(k)
+    for k in rest + tried:
+        free = slots[arrivals[k].shape]
+        if free:
+            assigned.append((k, *free.pop(0)))
+        elif k in origin:
+            return False
+
+    def rank(t: tuple[int, int, int]) -> tuple[int, int]:
+        # Shares first (their GPU is given), then whole GPUs, then CPU-only pods.
+        pod = arrivals[t[0]]
+        return (0 if t[2] >= 0 else 1 if pod.num_gpu else 2, t[0])
+
+    done: list[int] = []
+    for k, i, g in sorted(assigned, key=rank):
+        pod = arrivals[k]
+        gpus: tuple[int, ...] | None
+        if g >= 0:
+            gpus = (g,)
+        elif k in origin and origin[k][0] == i and _fits_on(cluster, i, pod, origin[k][1]):
+            gpus = origin[k][1]
+        else:
+            gpus = cluster.gpu_choice(i, pod)
+        if gpus is None or not _fits_on(cluster, i, pod, gpus):
+            if k in origin:
+                for d in done:
+                    cluster.remove(d, arrivals[d])
+                return False
+            continue
+        cluster.place(k, pod, i, gpus)
+        done.append(k)
+    for k in here:
+        if origin[k] != (cluster.placed[k][0], cluster.placed[k][1]):
+            run.moves += 1
+    return True
+
+
+def _fits_on(cluster: TraceCluster, i: int, pod: TracePod, gpus: tuple[int, ...]) -> bool:
+    if cluster.cpu_free[i] < pod.cpu_milli or cluster.memory_free[i] < pod.memory_mib:
+        return False
+    if len(gpus) != pod.num_gpu or len(set(gpus)) != len(gpus):
+        return False
+    return all(
+        0 <= g < len(cluster.gpu_free[i]) and cluster.gpu_free[i][g] >= pod.gpu_milli for g in gpus
+    )
+
+
+def _windows(cluster: TraceCluster, size: int, rounds: int) -> list[list[int]]:
+    by_kind: dict[int, list[int]] = defaultdict(list)
+    for i, node in enumerate(cluster.nodes):
+        if node.gpus:
+            by_kind[cluster.kind[i]].append(i)
+    windows: list[list[int]] = []
+    for members in by_kind.values():
+        open_ = sorted(
+            (i for i in members if sum(cluster.gpu_free[i]) > 0),
+            key=lambda i: (-sum(cluster.gpu_free[i]), i),
+        )
+        if not open_:
+            continue
+        full = [i for i in members if sum(cluster.gpu_free[i]) == 0]
+        half = max(1, size // 2)
+        for w in range(0, len(open_), half):
+            chosen = open_[w : w + half]
+            partners = full[(rounds * half + w) % max(1, len(full)) :][: size - len(chosen)]
+            windows.append(sorted(set(chosen + partners)))
+    return windows
+
+
+# -- what the plan looks like to the checker ---------------------------------------------------
+
+
+def as_plan(run: TraceRun) -> tuple[PlacementInstance, PlacementPlan]:
+    """The final state as a PlacementInstance and PlacementPlan, for check.py."""
+    cluster = run.cluster
+    jobs = [pod.job(k) for k, pod in enumerate(run.arrivals)]
+    instance = trace_instance(cluster.nodes, jobs)
+    outcomes = []
+    for k, pod in enumerate(run.arrivals):
+        job = jobs[k]
+        if k in cluster.placed:
+            p = _placement(cluster, k, pod)
+            outcomes.append(JobOutcome(job.key, OutcomeStatus.PLACED, p.flavor, p.replicas))
+        else:
+            outcomes.append(
+                JobOutcome(job.key, OutcomeStatus.PENDING, reason="no room", constraint="capacity")
+            )
+    return instance, PlacementPlan(tuple(outcomes), SolveStats("trace", "heuristic", 0.0))

@@ -1,0 +1,333 @@
+"""`gitsched bench openb`: placement quality on the Alibaba openb trace (BENCHMARKS.md §1).
+
+Reads a node list and a pod list in the openb CSV format, draws the arrivals per seed
+as the FGD paper does, places them with gitsched and with the greedy baseline in the
+same run, checks every final plan with check.py, and prints the GPU allocation ratio
+per seed, the mean, the curve over arrived demand, and an upper bound.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import random
+import statistics
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import click
+
+from engine.model import Node
+from engine.placement.check import check_plan
+from engine.placement.trace import (
+    TracePod,
+    TraceRun,
+    Workload,
+    allocation_bound,
+    as_plan,
+    reoptimise,
+    run_batch,
+    run_greedy,
+    run_online,
+    sample_arrivals,
+)
+from gitsched.options import fail, format_option
+from gitsched.render import table
+
+NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
+POD_COLUMNS = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli")
+PUBLISHED = "fgd_expected_allocation.csv"
+
+
+def read_nodes(path: Path) -> list[Node]:
+    rows = _rows(path, NODE_COLUMNS)
+    return [
+        Node(
+            name=r["sn"],
+            flavor=r["model"] or None,
+            gpus=_int(r, "gpu", path),
+            cpu_milli=_int(r, "cpu_milli", path),
+            memory_mib=_int(r, "memory_mib", path),
+        )
+        for r in rows
+    ]
+
+
+def read_pods(path: Path) -> list[TracePod]:
+    rows = _rows(path, POD_COLUMNS)
+    pods = []
+    for r in rows:
+        num_gpu, milli = _int(r, "num_gpu", path), _int(r, "gpu_milli", path)
+        if num_gpu > 1 and milli < 1000:
+            fail(f"{path}: pod {r['name']}: {num_gpu} GPUs at {milli} milli each is not supported")
+        spec = (r.get("gpu_spec") or "").strip()
+        pods.append(
+            TracePod(
+                name=r["name"],
+                cpu_milli=_int(r, "cpu_milli", path),
+                memory_mib=_int(r, "memory_mib", path),
+                num_gpu=num_gpu,
+                gpu_milli=milli if num_gpu else 0,
+                models=tuple(m for m in spec.split("|") if m),
+            )
+        )
+    return pods
+
+
+def _rows(path: Path, required: tuple[str, ...]) -> list[dict[str, str]]:
+    try:
+        with path.open(newline="", encoding="utf-8") as f:
+            reader = csv.DictReader(f)
+            missing = [c for c in required if c not in (reader.fieldnames or ())]
+            if missing:
+                fail(f"{path}: missing column(s) {', '.join(missing)}")
+            rows = list(reader)
+    except (OSError, UnicodeDecodeError, csv.Error) as e:
+        fail(f"{path}: {e}")
+    if not rows:
+        fail(f"{path}: no rows")
+    return rows
+
+
+def _int(row: dict[str, str], column: str, path: Path) -> int:
+    try:
+        return int(float(row[column] or 0))
+    except ValueError:
+        fail(f"{path}: {column}={row[column]!r} is not a number")
+
+
+def published_fgd(pods_path: Path, demand: float) -> float | None:
+    """FGD's published mean for this trace (fgd_expected_allocation.csv next to the pods)."""
+    table_path = pods_path.parent / PUBLISHED
+    column = str(round(demand * 100))
+    if not table_path.exists():
+        return None
+    values = []
+    with table_path.open(newline="") as f:
+        for r in csv.DictReader(f):
+            same = r.get("workload") == pods_path.stem and r.get("sc_policy", "").endswith("FGD")
+            if same and r.get(column):
+                values.append(float(r[column]))
+    return statistics.mean(values) if values else None
+
+
+def _one_seed(args: tuple[Any, ...]) -> dict[str, Any]:
+    nodes, pods, seed, demand, mode, policy, solver, commit, budget = args
+    workload = Workload.of(pods, {n.flavor for n in nodes if n.flavor})
+    capacity = sum(n.gpus for n in nodes) * 1000
+    arrivals = sample_arrivals(pods, capacity, demand, random.Random(seed).randrange)
+    ours = _run(nodes, arrivals, workload, demand, mode, policy, solver, commit, budget)
+    base = run_greedy(nodes, arrivals, workload, demand, commit=commit if mode == "batch" else 1)
+    problems = []
+    for name, run in (("gitsched", ours), ("greedy", base)):
+        instance, plan = as_plan(run)
+        found = check_plan(instance, plan)
+        problems += [f"{name}: {p}" for p in found[:5]]
+    return {
+        "seed": seed,
+        "arrivals": len(arrivals),
+        "gitsched": ours.allocation,
+        "greedy": base.allocation,
+        "bound": allocation_bound(nodes, arrivals, solver),
+        "moves": ours.moves,
+        "solves": ours.solves,
+        "seconds": ours.seconds,
+        "greedy_seconds": base.seconds,
+        "curve": ours.curve,
+        "greedy_curve": base.curve,
+        "problems": problems,
+    }
+
+
+def _run(
+    nodes: list[Node],
+    arrivals: list[TracePod],
+    workload: Workload,
+    demand: float,
+    mode: str,
+    policy: str,
+    solver: str,
+    commit: int,
+    budget: float,
+) -> TraceRun:
+    if policy == "greedy":
+        return run_greedy(
+            nodes, arrivals, workload, demand, commit=commit if mode == "batch" else 1
+        )
+    rule = "fgd" if policy == "milp" else policy
+    if mode == "batch" and policy == "milp":
+        return run_batch(nodes, arrivals, workload, demand, solver, commit=commit)
+    run = run_online(nodes, arrivals, workload, rule, demand)
+    if mode == "reoptimise" and policy == "milp":
+        run = reoptimise(run, solver, budget)
+    return run
+
+
+@click.command("openb")
+@click.option(
+    "--pods",
+    "pods_path",
+    required=True,
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="Pod list (openb_pod_list_*.csv format).",
+)
+@click.option(
+    "--nodes",
+    "nodes_path",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="Node list [default: openb_node_list_gpu_node.csv next to --pods].",
+)
+@click.option(
+    "--demand", default=1.3, show_default=True, help="Arrivals stop at this share of GPU capacity."
+)
+@click.option("--seeds", default=10, show_default=True, help="How many seeds.")
+@click.option("--first-seed", default=42, show_default=True)
+@click.option(
+    "--mode",
+    type=click.Choice(["online", "batch", "reoptimise"]),
+    default="online",
+    show_default=True,
+)
+@click.option(
+    "--policy",
+    type=click.Choice(["milp", "greedy", "bestfit"]),
+    default="milp",
+    show_default=True,
+    help="gitsched's placer (milp), or a baseline run in its place.",
+)
+@click.option("--solver", type=click.Choice(["highs", "cbc"]), default="highs", show_default=True)
+@click.option("--commit", default=100, show_default=True, help="Batch mode: pods per commit.")
+@click.option("--budget", default=30.0, show_default=True, help="Re-optimise: seconds per seed.")
+@click.option("--jobs", default=1, show_default=True, help="Seeds run in parallel processes.")
+@format_option("text", "json")
+def command(
+    pods_path: Path,
+    nodes_path: Path | None,
+    demand: float,
+    seeds: int,
+    first_seed: int,
+    mode: str,
+    policy: str,
+    solver: str,
+    commit: int,
+    budget: float,
+    jobs: int,
+    fmt: str,
+) -> None:
+    """GPU allocation ratio on an openb trace: gitsched against the greedy baseline."""
+    nodes_path = nodes_path or pods_path.parent / "openb_node_list_gpu_node.csv"
+    if not nodes_path.exists():
+        fail(f"{nodes_path}: no node list (give --nodes)")
+    nodes = read_nodes(nodes_path)
+    pods = read_pods(pods_path)
+    if seeds < 1 or demand <= 0 or commit < 1:
+        fail("--seeds, --demand and --commit must be positive")
+    work = [
+        (nodes, pods, first_seed + i, demand, mode, policy, solver, commit, budget)
+        for i in range(seeds)
+    ]
+    if jobs > 1:
+        with ProcessPoolExecutor(max_workers=jobs) as pool:
+            results = list(pool.map(_one_seed, work))
+    else:
+        results = [_one_seed(w) for w in work]
+    summary = _summary(results, pods_path, demand, mode, policy, solver)
+    if fmt == "json":
+        click.echo(json.dumps(summary, indent=2))
+    else:
+        click.echo(_text(summary))
+    if any(r["problems"] for r in results):
+        fail(
+            "check.py found problems in a plan: "
+            + "; ".join(p for r in results for p in r["problems"])
+        )
+
+
+def _mean_curve(curves: list[list[float]]) -> list[float]:
+    length = min((len(c) for c in curves), default=0)
+    return [round(100 * statistics.mean(c[i] for c in curves), 2) for i in range(length)]
+
+
+def _summary(
+    results: list[dict[str, Any]],
+    pods_path: Path,
+    demand: float,
+    mode: str,
+    policy: str,
+    solver: str,
+) -> dict[str, Any]:
+    def pct(x: float) -> float:
+        return round(100 * x, 2)
+
+    ours = statistics.mean(r["gitsched"] for r in results)
+    base = statistics.mean(r["greedy"] for r in results)
+    bound = statistics.mean(r["bound"] for r in results)
+    fgd = published_fgd(pods_path, demand)
+    return {
+        "trace": pods_path.stem,
+        "mode": mode,
+        "policy": policy,
+        "solver": solver,
+        "demand": demand,
+        "seeds": [
+            {
+                "seed": r["seed"],
+                "arrivals": r["arrivals"],
+                "gitsched": pct(r["gitsched"]),
+                "greedy": pct(r["greedy"]),
+                "bound": pct(r["bound"]),
+                "moves": r["moves"],
+                "solves": r["solves"],
+                "seconds": round(r["seconds"], 1),
+                "greedy_seconds": round(r["greedy_seconds"], 1),
+            }
+            for r in results
+        ],
+        "mean": {
+            "gitsched": pct(ours),
+            "greedy": pct(base),
+            "bound": pct(bound),
+            "fgd_published": fgd,
+            "vs_fgd": None if fgd is None else round(pct(ours) - fgd, 2),
+            "vs_greedy": round(pct(ours) - pct(base), 2),
+            "vs_bound": round(pct(ours) - pct(bound), 2),
+        },
+        "curve": {
+            "step": "1% of cluster GPU capacity arrived",
+            "gitsched": _mean_curve([r["curve"] for r in results]),
+            "greedy": _mean_curve([r["greedy_curve"] for r in results]),
+        },
+        "checked": not any(r["problems"] for r in results),
+    }
+
+
+def _text(s: dict[str, Any]) -> str:
+    rows = [
+        (x["seed"], x["arrivals"], x["gitsched"], x["greedy"], x["bound"], x["moves"], x["seconds"])
+        for x in s["seeds"]
+    ]
+    m = s["mean"]
+    rows.append(("mean", "", m["gitsched"], m["greedy"], m["bound"], "", ""))
+    head = (
+        f"{s['trace']}: mode {s['mode']}, policy {s['policy']} ({s['solver']}), "
+        f"demand {s['demand']:.0%}; GPU allocation ratio, %"
+    )
+    lines = [head, table(["seed", "pods", "gitsched", "greedy", "bound", "moves", "s"], rows)]
+    fgd = m["fgd_published"]
+    lines.append(
+        f"gitsched - greedy: {m['vs_greedy']:+.2f}; gitsched - bound: {m['vs_bound']:+.2f}"
+        + (f"; gitsched - FGD (published {fgd:.2f}): {m['vs_fgd']:+.2f}" if fgd is not None else "")
+    )
+    curve = s["curve"]
+    points = [
+        (i + 1, g, b)
+        for i, (g, b) in enumerate(zip(curve["gitsched"], curve["greedy"], strict=False))
+    ]
+    marks = [p for p in points if p[0] % 10 == 0 or p[0] == len(points)]
+    lines.append(
+        "curve (arrived demand %: gitsched / greedy): "
+        + ", ".join(f"{a}: {g}/{b}" for a, g, b in marks)
+    )
+    lines.append("every plan checked by check.py: " + ("ok" if s["checked"] else "PROBLEMS"))
+    return "\n".join(lines)

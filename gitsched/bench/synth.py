@@ -1,0 +1,205 @@
+"""`gitsched bench synth`: solve time and quality at scale on seeded synthetic clusters
+(BENCHMARKS.md §2), the MILP and the greedy baseline side by side, both checked.
+
+The Policy of each size asks for the goal's gap within the goal's time (S: gap 0,
+M: 1% in 10 s, L: 2% in 30 s); `--incremental` then adds 50 jobs to the solved L
+cluster and re-solves only what changed.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import replace
+from typing import Any
+
+import click
+
+from engine.model import GPU_MILLI, Policy
+from engine.placement.check import check_plan
+from engine.placement.greedy import GreedyPlacer
+from engine.placement.milp import MilpPlacer
+from engine.placement.plan import OutcomeStatus, PlacementInstance, PlacementPlan
+from engine.placement.synth import SIZES, synth_instance, with_new_jobs
+from gitsched.options import fail, format_option
+from gitsched.render import table
+
+GOALS = {"S": (0.0, 60.0), "M": (0.01, 10.0), "L": (0.02, 30.0)}  # gap, time limit
+NEW_JOBS = 50
+
+
+def _side(instance: PlacementInstance, plan: PlacementPlan, seconds: float) -> dict[str, Any]:
+    counts = plan.counts()
+    problems = check_plan(instance, plan)
+    return {
+        "solver": plan.stats.solver,
+        "status": plan.stats.status,
+        "objective": round(plan.stats.objective, 2),
+        "bound": None if plan.stats.bound is None else round(plan.stats.bound, 2),
+        "gap": None if plan.stats.gap is None else round(100 * plan.stats.gap, 3),
+        "seconds": round(seconds, 2),
+        "variables": plan.stats.variables,
+        "constraints": plan.stats.constraints,
+        "admitted_gpus": sum(
+            r.gpu_milli * len(r.gpus) for o in plan.outcomes if o.running for r in o.replicas
+        )
+        / GPU_MILLI,
+        "moves": counts[OutcomeStatus.MOVED],
+        **{s.value: counts[s] for s in OutcomeStatus},
+        "checked": not problems,
+        "problems": problems[:5],
+    }
+
+
+@click.command("synth")
+@click.option("--size", type=click.Choice(sorted(SIZES)), default="S", show_default=True)
+@click.option("--seed", default=1, show_default=True)
+@click.option("--solver", type=click.Choice(["highs", "cbc"]), default="highs", show_default=True)
+@click.option(
+    "--incremental", is_flag=True, help="Add 50 jobs to the solved cluster; re-solve what changed."
+)
+@click.option("--time-limit", type=float, help="Override the size's time limit (seconds).")
+@click.option("--gap", type=float, help="Override the size's gap tolerance (a fraction).")
+@format_option("text", "json")
+def command(
+    size: str,
+    seed: int,
+    solver: str,
+    incremental: bool,
+    time_limit: float | None,
+    gap: float | None,
+    fmt: str,
+) -> None:
+    """The MILP against greedy on a seeded synthetic cluster: objective, GPUs, gap, time, moves."""
+    goal_gap, goal_time = GOALS[size]
+    policy = Policy(
+        solver=solver,
+        gap_tolerance=goal_gap if gap is None else gap,
+        time_limit_s=goal_time if time_limit is None else time_limit,
+    )
+    started = time.perf_counter()
+    instance = synth_instance(size, seed, policy)
+    built = time.perf_counter() - started
+    placer = MilpPlacer(solver)
+    t = time.perf_counter()
+    plan = placer.solve(instance)
+    milp_seconds = time.perf_counter() - t
+    t = time.perf_counter()
+    greedy = GreedyPlacer().solve(instance)
+    greedy_seconds = time.perf_counter() - t
+    spec = SIZES[size]
+    result: dict[str, Any] = {
+        "size": size,
+        "seed": seed,
+        "nodes": spec.nodes,
+        "gpus": sum(n.gpus for n in instance.nodes),
+        "jobs": len(instance.jobs),
+        "running": len(instance.current),
+        "policy": {"gap_tolerance": policy.gap_tolerance, "time_limit_s": policy.time_limit_s},
+        "generate_seconds": round(built, 2),
+        "milp": _side(instance, plan, milp_seconds),
+        "greedy": _side(instance, greedy, greedy_seconds),
+        "phases": dict(placer.last_report.phases) if placer.last_report else {},
+    }
+    result["better_by"] = round(plan.stats.objective - greedy.stats.objective, 2)
+    result["better_by_percent"] = round(
+        100
+        * (plan.stats.objective - greedy.stats.objective)
+        / max(abs(greedy.stats.objective), 1e-9),
+        2,
+    )
+    if incremental:
+        result["incremental"] = _incremental(instance, plan, placer, seed)
+    if fmt == "json":
+        click.echo(json.dumps(result, indent=2))
+    else:
+        click.echo(_text(result))
+    sides = [result["milp"], result["greedy"]] + (
+        [result["incremental"]["milp"], result["incremental"]["greedy"]] if incremental else []
+    )
+    if not all(s["checked"] for s in sides):
+        fail("check.py found problems: " + "; ".join(p for s in sides for p in s["problems"]))
+
+
+def _incremental(
+    instance: PlacementInstance, plan: PlacementPlan, placer: MilpPlacer, seed: int
+) -> dict[str, Any]:
+    """The solved cluster a moment later, 50 jobs more: only they (and what they may preempt) move."""
+    running = {k: replace(p, started_at=instance.now) for k, p in plan.placements().items()}
+    later = with_new_jobs(replace(instance, current=running), NEW_JOBS, seed)
+    later = replace(later, policy=replace(later.policy, time_limit_s=1.0))
+    new = [j.key for j in later.jobs[len(instance.jobs) :]]
+    t = time.perf_counter()
+    again = placer.solve_incremental(later, new)
+    seconds = time.perf_counter() - t
+    t = time.perf_counter()
+    greedy = GreedyPlacer().solve(later)
+    greedy_seconds = time.perf_counter() - t
+    moved = [o.job for o in again.outcomes if o.status is OutcomeStatus.MOVED]
+    stopped = [o.job for o in again.outcomes if o.status is OutcomeStatus.PREEMPTED]
+    return {
+        "new_jobs": len(new),
+        "new_placed": sum(1 for k in new if (o := again.outcome(k)) is not None and o.running),
+        "running_moved": len(moved),
+        "running_preempted": len(stopped),
+        "milp": _side(later, again, seconds),
+        "greedy": _side(later, greedy, greedy_seconds),
+        "phases": dict(placer.last_report.phases) if placer.last_report else {},
+    }
+
+
+def _text(r: dict[str, Any]) -> str:
+    cols = [
+        "",
+        "solver",
+        "status",
+        "objective",
+        "bound",
+        "gap %",
+        "s",
+        "GPUs",
+        "placed",
+        "kept",
+        "moved",
+        "preempted",
+        "pending",
+    ]
+
+    def row(name: str, s: dict[str, Any]) -> list[object]:
+        return [
+            name,
+            s["solver"],
+            s["status"],
+            s["objective"],
+            s["bound"] if s["bound"] is not None else "-",
+            s["gap"] if s["gap"] is not None else "-",
+            s["seconds"],
+            s["admitted_gpus"],
+            s["placed"],
+            s["kept"],
+            s["moved"],
+            s["preempted"],
+            s["pending"],
+        ]
+
+    lines = [
+        f"synth {r['size']} seed {r['seed']}: {r['nodes']} nodes, {r['gpus']} GPUs, {r['jobs']} jobs "
+        f"({r['running']} running); policy gap {r['policy']['gap_tolerance']:.0%}, "
+        f"time limit {r['policy']['time_limit_s']:g} s",
+        table(cols, [row("milp", r["milp"]), row("greedy", r["greedy"])]),
+        f"MILP - greedy: {r['better_by']:+.2f} ({r['better_by_percent']:+.2f}%); phases (s): "
+        + ", ".join(f"{k} {v}" for k, v in r["phases"].items()),
+    ]
+    inc = r.get("incremental")
+    if inc:
+        lines += [
+            f"incremental: {inc['new_jobs']} new jobs, {inc['new_placed']} placed; running jobs moved "
+            f"{inc['running_moved']}, preempted {inc['running_preempted']}",
+            table(cols, [row("milp", inc["milp"]), row("greedy", inc["greedy"])]),
+            "phases (s): " + ", ".join(f"{k} {v}" for k, v in inc["phases"].items()),
+        ]
+    lines.append(
+        "every plan checked by check.py: "
+        + ("ok" if all(s["checked"] for s in (r["milp"], r["greedy"])) else "PROBLEMS")
+    )
+    return "\n".join(lines)

@@ -1,0 +1,226 @@
+"""The MILP placer's parts: the linear backends, the model against the scoring objective,
+incremental solves, soft terms, explanations, and the seeded generator."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+
+import pytest
+
+from engine.model import Placement, Policy, ReplicaPlacement, TopologyMode
+from engine.placement.check import check_plan
+from engine.placement.greedy import GreedyPlacer
+from engine.placement.linear import LinearModel, SolveLimits, solve
+from engine.placement.milp import MilpPlacer
+from engine.placement.model import BuildOptions, build, warm_values
+from engine.placement.objective import fair_targets, plan_objective
+from engine.placement.plan import OutcomeStatus, PlacementInstance
+from engine.placement.solvers import placer
+from engine.placement.synth import SIZES, synth_instance, with_new_jobs
+from tests.unit.factories import instance, job, node, queue
+
+HIGHS = MilpPlacer("highs")
+
+
+def knapsack() -> LinearModel:
+    lp = LinearModel()
+    cols = [lp.var(f"take__{i}", 0, 1, cost=v) for i, v in enumerate((10, 13, 7, 8, 9))]
+    lp.row("capacity__bag", zip(cols, (5.0, 6.0, 3.0, 4.0, 4.0), strict=True), upper=10)
+    return lp
+
+
+@pytest.mark.parametrize("backend", ["highs", "cbc"])
+def test_backends_solve_a_knapsack_and_its_relaxation(backend: str) -> None:
+    lp = knapsack()
+    exact = solve(lp, backend, SolveLimits(10, 0.0), warm=[1, 0, 0, 0, 0])
+    assert exact.status == "optimal" and exact.objective == pytest.approx(22.0)
+    assert exact.bound == pytest.approx(22.0)
+    relaxed = solve(lp, backend, SolveLimits(10, 0.0, relax=True))
+    assert relaxed.objective == pytest.approx(22.5)
+    assert lp.violations(list(exact.values or ())) == []
+
+
+def test_an_empty_model_is_its_constant() -> None:
+    lp = LinearModel(offset=3.5)
+    result = solve(lp, "highs", SolveLimits(1, 0.0))
+    assert result.status == "optimal" and result.objective == 3.5 and result.values == ()
+
+
+def test_violations_name_the_row() -> None:
+    lp = knapsack()
+    assert lp.violations([1, 1, 0, 0, 0]) == ["capacity__bag: 11.0 outside [-inf, 10]"]
+
+
+def scenario(policy: Policy | None = None) -> PlacementInstance:
+    nodes = [node(f"n{i}", nvlink=f"d{i // 2}") for i in range(4)] + [
+        node(f"a{i}", flavor="a100", gpus=4, rack="r2") for i in range(2)
+    ]
+    queues = [
+        queue("a", cohort="c", quotas={"h100": (16, 8, None), "a100": (4, None, None)}),
+        queue("b", cohort="c", quotas={"h100": (16, None, 8), "a100": (4, None, None)}),
+    ]
+    jobs = [
+        job("g1", queue="a", replicas=2, gpu=8, topology="nvlink", priority=900, submitted_at="1"),
+        job("g2", queue="b", replicas=2, gpu=4, topology="rack", submitted_at="2"),
+        job("s1", queue="a", gpu=2, submitted_at="3"),
+        job("s2", queue="b", gpu=0.5, submitted_at="4"),
+        job("s3", queue="b", gpu=1, flavors=("a100",), submitted_at="5"),
+        job("e1", queue="a", replicas=4, min_replicas=2, gpu=4, submitted_at="6"),
+        job("p1", queue="b", replicas=2, gpu=8, topology="nvlink", mode=TopologyMode.PREFERRED),
+    ]
+    return instance(nodes, queues, jobs, policy=policy or Policy(gap_tolerance=0.0))
+
+
+def test_the_warm_start_scores_in_the_model_what_greedy_scores() -> None:
+    """Every term of the model agrees with objective.py on the greedy plan (no fragmentation:
+    the model's version of it is a lower estimate, by design)."""
+    inst = scenario(Policy(fragmentation_weight=0.0))
+    greedy = GreedyPlacer().solve(inst)
+    for small in (True, False):
+        model = build(inst, greedy, BuildOptions(small=small))
+        warm = warm_values(model, inst, greedy)
+        assert warm is not None and model.lp.violations(warm) == []
+        assert model.lp.objective(warm) == pytest.approx(greedy.stats.objective)
+
+
+def test_the_bound_bounds_every_legal_plan() -> None:
+    inst = scenario()
+    plan = HIGHS.solve(inst)
+    report = HIGHS.last_report
+    assert report is not None and report.model_bound is not None
+    assert report.model_bound >= plan.stats.objective - 1e-6
+    assert report.model_bound >= GreedyPlacer().solve(inst).stats.objective - 1e-6
+    assert plan.stats.gap is not None and plan.stats.gap >= 0
+
+
+def test_names_follow_rule_job_where() -> None:
+    inst = scenario()
+    model = build(inst, GreedyPlacer().solve(inst), BuildOptions(small=True))
+    pattern = re.compile(r"^[a-z_]+__[^_].*")
+    assert all(pattern.match(n) for n in model.lp.col_names + model.lp.row_names)
+    assert "gang__a/e1" in model.lp.row_names
+    assert any(n.startswith("quota__a__h100") for n in model.lp.row_names)
+    assert any(n.startswith("cohort__c__h100") for n in model.lp.row_names)
+
+
+def test_a_pruned_model_keeps_its_bound_through_escape_columns() -> None:
+    inst = scenario()
+    greedy = GreedyPlacer().solve(inst)
+    model = build(inst, greedy, BuildOptions(small=False, domain_candidates=1))
+    assert model.pruned and model.escapes
+    relaxed = solve(model.lp, "highs", SolveLimits(10, 0.0, relax=True))
+    assert relaxed.objective is not None
+    assert relaxed.objective >= HIGHS.solve(inst).stats.objective - 1e-6
+
+
+def test_solve_stats_say_how_good_and_how_big() -> None:
+    plan = HIGHS.solve(scenario())
+    stats = plan.stats
+    assert stats.solver == "highs" and stats.status in ("optimal", "feasible")
+    assert stats.variables > 0 and stats.constraints > 0 and stats.bound is not None
+    assert check_plan(scenario(), plan) == []
+
+
+def test_a_spread_preferred_gang_is_a_broken_soft_constraint() -> None:
+    nodes = [node("n1", nvlink="d1"), node("n2", nvlink="d2")]
+    gang = job("g", replicas=2, gpu=8, topology="nvlink", mode=TopologyMode.PREFERRED)
+    plan = HIGHS.solve(instance(nodes, [queue("q")], [gang]))
+    assert plan.outcome("q/g") is not None
+    assert plan.broken_soft == ("topology__q/g__nvlink",)
+
+
+def test_fairness_shares_the_cluster_between_queues() -> None:
+    """Greedy serves priority first; with a fairness weight the MILP gives each queue its share."""
+    nodes = [node(f"n{i}") for i in range(2)]
+    queues = [queue("a"), queue("b")]
+    jobs = [job(f"a{i}", queue="a", gpu=8, priority=900, submitted_at=str(i)) for i in range(2)]
+    jobs += [job(f"b{i}", queue="b", gpu=8, priority=100, submitted_at=str(i)) for i in range(2)]
+    fair = Policy(fairness_weight=2.0, gap_tolerance=0.0)
+    inst = instance(nodes, queues, jobs, policy=fair)
+    targets = fair_targets(inst.queues, inst.jobs, {"gpu": 16000, "cpu": 256000, "memory": 2**21})
+    assert targets["a"].share == pytest.approx(0.5) and targets["b"].share == pytest.approx(0.5)
+    plan = HIGHS.solve(inst)
+    running = {o.job.split("/")[0] for o in plan.outcomes if o.running}
+    assert running == {"a", "b"}
+    greedy = GreedyPlacer().solve(inst)
+    assert {o.job.split("/")[0] for o in greedy.outcomes if o.running} == {"a"}
+    assert "fairness__b" in greedy.broken_soft and plan.broken_soft == ()
+
+
+def test_pending_and_preempted_jobs_say_why_and_name_a_constraint() -> None:
+    inst = scenario()
+    plan = HIGHS.solve(inst)
+    current = {
+        k: replace(p, started_at="2026-11-22T11:00:00+00:00") for k, p in plan.placements().items()
+    }
+    urgent = job("urgent", queue="a", replicas=4, gpu=8, priority=1000)
+    again = HIGHS.solve(replace(inst, jobs=(*inst.jobs, urgent), current=current))
+    for o in again.outcomes:
+        if o.status in (OutcomeStatus.PENDING, OutcomeStatus.PREEMPTED):
+            assert o.reason and o.constraint, o
+
+
+def test_an_incremental_solve_moves_nothing_and_places_the_new_job() -> None:
+    inst = scenario()
+    first = HIGHS.solve(inst)
+    current = first.placements()
+    late = job("late", queue="z", gpu=1, flavors=("a100",), submitted_at="9")
+    later = replace(
+        inst,
+        nodes=(*inst.nodes, node("a9", flavor="a100", gpus=4, rack="r3")),
+        queues=(*inst.queues, queue("z", quotas={"a100": (4, None, None)})),
+        jobs=(*inst.jobs, late),
+        current=current,
+    )
+    plan = HIGHS.solve_incremental(later, ["z/late"])
+    assert check_plan(later, plan) == []
+    assert all(
+        plan.outcome(k) is not None and plan.outcome(k).status is OutcomeStatus.KEPT  # type: ignore[union-attr]
+        for k in current
+    )
+    assert plan.outcome("z/late").status is OutcomeStatus.PLACED  # type: ignore[union-attr]
+    waiting = [o for o in plan.outcomes if o.constraint.startswith("incremental__")]
+    assert {o.job for o in waiting} == {
+        o.job for o in first.outcomes if o.status is OutcomeStatus.PENDING
+    }
+
+
+def test_a_running_job_on_a_failed_node_moves_at_its_cost() -> None:
+    from engine.model import NodeState
+
+    nodes = [node("n1"), node("n2")]
+    x = job("x", gpu=8)
+    current = {"q/x": Placement("q/x", "h100", (ReplicaPlacement("n1", tuple(range(8)), 1000),))}
+    failed = [replace(nodes[0], state=NodeState.FAILED), nodes[1]]
+    inst = instance(failed, [queue("q")], [x], current)
+    plan = HIGHS.solve(inst)
+    moved = plan.outcome("q/x")
+    assert moved is not None and moved.status is OutcomeStatus.MOVED
+    assert moved.replicas[0].node == "n2" and "Failed" in moved.reason
+
+
+def test_the_registry_knows_every_solver() -> None:
+    assert placer("greedy").name == "greedy"
+    assert placer("highs").name == "highs" and placer("cbc").name == "cbc"
+
+
+def test_the_generator_is_seeded_and_sized() -> None:
+    a, b = synth_instance("S", 3), synth_instance("S", 3)
+    assert a == b and a != synth_instance("S", 4)
+    assert len(a.nodes) == SIZES["S"].nodes and len(a.jobs) == SIZES["S"].jobs
+    assert sum(n.gpus for n in a.nodes) == 512 and {n.flavor for n in a.nodes} == {"h100", "gb200"}
+    empty = replace(a, current={})
+    assert check_plan(empty, GreedyPlacer().solve(empty)) == []
+    more = with_new_jobs(a, 5, 1)
+    assert len(more.jobs) == len(a.jobs) + 5
+
+
+def test_the_small_synthetic_instance_is_solved_to_optimality() -> None:
+    inst = synth_instance("S", 1)
+    inst = replace(inst, policy=replace(inst.policy, gap_tolerance=0.0, time_limit_s=60))
+    plan = HIGHS.solve(inst)
+    assert check_plan(inst, plan) == []
+    assert plan.stats.status == "optimal" and plan.stats.gap == pytest.approx(0.0, abs=1e-9)
+    assert plan.stats.objective > GreedyPlacer().solve(inst).stats.objective
+    assert plan.stats.objective == pytest.approx(plan_objective(inst, plan.outcomes))
