@@ -23,7 +23,7 @@ from tests.unit.factories import instance, job, node, queue
 from tests.unit.test_greedy import instances
 
 BACKENDS = ["highs", "cbc"]
-EXACT = Policy(gap_tolerance=0.0, fragmentation_weight=0.0)
+EXACT = Policy(gap_tolerance=0.0, fragmentation_weight=0.0, time_limit_s=60.0)
 
 
 @pytest.fixture(params=BACKENDS)
