@@ -109,16 +109,28 @@ def _open_sums(store: AuditStore, since: float, until: float) -> Sums:
     sums: Sums = {}
     r_since, r_until = _r_at(store, since), _r_at(store, until)
     for seg in rows(store, "SELECT * FROM open_segments WHERE from_ts < ?", (until,)):
-        a = max(seg["from_ts"], since)
-        ov = until - a
-        used, nominal = seg["used"], seg["nominal"]
-        total = sums.setdefault((seg["team"], seg["flavor"]), [0.0] * 5)
-        total[0] += used * ov
-        total[1] += nominal * ov
-        total[2] += max(used - nominal, 0) * ov
-        total[3] += max(nominal - used, 0) * ov
-        total[4] += _lent_part(seg, a, until, r_since, r_until, since)
+        _add_overlap(sums, seg, max(seg["from_ts"], since), until, r_since, r_until, since)
     return sums
+
+
+def _add_overlap(
+    sums: Sums,
+    seg: Any,
+    a: float,
+    b: float,
+    r_since: dict[tuple[str, str], float],
+    r_until: dict[tuple[str, str], float],
+    since: float,
+) -> None:
+    """Add one segment's part of [a, b) to its account: used, nominal, borrowed, idle, lent."""
+    ov = b - a
+    used, nominal = seg["used"], seg["nominal"]
+    total = sums.setdefault((seg["team"], seg["flavor"]), [0.0] * 5)
+    total[0] += used * ov
+    total[1] += nominal * ov
+    total[2] += max(used - nominal, 0) * ov
+    total[3] += max(nominal - used, 0) * ov
+    total[4] += _lent_part(seg, a, b, r_since, r_until, since)
 
 
 def _segment_sums(store: AuditStore, since: float, until: float) -> Sums:
@@ -170,14 +182,7 @@ def _segment_sums(store: AuditStore, since: float, until: float) -> Sums:
         a, b = max(start, since), min(end, until)
         if b <= a:
             continue
-        ov = b - a
-        used, nominal = seg["used"], seg["nominal"]
-        total = sums.setdefault((seg["team"], seg["flavor"]), [0.0] * 5)
-        total[0] += used * ov
-        total[1] += nominal * ov
-        total[2] += max(used - nominal, 0) * ov
-        total[3] += max(nominal - used, 0) * ov
-        total[4] += _lent_part(seg, a, b, r_since, r_until, since)
+        _add_overlap(sums, seg, a, b, r_since, r_until, since)
     return sums
 
 

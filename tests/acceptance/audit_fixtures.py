@@ -17,6 +17,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from tests.acceptance.conftest import git
+
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT_S = 120.0
 
@@ -199,19 +201,6 @@ HISTORY: tuple[Step, ...] = (
         trailers=(("Approved-by", "Li Wei <li@cv.example>"),),
     ),
 )
-
-
-def git(repo: Path, *args: str, env: Mapping[str, str] | None = None) -> str:
-    done = subprocess.run(
-        ["git", "-C", str(repo), *args],
-        capture_output=True,
-        text=True,
-        env={**os.environ, **(env or {})},
-        timeout=TIMEOUT_S,
-        check=False,
-    )
-    assert done.returncode == 0, f"git {' '.join(args)} failed: {done.stderr}"
-    return done.stdout
 
 
 def commit_step(repo: Path, step: Step, when: datetime) -> str:
