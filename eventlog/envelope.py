@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
+import orjson
+
 GENESIS_HASH = "0" * 64
 
 
@@ -61,12 +63,15 @@ class StoredEvent(NamedTuple):
 
     @staticmethod
     def from_record(record: dict[str, Any]) -> StoredEvent:
+        data = record["data"]
+        if type(data) is not dict:
+            raise TypeError(f"data is a {type(data).__name__}, not an object")
         return StoredEvent(
             seq=int(record["seq"]),
             id=str(record["id"]),
             type=str(record["type"]),
             schema_version=int(record["schema_version"]),
-            data=dict(record["data"]),
+            data=data,
             time=str(record["time"]),
             actor=str(record["actor"]),
             cause=str(record["cause"]),
@@ -75,8 +80,51 @@ class StoredEvent(NamedTuple):
         )
 
 
+# orjson writes every value as the standard library's json does, with one exception:
+# floats under 1e-4 in magnitude (`0.00001` and `2.5e-7` against `1e-05` and
+# `2.5e-07`). `_small_float` finds both of orjson's spellings of such a number.
+_TOKEN_START = frozenset(b":,[-")
+_DIGITS = frozenset(b"0123456789")
+
+
+def _small_float(encoded: bytes) -> bool:
+    """Whether orjson's output may hold a float the standard library spells otherwise.
+
+    Text that merely looks like one only costs the slow path. Plain `bytes.find`
+    is used rather than a regular expression: timestamps put `.0000` in most
+    events, and this runs on every one.
+    """
+    at = encoded.find(b"e-")
+    while at != -1:
+        if at > 0 and encoded[at - 1] in _DIGITS:
+            return True
+        at = encoded.find(b"e-", at + 2)
+    at = encoded.find(b"0.0000")
+    while at != -1:
+        if at == 0 or encoded[at - 1] in _TOKEN_START:
+            return True
+        at = encoded.find(b"0.0000", at + 6)
+    return False
+
+
 def canonical_json(value: Any) -> bytes:
-    """One encoding for hashing and storage: sorted keys, no spaces, UTF-8."""
+    """One encoding for hashing and storage: sorted keys, no spaces, UTF-8.
+
+    The standard library's `json.dumps(sort_keys=True, separators=(",", ":"),
+    ensure_ascii=False)` defines it; orjson produces the same bytes about ten
+    times faster, and hands back to json whatever it would spell otherwise
+    (small floats, integers over 64 bits, non-string keys).
+    """
+    try:
+        encoded = orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+    except TypeError:
+        return _json_canonical(value)
+    if _small_float(encoded):
+        return _json_canonical(value)
+    return encoded
+
+
+def _json_canonical(value: Any) -> bytes:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode(
         "utf-8"
     )
