@@ -86,16 +86,31 @@ def _make_builder(tp: Any) -> Builder:
 
 
 def _dataclass_builder(cls: type) -> Builder:
+    """A function made for `cls` alone: one call with its fields as keywords.
+
+    Generated source rather than a loop over the fields: a replay builds a few
+    dataclasses per event, and the loop's dict and calls were most of it.
+    """
     hints = _hints(cls)
-    fields = [(f.name, _builder(hints[f.name])) for f in dataclasses.fields(cls)]
-    plain = [name for name, build in fields if build is _same]
-    built = [(name, build) for name, build in fields if build is not _same]
-
-    def build(data: Any) -> Any:
-        kwargs = {name: data[name] for name in plain if name in data}
-        for name, build_field in built:
-            if name in data:
-                kwargs[name] = build_field(data[name])
-        return cls(**kwargs)
-
-    return build
+    names: dict[str, Any] = {"cls": cls}
+    args = []
+    for index, field in enumerate(dataclasses.fields(cls)):
+        if not field.init:
+            continue
+        name = field.name
+        key = repr(name)
+        build = _builder(hints[name])
+        value = f"data[{key}]"
+        if build is not _same:
+            names[f"b{index}"] = build
+            value = f"b{index}({value})"
+        if field.default is not dataclasses.MISSING:
+            names[f"d{index}"] = field.default
+            value = f"({value} if {key} in data else d{index})"
+        elif field.default_factory is not dataclasses.MISSING:
+            names[f"f{index}"] = field.default_factory
+            value = f"({value} if {key} in data else f{index}())"
+        args.append(f"{name}={value}")
+    source = f"def build(data):\n    return cls({', '.join(args)})\n"
+    exec(compile(source, f"<decoder of {cls.__qualname__}>", "exec"), names)
+    return typing.cast(Builder, names["build"])

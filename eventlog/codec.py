@@ -50,7 +50,9 @@ def decode(stored: StoredEvent) -> Event:
     cls = EVENT_TYPES.get(stored.type)
     if cls is None:
         raise LogCorrupted(f"event {stored.seq} has unknown type {stored.type!r}")
-    data = upcast(stored.type, stored.schema_version, stored.data)
+    data = stored.data
+    if stored.schema_version != cls.schema_version:
+        data = upcast(stored.type, stored.schema_version, data)
     try:
         return from_data(cls, data)
     except (KeyError, TypeError, ValueError) as e:
