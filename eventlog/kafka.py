@@ -1,29 +1,37 @@
 """The production event log: one Kafka topic per cluster, one partition, kept forever.
 
 A transactional producer makes each batch atomic and fences a second (or zombie)
-writer; readers see only committed batches. kafka-python is untyped, so every
-`Any` from it stays inside this module.
+writer; readers see only committed batches. The client is confluent-kafka
+(librdkafka): a transaction costs its broker round trips and little else, where
+a pure-Python client spends as long again building and parsing records.
 """
 
 from __future__ import annotations
 
 import contextlib
+import gc
+import logging
 import threading
 import time
+import warnings
 from collections.abc import Collection, Iterator, Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
-import kafka.errors as kafka_errors  # type: ignore[import-untyped,unused-ignore]
 import orjson
-from kafka import (  # type: ignore[import-untyped,unused-ignore]
-    KafkaAdminClient,
-    KafkaConsumer,
-    KafkaProducer,
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    Producer,
     TopicPartition,
 )
-from kafka.admin import ConfigResource, ConfigResourceType  # type: ignore[import-untyped,unused-ignore]
-from kafka.codec import has_lz4  # type: ignore[import-untyped,unused-ignore]
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin._config import ConfigResource
+from confluent_kafka.admin._resource import ResourceType
+from confluent_kafka.cimpl import NewTopic
 
 from eventlog.base import (
     Clock,
@@ -58,27 +66,53 @@ REQUIRED_TOPIC_CONFIG = {
     "retention.bytes": "-1",
     "cleanup.policy": "delete",
 }
-# One append's events travel as one record batch (see _writer), LZ4-compressed
-# when the lz4 package is there (a log kept forever is mostly repetitive JSON).
+# One append's events travel as one record batch, LZ4-compressed (a log kept
+# forever is mostly repetitive JSON).
 BATCH_BYTES = 4 * 1024 * 1024
-COMPRESSION: str | None = "lz4" if has_lz4() else None
-# kafka-python backs off up to 30 s between reconnects by default; a log that must
+MAX_REQUEST_BYTES = 8 * 1024 * 1024
+
+
+class _ClientLog(logging.LoggerAdapter):  # type: ignore[type-arg]
+    """librdkafka's own log lines, at DEBUG: it logs every failed connection
+    attempt as an error, while the log reports what it could not do itself."""
+
+    def log(self, level: int, msg: object, *args: object, **kwargs: Any) -> None:
+        self.logger.log(logging.DEBUG, msg, *args, **kwargs)
+
+
+_LOG = _ClientLog(logging.getLogger("gitsched.kafka"), {})
+# librdkafka backs off up to 10 s between reconnects by default; a log that must
 # notice a broker coming back within one append's budget retries sooner.
-_RECONNECT = {"reconnect_backoff_ms": 100, "reconnect_backoff_max_ms": 1000}
-_FENCING_ERRORS: tuple[type[BaseException], ...] = (
-    kafka_errors.ProducerFencedError,
-    kafka_errors.InvalidProducerEpochError,
-    kafka_errors.TransactionCoordinatorFencedError,
+_RECONNECT = {"reconnect.backoff.ms": 100, "reconnect.backoff.max.ms": 1000}
+# Errors that mean another producer with our transactional.id took over.
+_FENCING_CODES = frozenset(
+    {
+        KafkaError._FENCED,
+        KafkaError.PRODUCER_FENCED,
+        KafkaError.INVALID_PRODUCER_EPOCH,
+        KafkaError.TRANSACTION_COORDINATOR_FENCED,
+    }
 )
 # Errors that mean "the cluster cannot be reached or did not answer in time".
-_UNAVAILABLE_ERRORS: tuple[type[BaseException], ...] = (
-    kafka_errors.RetriableError,
-    kafka_errors.KafkaTimeoutError,
-    kafka_errors.KafkaConnectionError,
-    kafka_errors.BrokerNotAvailableError,
-    kafka_errors.TransactionAbortedError,
-    kafka_errors.TransactionAbortableError,
-    OSError,
+_UNAVAILABLE_CODES = frozenset(
+    {
+        KafkaError._TIMED_OUT,
+        KafkaError._TRANSPORT,
+        KafkaError._ALL_BROKERS_DOWN,
+        KafkaError._MSG_TIMED_OUT,
+        KafkaError._RESOLVE,
+        KafkaError._WAIT_COORD,
+        KafkaError.REQUEST_TIMED_OUT,
+        KafkaError.NOT_COORDINATOR,
+        KafkaError.COORDINATOR_NOT_AVAILABLE,
+        KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+        KafkaError.LEADER_NOT_AVAILABLE,
+        KafkaError.NOT_LEADER_FOR_PARTITION,
+        KafkaError.NOT_ENOUGH_REPLICAS,
+        KafkaError.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+        KafkaError.CONCURRENT_TRANSACTIONS,
+        KafkaError._STATE,
+    }
 )
 
 
@@ -117,11 +151,11 @@ class KafkaEventLog(EventLog):
         self._topic = topic
         self._clock = clock
         self._transactional_id = transactional_id or f"gitsched-{topic}"
-        self._timeout_ms = int(timeout_s * 1000)
+        self._timeout_s = float(timeout_s)
         self._partition = TopicPartition(topic, PARTITION)
         self._lock = threading.RLock()
-        self._producer: Any = None
-        self._consumer: Any = None
+        self._producer: Producer | None = None
+        self._consumer: Consumer | None = None
         self._fenced = False
         # The tail as this writer last knew it to be its own: anything after it
         # was written by another producer with our transactional id, which
@@ -132,6 +166,7 @@ class KafkaEventLog(EventLog):
         self._offsets: list[int] = []
         self._seq_by_id: dict[str, int] = {}
         self._last_offset = -1
+        self._sought = 0  # where the reader was last sent (see _await_visible)
         self._corruption: LogCorrupted | None = None
         self._ensure_topic(create=create_topic)
 
@@ -157,6 +192,15 @@ class KafkaEventLog(EventLog):
     @property
     def topic(self) -> str:
         return self._topic
+
+    def _client_config(self, role: str) -> dict[str, Any]:
+        return {
+            "bootstrap.servers": ",".join(self._bootstrap),
+            "client.id": f"gitsched-{role}-{self._topic}",
+            "socket.timeout.ms": max(1000, int(self._timeout_s * 1000)),
+            "logger": _LOG,
+            **_RECONNECT,
+        }
 
     # -- reading ---------------------------------------------------------
 
@@ -202,19 +246,42 @@ class KafkaEventLog(EventLog):
                 found[event_id] = self._events[seq - 1]
         return found
 
+    def _end_offset(self, deadline: float) -> int:
+        """The last stable offset: below it, every transaction has committed or aborted."""
+        _, end = self._reader().get_watermark_offsets(
+            self._partition, timeout=_s_left(deadline), cached=False
+        )
+        return int(end)
+
     def _catch_up(self, deadline: float) -> None:
         """Read every committed record after what we hold, up to the last stable offset."""
         if self._corruption is not None:
             raise self._corruption
         try:
             consumer = self._reader()
-            end = int(consumer.end_offsets([self._partition], _ms_left(deadline))[self._partition])
-            while int(consumer.position(self._partition, timeout_ms=_ms_left(deadline))) < end:
-                if time.monotonic() >= deadline:
-                    raise _AppendTimeout(f"reading {self._topic} up to offset {end}")
-                batches = consumer.poll(timeout_ms=min(_ms_left(deadline), 1000))
-                for record in batches.get(self._partition, ()):
-                    self._ingest(int(record.offset), record.value)
+            end = self._end_offset(deadline)
+            if self._position(consumer) >= end:
+                return
+            consumer.resume([self._partition])
+            # The events read are kept: a long replay would otherwise set off the
+            # cyclic collector again and again over an ever larger heap.
+            collecting = gc.isenabled()
+            gc.disable()
+            try:
+                while (position := self._position(consumer)) < end:
+                    if time.monotonic() >= deadline:
+                        raise _AppendTimeout(f"reading {self._topic} up to offset {end}")
+                    # consume() waits until it has `wanted` records or its timeout ends;
+                    # commit markers take offsets but give no record, so the short
+                    # timeout is what ends the last call of a catch-up.
+                    wanted = min(10_000, end - position)
+                    self._ingest(consumer.consume(wanted, timeout=min(_s_left(deadline), 0.02)))
+            finally:
+                if collecting:
+                    gc.enable()
+                # Idle, the reader fetches nothing: a long-polling fetch would hold up
+                # the offset queries queued behind it on the same connection.
+                consumer.pause([self._partition])
         except LogCorrupted as corruption:
             # What follows a break cannot be placed: refuse every later read as well.
             self._corruption = corruption
@@ -224,23 +291,57 @@ class KafkaEventLog(EventLog):
         except Exception as error:
             raise _translate(error, f"reading {self._topic}") from error
 
-    def _ingest(self, offset: int, value: bytes | None) -> None:
-        if offset <= self._last_offset:
-            return  # our own append, cached when it committed
-        try:
-            event = StoredEvent.from_record(orjson.loads(value or b""))
-        except (ValueError, TypeError, KeyError) as error:
-            raise LogCorrupted(
-                f"{self._topic} offset {offset} is not a gitsched event: {error}"
-            ) from error
-        self._accept(
-            [event],
-            [offset],
-            source=f"{self._topic} offset {offset}",
-            # Hashing the record's own bytes spares re-encoding it (most of a replay's
-            # time); a record that is not byte-canonical is checked the long way.
-            content_checked=record_hash_holds(value or b"", event.hash),
-        )
+    def _position(self, consumer: Consumer) -> int:
+        """The next offset the reader will hand out: past what we hold, past commit
+        markers it has skipped, past where we sent it."""
+        offset = consumer.position([self._partition])[0].offset
+        return max(int(offset), self._last_offset + 1, self._sought)
+
+    def _ingest(self, messages: list[Message]) -> None:
+        """Check and keep fetched records: the replay's inner loop, so written flat.
+
+        Each record must be the next seq, link to the hash before it, and hash to
+        its own `hash` (checked on the record's bytes, which spares re-encoding
+        it; a record that is not byte-canonical is checked the long way).
+        """
+        events, offsets, seq_by_id = self._events, self._offsets, self._seq_by_id
+        prev_hash = events[-1].hash if events else GENESIS_HASH
+        for message in messages:
+            error = message.error()
+            if error is not None:
+                if error.code() == KafkaError._PARTITION_EOF:
+                    continue
+                raise KafkaException(error)
+            offset = int(message.offset() or 0)
+            if offset <= self._last_offset:
+                continue  # our own append, cached when it committed
+            value = message.value()
+            raw = value if isinstance(value, bytes) else b""
+            source = f"{self._topic} offset {offset}"
+            try:
+                event = StoredEvent.from_record(orjson.loads(raw))
+            except (ValueError, TypeError, KeyError) as error:
+                raise LogCorrupted(f"{source} is not a gitsched event: {error}") from error
+            if (
+                event.seq != len(events) + 1
+                or event.prev_hash != prev_hash
+                or not record_hash_holds(raw, event.hash)
+            ):
+                broken = verify_chain(
+                    [event], expect_first_seq=len(events) + 1, prev_hash=prev_hash
+                )
+                if broken is not None:
+                    raise LogCorrupted(f"{source}: seq {broken.seq}: {broken.reason}")
+            if event.id in seq_by_id:
+                raise LogCorrupted(
+                    f"{source}: event id {event.id!r} at seq {event.seq} "
+                    f"is already at seq {seq_by_id[event.id]}"
+                )
+            events.append(event)
+            offsets.append(offset)
+            seq_by_id[event.id] = event.seq
+            self._last_offset = offset
+            prev_hash = event.hash
 
     def _accept(
         self,
@@ -270,23 +371,27 @@ class KafkaEventLog(EventLog):
             self._seq_by_id[event.id] = event.seq
             self._last_offset = offset
 
-    def _reader(self) -> Any:
+    def _reader(self) -> Consumer:
         if self._consumer is None:
-            consumer = KafkaConsumer(
-                bootstrap_servers=self._bootstrap,
-                client_id=f"gitsched-reader-{self._topic}",
-                group_id=None,
-                enable_auto_commit=False,
-                isolation_level="read_committed",
-                auto_offset_reset="earliest",
-                max_poll_records=5000,
-                request_timeout_ms=max(self._timeout_ms, 1000),
-                bootstrap_timeout_ms=self._timeout_ms,
-                fetch_max_wait_ms=200,
-                **_RECONNECT,
+            consumer = Consumer(
+                {
+                    **self._client_config("reader"),
+                    # Assigned, never subscribed: the group is never joined, no
+                    # offset is ever committed.
+                    "group.id": f"gitsched-reader-{self._topic}",
+                    "enable.auto.commit": False,
+                    "enable.auto.offset.store": False,
+                    "isolation.level": "read_committed",
+                    "auto.offset.reset": "earliest",
+                    "enable.partition.eof": False,
+                    "fetch.wait.max.ms": 50,
+                    "fetch.max.bytes": 64 * 1024 * 1024,
+                    "max.partition.fetch.bytes": 16 * 1024 * 1024,
+                }
             )
-            consumer.assign([self._partition])
-            consumer.seek_to_beginning(self._partition)
+            start = self._last_offset + 1 if self._last_offset >= 0 else OFFSET_BEGINNING
+            consumer.assign([TopicPartition(self._topic, PARTITION, start)])
+            consumer.pause([self._partition])
             self._consumer = consumer
         return self._consumer
 
@@ -347,11 +452,17 @@ class KafkaEventLog(EventLog):
             return batch
 
     def _prepare_write(self, deadline: float) -> None:
-        """Hold the producer (fencing older writers) and read the log up to its end."""
+        """Hold the producer (fencing older writers) and know the log up to its end.
+
+        A new producer reads the whole tail once it has fenced everyone older.
+        After that, this writer's own commits are the only ones that can land
+        while its producer lives (the broker fences it the moment another
+        initialises), so its cache is the tail and no round trip is spent on it.
+        """
         if self._fenced:
             raise WriterFenced(self._fenced_message())
-        self._writer(deadline)
-        self._catch_up(deadline)
+        if self._producer is None:
+            self._writer(deadline)
 
     def _check_still_writer(self) -> None:
         last = len(self._events)
@@ -378,17 +489,13 @@ class KafkaEventLog(EventLog):
         A commit returns once the coordinator has logged it; the markers that let
         readers past it are written just after. Waiting for them means a reader
         opened after append() returned sees the batch, as with SQLite (and the
-        next transaction does not meet CONCURRENT_TRANSACTIONS and a 20 ms
-        back-off). If they are late the batch is still committed, so this gives
-        up quietly.
+        next transaction does not meet CONCURRENT_TRANSACTIONS and a back-off).
+        If they are late the batch is still committed, so this gives up quietly.
         """
-        pause = 0.001
+        pause = 0.0005
         while time.monotonic() < deadline:
             try:
-                reader = self._reader()
-                end = int(
-                    reader.end_offsets([self._partition], _ms_left(deadline))[self._partition]
-                )
+                end = self._end_offset(deadline)
             except Exception:
                 return
             if end > last_offset:
@@ -396,40 +503,44 @@ class KafkaEventLog(EventLog):
                     # Below `end` lie only our batch and its commit marker: the reader
                     # need not fetch back what it already holds.
                     with contextlib.suppress(Exception):
-                        reader.seek(self._partition, end)
+                        self._reader().seek(TopicPartition(self._topic, PARTITION, end))
+                        self._sought = end
                 return
             time.sleep(pause)
             pause = min(pause * 2, 0.1)
 
-    def _writer(self, deadline: float) -> Any:
+    def _writer(self, deadline: float) -> Producer:
         """The transactional producer; creating it fences every older writer."""
         if self._producer is not None:
             return self._producer
         producer = None
+        timeout_ms = int(self._timeout_s * 1000)
         try:
-            producer = KafkaProducer(
-                bootstrap_servers=self._bootstrap,
-                client_id=f"gitsched-writer-{self._topic}",
-                transactional_id=self._transactional_id,
-                enable_idempotence=True,
-                acks="all",
-                # A batch is sent by the flush() that ends it, never by a timer: a
-                # long linger and a batch size above any append keep one append in
-                # one record batch (one request, one CRC, one compression pass).
-                linger_ms=1000,
-                batch_size=BATCH_BYTES,
-                compression_type=COMPRESSION,
-                max_block_ms=self._timeout_ms,
-                bootstrap_timeout_ms=_ms_left(deadline),
-                request_timeout_ms=max(1000, self._timeout_ms // 2),
-                delivery_timeout_ms=max(2000, self._timeout_ms),
-                # Longer than any append may take, so the coordinator never aborts
-                # (and re-epochs) a transaction this writer is still committing.
-                transaction_timeout_ms=min(900_000, max(60_000, 2 * self._timeout_ms)),
-                max_request_size=8 * 1024 * 1024,
-                **_RECONNECT,
+            producer = Producer(
+                {
+                    **self._client_config("writer"),
+                    "transactional.id": self._transactional_id,
+                    "enable.idempotence": True,
+                    "acks": "all",
+                    # A batch is sent by the flush that ends it, never by a timer: a
+                    # long linger and a batch size above any append keep one append in
+                    # one record batch (one request, one CRC, one compression pass).
+                    "linger.ms": 0,
+                    "batch.size": BATCH_BYTES,
+                    "batch.num.messages": 1_000_000,
+                    "queue.buffering.max.messages": 2_000_000,
+                    "queue.buffering.max.kbytes": 2 * 1024 * 1024,
+                    "message.max.bytes": MAX_REQUEST_BYTES,
+                    "compression.type": "lz4",
+                    "request.timeout.ms": max(1000, timeout_ms // 2),
+                    # Longer than any append may take, so the coordinator never aborts
+                    # (and re-epochs) a transaction this writer is still committing;
+                    # a record's delivery timeout must fit inside it.
+                    "transaction.timeout.ms": min(900_000, max(60_000, 2 * timeout_ms)),
+                    "message.timeout.ms": min(900_000, max(2000, timeout_ms)),
+                }
             )
-            producer.init_transactions()
+            producer.init_transactions(_s_left(deadline))
         except Exception as error:
             if producer is not None:
                 _close_quietly(producer)
@@ -445,22 +556,38 @@ class KafkaEventLog(EventLog):
         return producer
 
     def _produce(self, sealed: list[StoredEvent], deadline: float) -> list[int]:
-        producer = self._producer
+        producer = self._writer(deadline)
+        offsets: list[int] = []
+        failures: list[KafkaError] = []
+
+        def delivered(error: KafkaError | None, message: Message) -> None:
+            # One partition, an idempotent producer: reports come in produce order.
+            if error is not None:
+                failures.append(error)
+            else:
+                offsets.append(int(message.offset() or 0))
+
         try:
             producer.begin_transaction()
-            futures = [
-                producer.send(
-                    self._topic,
-                    value=canonical_json(event.to_record()),
-                    key=event.id.encode("utf-8"),
-                    partition=PARTITION,
-                )
+            messages = [
+                {"value": canonical_json(event.to_record()), "key": event.id.encode("utf-8")}
                 for event in sealed
             ]
-            producer.flush(timeout=_ms_left(deadline) / 1000)
-            offsets = [
-                int(future.get(timeout=_ms_left(deadline) / 1000).offset) for future in futures
-            ]
+            queued = producer.produce_batch(
+                self._topic, messages, partition=PARTITION, on_delivery=delivered
+            )
+            if queued != len(messages):
+                refused = next(m["_error"] for m in messages if "_error" in m)
+                raise KafkaException(refused)
+            if producer.flush(_s_left(deadline)) > 0:
+                raise _AppendTimeout(f"delivering the batch to {self._topic}")
+            if failures:
+                raise KafkaException(failures[0])
+            if len(offsets) != len(sealed) or offsets != sorted(set(offsets)):
+                raise EventLogError(
+                    f"appending to {self._topic}: the broker acknowledged {len(offsets)} of "
+                    f"{len(sealed)} records, or out of order"
+                )
             self._commit(producer, deadline)
             return offsets
         except Exception as error:
@@ -473,18 +600,8 @@ class KafkaEventLog(EventLog):
                 self._fenced = True
             raise translated from error
 
-    def _commit(self, producer: Any, deadline: float) -> None:
-        # KafkaProducer.commit_transaction() waits without limit while the broker
-        # is away; this is the same call with a bound on the wait.
-        manager = getattr(producer, "_transaction_manager", None)
-        sender = getattr(producer, "_sender", None)
-        if manager is None or sender is None:
-            producer.commit_transaction()
-            return
-        result = manager.begin_commit()
-        sender.wakeup()
-        if not result.wait(timeout_ms=_ms_left(deadline)):
-            raise _AppendTimeout(f"committing the transaction on {self._topic}")
+    def _commit(self, producer: Producer, deadline: float) -> None:
+        producer.commit_transaction(_s_left(deadline))
 
     def _fence(self) -> None:
         self._fenced = True
@@ -505,15 +622,8 @@ class KafkaEventLog(EventLog):
     # -- the topic -------------------------------------------------------
 
     def _ensure_topic(self, *, create: bool) -> None:
-        admin = None
         try:
-            admin = KafkaAdminClient(
-                bootstrap_servers=self._bootstrap,
-                client_id=f"gitsched-admin-{self._topic}",
-                request_timeout_ms=self._timeout_ms,
-                bootstrap_timeout_ms=self._timeout_ms,
-                **_RECONNECT,
-            )
+            admin = AdminClient(self._client_config("admin"))
             if not self._topic_exists(admin):
                 if not create:
                     raise LogConfigurationError(
@@ -525,45 +635,52 @@ class KafkaEventLog(EventLog):
             raise
         except Exception as error:
             raise _translate(error, f"checking topic {self._topic}") from error
-        finally:
-            if admin is not None:
-                _close_quietly(admin)
 
-    def _topic_exists(self, admin: Any) -> bool:
-        described = admin.describe_topics([self._topic])
-        return bool(described) and int(described[0]["error_code"]) == 0
+    def _metadata(self, admin: AdminClient) -> Any:
+        return admin.list_topics(topic=self._topic, timeout=self._timeout_s)
 
-    def _create_topic(self, admin: Any) -> None:
-        brokers = len(admin.describe_cluster()["brokers"])
+    def _topic_exists(self, admin: AdminClient) -> bool:
+        described = self._metadata(admin).topics.get(self._topic)
+        if described is None or described.error is None:
+            return described is not None
+        if described.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+            return False
+        raise KafkaException(described.error)
+
+    def _create_topic(self, admin: AdminClient) -> None:
+        brokers = len(self._metadata(admin).brokers)
         replicas = max(1, min(3, brokers))
         config = dict(REQUIRED_TOPIC_CONFIG)
         config["min.insync.replicas"] = "2" if replicas >= 3 else "1"
-        # Another process may create it first; its settings are checked next either way.
-        with contextlib.suppress(kafka_errors.TopicAlreadyExistsError):
-            admin.create_topics(
-                {
-                    self._topic: {
-                        "num_partitions": 1,
-                        "replication_factor": replicas,
-                        "configs": config,
-                    }
-                },
-                timeout_ms=self._timeout_ms,
-                wait_for_metadata=True,
-            )
+        created = admin.create_topics(
+            [NewTopic(self._topic, num_partitions=1, replication_factor=replicas, config=config)],
+            operation_timeout=self._timeout_s,
+            request_timeout=self._timeout_s,
+        )
+        try:
+            created[self._topic].result(timeout=self._timeout_s)
+        except KafkaException as error:
+            # Another process may create it first; its settings are checked next either way.
+            if error.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                raise
+        # Metadata reaches every broker shortly after the create returns.
+        deadline = self._deadline()
+        while not self._topic_exists(admin) and time.monotonic() < deadline:
+            time.sleep(0.05)
 
-    def _check_topic(self, admin: Any) -> None:
-        described = admin.describe_topics([self._topic])[0]
-        partitions = len(described["partitions"])
+    def _check_topic(self, admin: AdminClient) -> None:
+        partitions = len(self._metadata(admin).topics[self._topic].partitions)
         if partitions != 1:
             raise LogConfigurationError(
                 f"topic {self._topic} has {partitions} partitions: a gitsched log needs "
                 f"exactly 1 (num.partitions) for a total order"
             )
-        resource = ConfigResource(ConfigResourceType.TOPIC, self._topic)
-        configs = admin.describe_configs([resource], config_filter="all")["topic"][self._topic]
+        resource = ConfigResource(ResourceType.TOPIC, self._topic)
+        described = admin.describe_configs([resource], request_timeout=self._timeout_s)
+        configs = described[resource].result(timeout=self._timeout_s)
         for name, wanted in REQUIRED_TOPIC_CONFIG.items():
-            actual = str(configs.get(name, {}).get("value"))
+            entry = configs.get(name)
+            actual = str(entry.value if entry is not None else None)
             if actual != wanted:
                 raise LogConfigurationError(
                     f"topic {self._topic} has {name}={actual}: a gitsched log needs "
@@ -573,7 +690,7 @@ class KafkaEventLog(EventLog):
     # -- lifecycle -------------------------------------------------------
 
     def _deadline(self) -> float:
-        return time.monotonic() + self._timeout_ms / 1000
+        return time.monotonic() + self._timeout_s
 
     def close(self) -> None:
         with self._lock:
@@ -590,47 +707,63 @@ def delete_log_topic(url: str, *, timeout_s: float = 15) -> None:
     """Delete the topic of `kafka://.../TOPIC`: for throwaway logs (benchmarks), never a cluster's."""
     log = KafkaEventLog.from_url(url, create_topic=False, timeout_s=timeout_s)
     log.close()
-    admin = None
     try:
-        admin = KafkaAdminClient(
-            bootstrap_servers=log._bootstrap,
-            client_id=f"gitsched-admin-{log.topic}",
-            request_timeout_ms=int(timeout_s * 1000),
-            bootstrap_timeout_ms=int(timeout_s * 1000),
-            **_RECONNECT,
+        admin = AdminClient(log._client_config("admin"))
+        deleted = admin.delete_topics(
+            [log.topic], operation_timeout=timeout_s, request_timeout=timeout_s
         )
-        admin.delete_topics([log.topic], timeout_ms=int(timeout_s * 1000))
+        deleted[log.topic].result(timeout=timeout_s)
     except Exception as error:
         raise _translate(error, f"deleting topic {log.topic}") from error
-    finally:
-        if admin is not None:
-            _close_quietly(admin)
 
 
-def _ms_left(deadline: float) -> int:
-    return max(1, int((deadline - time.monotonic()) * 1000))
+def _s_left(deadline: float) -> float:
+    return max(0.001, deadline - time.monotonic())
 
 
 def _translate(error: BaseException, doing: str) -> EventLogError:
-    """One of the log's errors for a kafka-python (or socket) error."""
+    """One of the log's errors for a Kafka client (or socket) error."""
     if isinstance(error, EventLogError):
         return error
-    if isinstance(error, _FENCING_ERRORS):
-        return WriterFenced(f"{doing}: another writer took over: {error}")
     if isinstance(error, _AppendTimeout):
         return LogUnavailable(f"{doing}: no answer from Kafka in time ({error})")
-    if isinstance(error, _UNAVAILABLE_ERRORS):
+    if isinstance(error, KafkaException) and error.args and isinstance(error.args[0], KafkaError):
+        kafka_error: KafkaError = error.args[0]
+        if kafka_error.code() in _FENCING_CODES:
+            return WriterFenced(f"{doing}: another writer took over: {kafka_error.str()}")
+        if (
+            kafka_error.code() in _UNAVAILABLE_CODES
+            or kafka_error.retriable()
+            or kafka_error.txn_requires_abort()
+        ):
+            return LogUnavailable(f"{doing}: Kafka is unavailable: {kafka_error.str()}")
+        return EventLogError(f"{doing}: {kafka_error.name()}: {kafka_error.str()}")
+    if isinstance(error, OSError):
         return LogUnavailable(f"{doing}: Kafka is unavailable: {error}")
     return EventLogError(f"{doing}: {type(error).__name__}: {error}")
 
 
-def _close_quietly(client: Any) -> None:
-    try:
-        if isinstance(client, KafkaProducer):
-            client.close(timeout=0)
-        elif isinstance(client, KafkaConsumer):
-            client.close(autocommit=False, timeout_ms=1000)
-        else:
+def _close_quietly(client: Producer | Consumer) -> None:
+    """Close a client without waiting on it.
+
+    A producer's close() aborts its open transaction first, and waits for that
+    without limit while the broker is away; an append must fail within its budget.
+    So a producer drops what it still holds and is closed on a thread of its own,
+    which ends when the broker answers, or when a newer writer's start fences it.
+    """
+    if isinstance(client, Producer):
+        with contextlib.suppress(Exception):
+            client.purge(in_queue=True, in_flight=True, blocking=False)
+        threading.Thread(
+            target=_close_now, args=(client,), name="gitsched-kafka-close", daemon=True
+        ).start()
+    else:
+        _close_now(client)
+
+
+def _close_now(client: Producer | Consumer) -> None:
+    with warnings.catch_warnings():
+        # "abort_transaction failed during close": the reason it was discarded.
+        warnings.simplefilter("ignore", RuntimeWarning)
+        with contextlib.suppress(Exception):  # best effort: the error that led here counts
             client.close()
-    except Exception:
-        pass  # best effort: the error that led here is the one to report
