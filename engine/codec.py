@@ -86,20 +86,22 @@ def _make_builder(tp: Any) -> Builder:
 
 
 def _dataclass_builder(cls: type) -> Builder:
-    """A function made for `cls` alone: one call with its fields as keywords.
+    """A function made for `cls` alone, from generated source.
 
-    Generated source rather than a loop over the fields: a replay builds a few
-    dataclasses per event, and the loop's dict and calls were most of it.
+    A replay builds a few dataclasses per event, and a loop over the fields with
+    a kwargs dict was most of it. The function sets each field straight on a new
+    instance, as a frozen dataclass's own __init__ does (object.__setattr__), but
+    without the call through keywords; a class whose __init__ does more (a
+    __post_init__, fields outside __init__) is called the ordinary way.
     """
     hints = _hints(cls)
-    names: dict[str, Any] = {"cls": cls}
-    args = []
-    for index, field in enumerate(dataclasses.fields(cls)):
-        if not field.init:
-            continue
-        name = field.name
-        key = repr(name)
-        build = _builder(hints[name])
+    fields = dataclasses.fields(cls)
+    direct = not hasattr(cls, "__post_init__") and all(f.init for f in fields)
+    names: dict[str, Any] = {"cls": cls, "new": object.__new__, "put": object.__setattr__}
+    values = []
+    for index, field in enumerate(fields):
+        key = repr(field.name)
+        build = _builder(hints[field.name])
         value = f"data[{key}]"
         if build is not _same:
             names[f"b{index}"] = build
@@ -110,7 +112,13 @@ def _dataclass_builder(cls: type) -> Builder:
         elif field.default_factory is not dataclasses.MISSING:
             names[f"f{index}"] = field.default_factory
             value = f"({value} if {key} in data else f{index}())"
-        args.append(f"{name}={value}")
-    source = f"def build(data):\n    return cls({', '.join(args)})\n"
+        values.append((field.name, key, value))
+    if direct:
+        body = ["    o = new(cls)"]
+        body += [f"    put(o, {key}, {value})" for _, key, value in values]
+        body.append("    return o")
+    else:
+        body = [f"    return cls({', '.join(f'{name}={value}' for name, _, value in values)})"]
+    source = "def build(data):\n" + "\n".join(body) + "\n"
     exec(compile(source, f"<decoder of {cls.__qualname__}>", "exec"), names)
     return typing.cast(Builder, names["build"])

@@ -83,6 +83,14 @@ def _row_to_event(row: tuple[Any, ...]) -> StoredEvent:
     return StoredEvent(seq, id_, type_, version, payload, time, actor, cause, prev_hash, digest)
 
 
+def _is_json(text: Any) -> bool:
+    try:
+        orjson.loads(text)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
 class SQLiteEventLog(EventLog):
     def __init__(
         self, path: str | Path, *, clock: Clock = utc_now, busy_timeout_s: float = 30.0
@@ -234,15 +242,37 @@ class SQLiteEventLog(EventLog):
             f"SELECT {_COLUMNS} FROM events WHERE seq > ? AND seq <= ? ORDER BY seq",
             (after_seq, upper),
         )
+        loads = orjson.loads
         while rows := cursor.fetchmany(4096):
-            for row in rows:
-                if skip and row[2] in skip:
-                    seq, id_, type_, version, _, time_, actor, cause, prev_hash, digest = row
+            if skip:
+                for row in rows:
+                    if row[2] in skip:
+                        seq, id_, type_, version, _, time_, actor, cause, prev_hash, digest = row
+                        yield StoredEvent(
+                            seq, id_, type_, version, {}, time_, actor, cause, prev_hash, digest
+                        )
+                    else:
+                        yield _row_to_event(row)
+                continue
+            # The replay's inner loop: _row_to_event inlined, its error path kept.
+            try:
+                for seq, id_, type_, version, data, time_, actor, cause, prev_hash, digest in rows:
                     yield StoredEvent(
-                        seq, id_, type_, version, {}, time_, actor, cause, prev_hash, digest
+                        seq,
+                        id_,
+                        type_,
+                        version,
+                        loads(data),
+                        time_,
+                        actor,
+                        cause,
+                        prev_hash,
+                        digest,
                     )
-                else:
-                    yield _row_to_event(row)
+            except (TypeError, ValueError):
+                bad = next(row for row in rows if not _is_json(row[4]))
+                _row_to_event(bad)  # raises LogCorrupted naming it
+                raise
 
     def last_seq(self) -> int:
         row = self._db.execute("SELECT MAX(seq) FROM events").fetchone()
