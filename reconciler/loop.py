@@ -103,9 +103,11 @@ class Reconciler:
         state, last_seq = replayed.state, replayed.last_seq
         report.state, report.last_seq = state, last_seq
         if state.needs_placement and state.last_commit is not None:
-            # A crash between a commit's events and its solve leaves the flag set:
-            # finish that solve first, so the log reads as if there had been no crash.
-            state, last_seq = self._place(state, last_seq, state.last_commit.sha, report)
+            # A log written before commits and their solves shared one append may
+            # hold a commit without its solve: finish that solve first.
+            cause = state.last_commit.sha
+            solved = self._solve(state, cause, report)
+            state, last_seq = self._append(state, last_seq, [solved], report)
         last = state.last_commit.sha if state.last_commit else None
         for commit in self.repo.commits_since(self.branch, last):
             loaded = load_commit(self.repo, commit.sha)
@@ -120,9 +122,13 @@ class Reconciler:
             else:
                 intent = ApplyCommit(commit, loaded.desired)
             events = decide(state, intent)
-            state, last_seq = self._append(
-                state, last_seq, events, commit.sha, commit.actor, commit.sha, report
-            )
+            groups = [_Group(events, commit.sha, commit.actor, commit.sha)]
+            applied = fold(events, state)
+            if applied.needs_placement:
+                # The commit and the placement it leads to are one append: no reader
+                # ever sees a change the solver has not answered yet.
+                groups.append(self._solve(applied, commit.sha, report))
+            state, last_seq = self._append(state, last_seq, groups, report)
             report.commits.append(
                 CommitOutcome(
                     commit,
@@ -131,34 +137,34 @@ class Reconciler:
                     len(events),
                 )
             )
-            if state.needs_placement:
-                state, last_seq = self._place(state, last_seq, commit.sha, report)
             report.state, report.last_seq = state, last_seq
 
-    def _place(
-        self, state: ClusterState, last_seq: int, cause: str, report: ReconcileReport
-    ) -> tuple[ClusterState, int]:
+    def _solve(self, state: ClusterState, cause: str, report: ReconcileReport) -> _Group:
+        """The solver's events for `state`, to append after what led to it."""
         if state.cluster is None:
-            return state, last_seq
+            return _Group((), f"{cause}/solve", SOLVER_ACTOR, cause)
         now = format_time(self.clock())
         plan = solve(placement_instance(state, now), self.solver)
-        events = decide(state, ApplyPlan(plan, solve_id=f"{cause}/solve", at=now))
         report.plan = plan
-        return self._append(state, last_seq, events, f"{cause}/solve", SOLVER_ACTOR, cause, report)
+        events = decide(state, ApplyPlan(plan, solve_id=f"{cause}/solve", at=now))
+        return _Group(events, f"{cause}/solve", SOLVER_ACTOR, cause)
 
     def _append(
         self,
         state: ClusterState,
         last_seq: int,
-        events: Sequence[Event],
-        id_prefix: str,
-        actor: str,
-        cause: str,
+        groups: Sequence[_Group],
         report: ReconcileReport,
     ) -> tuple[ClusterState, int]:
+        """Append the groups' events in one transaction; the state after them."""
+        events = [event for group in groups for event in group.events]
         batch = [
-            encode(e, id=f"{id_prefix}/{i}", actor=actor, cause=cause) for i, e in enumerate(events)
+            encode(e, id=f"{group.id_prefix}/{i}", actor=group.actor, cause=group.cause)
+            for group in groups
+            for i, e in enumerate(group.events)
         ]
+        if not batch:
+            return fold(events, state), last_seq
         try:
             stored = self.log.append(batch, expected_last_seq=last_seq)
         except ConcurrencyConflict as e:
@@ -167,8 +173,6 @@ class Reconciler:
             if self.log.last_seq() == last_seq:
                 raise  # nobody else wrote: the log and this commit's events disagree
             raise _Superseded from None
-        if not stored:
-            return fold(events, state), last_seq
         if stored[0].seq <= last_seq:
             raise LogCorrupted(
                 f"events {stored[0].id} ... are already in the log at seq {stored[0].seq}, "
@@ -183,3 +187,13 @@ class Reconciler:
             raise _Superseded
         report.events_appended += len(stored)
         return fold(events, state), stored[-1].seq
+
+
+@dataclass(frozen=True, slots=True)
+class _Group:
+    """Events with one id prefix, actor and cause, within an append."""
+
+    events: Sequence[Event]
+    id_prefix: str
+    actor: str
+    cause: str
