@@ -1,10 +1,11 @@
 """`gitsched bench log`: append and replay throughput of each log backend (BENCHMARKS.md §3).
 
-Synthetic but realistic events (a commit's JobSubmitted + CommitApplied, then a
-solve's PlacementDecided + SolveCompleted, encoded through eventlog.codec) are
-appended through the real `EventLog.append` in commit-sized batches — one
-transaction each, acks=all and idempotence on Kafka — then read back by a fresh
-instance and decoded, as `gitsched state` would.
+Synthetic but realistic events are appended through the real `EventLog.append`
+one commit at a time, as the reconciler appends them: a commit of N jobs is one
+transaction of 2N + 2 events (N JobSubmitted, CommitApplied, then the solve's N
+PlacementDecided and SolveCompleted, encoded through eventlog.codec), acks=all and
+idempotence on Kafka. Then a fresh instance reads them all back and decodes them,
+as `gitsched state` would.
 """
 
 from __future__ import annotations
@@ -53,38 +54,38 @@ class Result:
     replay_per_s: float
 
 
-def synthetic_batches(events: int, batch: int, run: str, seed: int = 7) -> Iterator[list[NewEvent]]:
-    """`events` events in batches of `batch`, alternating a commit and the solve that follows it."""
+def synthetic_commits(events: int, jobs: int, run: str, seed: int = 7) -> Iterator[list[NewEvent]]:
+    """`events` events, one list per commit of `jobs` jobs (the last one cut short)."""
     rng = random.Random(seed)
     made = 0
     number = 0
     while made < events:
-        size = min(batch, events - made)
         sha = f"{rng.getrandbits(160):040x}"
         at = f"2026-01-{1 + number % 28:02d}T{number % 24:02d}:00:00.000000Z"
-        body: list[Event]
-        if number % 2 == 0:
-            commit = CommitInfo(
-                sha=sha,
-                author="Ana Souza",
-                author_email="ana@vision.example",
-                committed_at=at,
-                subject="vision: a sweep of fine-tunes on H100, one NVLink domain each",
-                approvers=("Priya Raman <priya@platform.example>",),
-            )
-            body = [_job(rng, f"job-{number}-{i}", at) for i in range(size - 1)]
-            body.append(CommitApplied(commit=commit, changes=size - 1))
-            actor, prefix = commit.actor, sha
-        else:
-            solve_id = f"{sha}/solve"
-            body = [_placement(rng, f"job-{number}-{i}", solve_id, at) for i in range(size - 1)]
-            body.append(_solve(rng, solve_id, size - 1))
-            actor, prefix = "solver", solve_id
-        yield [
-            encode(e, id=f"bench/{run}/{prefix}/{i}", actor=actor, cause=sha)
-            for i, e in enumerate(body[:size])
+        commit = CommitInfo(
+            sha=sha,
+            author="Ana Souza",
+            author_email="ana@vision.example",
+            committed_at=at,
+            subject="vision: a sweep of fine-tunes on H100, one NVLink domain each",
+            approvers=("Priya Raman <priya@platform.example>",),
+        )
+        solve_id = f"{sha}/solve"
+        names = [f"job-{number}-{i}" for i in range(jobs)]
+        changed: list[Event] = [_job(rng, name, at) for name in names]
+        changed.append(CommitApplied(commit=commit, changes=jobs))
+        solved: list[Event] = [_placement(rng, name, solve_id, at) for name in names]
+        solved.append(_solve(rng, solve_id, jobs))
+        batch = [
+            encode(e, id=f"bench/{run}/{sha}/{i}", actor=commit.actor, cause=sha)
+            for i, e in enumerate(changed)
+        ] + [
+            encode(e, id=f"bench/{run}/{solve_id}/{i}", actor="solver", cause=sha)
+            for i, e in enumerate(solved)
         ]
-        made += size
+        batch = batch[: events - made]
+        yield batch
+        made += len(batch)
         number += 1
 
 
@@ -147,14 +148,14 @@ def _solve(rng: random.Random, solve_id: str, decisions: int) -> SolveCompleted:
     )
 
 
-def measure(url: str, events: int, batch: int) -> Result:
+def measure(url: str, events: int, jobs: int) -> Result:
     run = uuid.uuid4().hex[:8]
     latencies: list[float] = []
     with open_log(url) as event_log:
         if event_log.last_seq() != 0:
             raise GitschedError(f"{url} is not empty: bench log appends only to a new, empty log")
         last_seq = 0
-        for chunk in synthetic_batches(events, batch, run):
+        for chunk in synthetic_commits(events, jobs, run):
             began = time.perf_counter()
             stored = event_log.append(chunk, expected_last_seq=last_seq)
             latencies.append(time.perf_counter() - began)
@@ -172,7 +173,7 @@ def measure(url: str, events: int, batch: int) -> Result:
         log=url,
         backend=url.split(":", 1)[0],
         events=events,
-        batch=batch,
+        batch=2 * jobs + 2,
         append_s=appended,
         append_per_s=events / appended,
         append_p50_ms=statistics.median(ordered) * 1000,
@@ -232,19 +233,20 @@ def _verdict(result: Result) -> str:
     help="Events to append to each log, then replay.",
 )
 @click.option(
-    "--batch",
+    "--jobs",
     default=50,
     show_default=True,
-    type=click.IntRange(min=2),
-    help="Events per append: one commit's worth, one transaction.",
+    type=click.IntRange(min=1),
+    help="Jobs per commit: one commit is one append (one transaction) of 2 x JOBS + 2 events.",
 )
 @format_option("table", "json")
-def command(logs: tuple[str, ...], kafka: str | None, events: int, batch: int, fmt: str) -> None:
+def command(logs: tuple[str, ...], kafka: str | None, events: int, jobs: int, fmt: str) -> None:
     """Append and replay throughput of each log backend, side by side.
 
-    Appends EVENTS synthetic events in commit-sized batches (one transaction each;
-    acks=all and idempotence on Kafka), then replays them all through a new
-    instance (read + decode). Targets (issue #3): Kafka appends >= 20,000 events/s,
+    Appends EVENTS synthetic events one commit at a time, as the reconciler does
+    (a commit of JOBS jobs and its placement decisions: one transaction of
+    2 x JOBS + 2 events; acks=all and idempotence on Kafka), then replays them all
+    through a new instance (read + decode). Targets (issue #3): Kafka appends >= 20,000 events/s,
     replay >= 100,000 events/s.
     """
     owned_topics: list[str] = []
@@ -259,7 +261,7 @@ def command(logs: tuple[str, ...], kafka: str | None, events: int, batch: int, f
         results = []
         try:
             for url in urls:
-                results.append(measure(url, events, batch))
+                results.append(measure(url, events, jobs))
         except (GitschedError, EventLogError) as e:
             fail(str(e))
         finally:

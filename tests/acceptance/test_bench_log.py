@@ -1,0 +1,63 @@
+"""`gitsched bench log`: it measures what it says, on both backends, and leaves nothing behind."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.acceptance.conftest import gitsched, read_events
+from tests.kafka_broker import admin_client, bootstrap_from_env, check_broker
+
+
+def results(run_stdout: str) -> dict[str, dict[str, object]]:
+    return {r["backend"]: r for r in json.loads(run_stdout)["results"]}
+
+
+def test_one_append_per_commit_of_jobs_and_their_placements(tmp_path: Path) -> None:
+    log = tmp_path / "bench.db"
+    run = gitsched(
+        "bench", "log", "--log", f"sqlite:///{log}", "--events", "230", "--jobs", "10",
+        "--format", "json", expect=0,
+    )  # fmt: skip
+
+    [sqlite] = results(run.stdout).values()
+    assert (sqlite["events"], sqlite["batch"]) == (230, 22)
+    assert float(str(sqlite["append_per_s"])) > 0 and float(str(sqlite["replay_per_s"])) > 0
+    events = read_events(log)
+    assert len(events) == 230
+    # Every commit: 10 JobSubmitted, CommitApplied, 10 PlacementDecided, SolveCompleted, in
+    # one transaction; 230 events are ten whole commits and a cut-short eleventh.
+    times = [e.time for e in events]
+    assert [e.type for e in events[:22]] == (
+        ["JobSubmitted"] * 10 + ["CommitApplied"] + ["PlacementDecided"] * 10 + ["SolveCompleted"]
+    )
+    assert all(len(set(times[i : i + 22])) == 1 for i in range(0, 230, 22))
+
+
+def test_a_log_that_is_not_empty_is_refused(tmp_path: Path) -> None:
+    log = f"sqlite:///{tmp_path / 'bench.db'}"
+    gitsched("bench", "log", "--log", log, "--events", "50", expect=0)
+    refused = gitsched("bench", "log", "--log", log, "--events", "50", expect=2)
+    assert "is not empty" in refused.stderr
+
+
+@pytest.mark.kafka
+def test_kafka_is_measured_on_a_fresh_topic_that_is_deleted_afterwards() -> None:
+    bootstrap = bootstrap_from_env()
+    check_broker(bootstrap)
+    admin = admin_client(bootstrap)
+    try:
+        before = set(admin.list_topics())
+        run = gitsched(
+            "bench", "log", "--kafka", bootstrap, "--events", "500", "--jobs", "20",
+            "--format", "json", expect=0,
+        )  # fmt: skip
+        after = set(admin.list_topics())
+    finally:
+        admin.close()
+    measured = results(run.stdout)
+    assert set(measured) == {"sqlite", "kafka"}
+    assert measured["kafka"]["events"] == 500 and measured["kafka"]["batch"] == 42
+    assert not {t for t in after - before if t.startswith("gitsched-bench-")}
