@@ -226,7 +226,8 @@ def reconcile_args(repo: Path, url: str) -> tuple[str, ...]:
 
 
 def start_dying(repo: Path, url: str, die: str) -> subprocess.Popen[str]:
-    """A reconciler that SIGKILLs itself at `die` (see DIE_ENV)."""
+    """A reconciler that SIGKILLs itself at `die` (see DIE_ENV), or with `pace:MS`
+    one that pauses MS after each append, to be killed from outside."""
     from tests.acceptance.conftest import gitsched_env
 
     return subprocess.Popen(
@@ -340,12 +341,32 @@ def as_json(value: Any) -> str:
     return json.dumps(value, indent=1, sort_keys=True)
 
 
+def _pace(ms: int) -> None:
+    """Patch the log backends so every append pauses `ms` after it returns, as a
+    reconciler waiting for the next commit would: a watcher gets to see each seq."""
+    import eventlog.kafka
+    import eventlog.sqlite
+
+    for backend in (eventlog.kafka.KafkaEventLog, eventlog.sqlite.SQLiteEventLog):
+        real_append = backend.append
+
+        def append(self: Any, *args: Any, _real: Any = real_append, **kwargs: Any) -> Any:
+            stored = _real(self, *args, **kwargs)
+            time.sleep(ms / 1000)
+            return stored
+
+        backend.append = append  # type: ignore[method-assign]
+
+
 if __name__ == "__main__":
     spec = os.environ.get(DIE_ENV, "")
     if spec:
         when, _, count = spec.partition(":")
-        assert when in ("before-commit", "after-commit") and count.isdigit(), spec
-        _die_at(when, int(count))
+        assert when in ("before-commit", "after-commit", "pace") and count.isdigit(), spec
+        if when == "pace":
+            _pace(int(count))
+        else:
+            _die_at(when, int(count))
     from gitsched.cli import main
 
     main(sys.argv[1:], prog_name="gitsched")

@@ -65,7 +65,9 @@ def test_killed_between_transactions_at_several_points(
     marks = [1, total // 4, total // 2, (total * 3) // 4]
     killed_at = []
     for mark in marks:
-        process = start_gitsched(*reconcile_args(long_history, url))
+        # Paced, so a fast writer cannot finish the history before the watcher sees
+        # the mark; the SIGKILL still lands wherever the process happens to be.
+        process = start_dying(long_history, url, "pace:50")
         seq = kill_when_seq_passes(process, last_seq, mark, f"reconcile (to be killed at {mark})")
         if seq is None:
             assert process.returncode == 0
