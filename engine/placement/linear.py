@@ -32,6 +32,27 @@ class LinearModel:
     row_index: list[list[int]] = field(default_factory=list)
     row_value: list[list[float]] = field(default_factory=list)
     offset: float = 0.0
+    # The rows flattened (starts, indices, values), built once for every solve of the rows.
+    _flat: list[tuple[Any, Any, Any]] = field(default_factory=list)
+
+    def flat_rows(self) -> tuple[Any, Any, Any]:
+        """The matrix row by row as numpy arrays (starts, indices, values), as HiGHS takes
+        it; cached while no row is added, and shared by the models of `with_bounds`."""
+        if self._flat and len(self._flat[0][0]) == self.num_rows + 1:
+            return self._flat[0]
+        import numpy as np
+
+        lengths = np.fromiter((len(idx) for idx in self.row_index), dtype=np.int64)
+        starts = np.zeros(self.num_rows + 1, dtype=np.int64)
+        np.cumsum(lengths, out=starts[1:])
+        index = np.fromiter(
+            (j for idx in self.row_index for j in idx), dtype=np.int32, count=int(starts[-1])
+        )
+        value = np.fromiter(
+            (v for val in self.row_value for v in val), dtype=np.float64, count=int(starts[-1])
+        )
+        self._flat[:] = [(starts, index, value)]
+        return starts, index, value
 
     def var(
         self,
@@ -58,15 +79,18 @@ class LinearModel:
         """Add `lower <= sum(coef * x) <= upper`; terms on the same column add up. Empty rows are dropped."""
         merged: dict[int, float] = {}
         for col, coef in terms:
-            merged[col] = merged.get(col, 0.0) + coef
-        merged = {c: v for c, v in merged.items() if v != 0.0}
-        if not merged:
+            if col in merged:
+                merged[col] += coef
+            else:
+                merged[col] = coef
+        index = [c for c, v in merged.items() if v != 0.0]
+        if not index:
             return None
         self.row_names.append(name)
         self.row_lower.append(lower)
         self.row_upper.append(upper)
-        self.row_index.append(list(merged))
-        self.row_value.append(list(merged.values()))
+        self.row_index.append(index)
+        self.row_value.append([merged[c] for c in index])
         return len(self.row_names) - 1
 
     def with_bounds(self, lower: list[float], upper: list[float]) -> LinearModel:
@@ -83,6 +107,7 @@ class LinearModel:
             self.row_index,
             self.row_value,
             self.offset,
+            self._flat,
         )
 
     def add_cost(self, col: int, cost: float) -> None:
@@ -172,7 +197,46 @@ _Result = tuple[str, tuple[float, ...] | None, float | None, float | None]
 
 def _solve_highs(model: LinearModel, limits: SolveLimits, warm: Sequence[float] | None) -> _Result:
     import highspy
+    import numpy as np
 
+    lower = np.asarray(model.col_lower, dtype=np.float64)
+    upper = np.asarray(model.col_upper, dtype=np.float64)
+    cost = np.asarray(model.col_cost, dtype=np.float64)
+    row_lower = np.asarray(model.row_lower, dtype=np.float64)
+    row_upper = np.asarray(model.row_upper, dtype=np.float64)
+    starts, index, value = model.flat_rows()
+    integer = np.asarray(model.col_integer, dtype=bool)
+    offset = model.offset
+    # Columns fixed by their bounds (a neighbourhood search fixes most of them) leave the
+    # model here: their part moves into the row bounds and the offset, so the solver's
+    # presolve never reads the rest of the matrix.
+    fixed = lower == upper
+    free = np.flatnonzero(~fixed)
+    reduced = len(free) < 0.8 * model.num_cols and model.num_rows > 0
+    if reduced:
+        x = np.where(fixed, lower, 0.0)
+        row_of = np.repeat(np.arange(model.num_rows), np.diff(starts))
+        constant = np.bincount(row_of, weights=value * x[index], minlength=model.num_rows)
+        keep = ~fixed[index]
+        live = np.bincount(row_of[keep], minlength=model.num_rows) > 0
+        tol = 1e-6 * np.maximum(1.0, np.abs(constant))
+        dead = ~live
+        if np.any(dead & ((constant < row_lower - tol) | (constant > row_upper + tol))):
+            return "infeasible", None, None, None
+        offset += float(cost[fixed] @ lower[fixed])
+        new_col = np.full(model.num_cols, -1, dtype=np.int32)
+        new_col[free] = np.arange(len(free), dtype=np.int32)
+        keep &= live[row_of]
+        index = new_col[index[keep]]
+        value = value[keep]
+        counts = np.bincount(row_of[keep], minlength=model.num_rows)[live]
+        starts = np.zeros(len(counts) + 1, dtype=np.int64)
+        np.cumsum(counts, out=starts[1:])
+        row_lower = (row_lower - constant)[live]
+        row_upper = (row_upper - constant)[live]
+        lower, upper, cost, integer = lower[free], upper[free], cost[free], integer[free]
+        if len(free) == 0:  # nothing left to decide: the constant is the optimum
+            return "optimal", tuple(model.col_lower), offset, offset
     h: Any = highspy.Highs()  # type: ignore[no-untyped-call]
     h.setOptionValue("output_flag", bool(__import__("os").environ.get("HIGHS_LOG")))
     h.setOptionValue("time_limit", max(0.05, float(limits.time_limit_s)))
@@ -181,39 +245,33 @@ def _solve_highs(model: LinearModel, limits: SolveLimits, warm: Sequence[float] 
     h.setOptionValue("random_seed", 0)
     for option, setting in limits.extra:
         h.setOptionValue(option, setting)
+    inf = highspy.kHighsInf
     lp: Any = highspy.HighsLp()
-    lp.num_col_ = model.num_cols
-    lp.num_row_ = model.num_rows
-    lp.col_cost_ = model.col_cost
-    lp.col_lower_ = model.col_lower
-    lp.col_upper_ = [u if u != INF else highspy.kHighsInf for u in model.col_upper]
-    lp.row_lower_ = [v if v != -INF else -highspy.kHighsInf for v in model.row_lower]
-    lp.row_upper_ = [v if v != INF else highspy.kHighsInf for v in model.row_upper]
-    lp.offset_ = model.offset
+    lp.num_col_ = len(lower)
+    lp.num_row_ = len(row_lower)
+    lp.col_cost_ = cost
+    lp.col_lower_ = np.where(np.isinf(lower), -inf, lower)
+    lp.col_upper_ = np.where(np.isinf(upper), inf, upper)
+    lp.row_lower_ = np.where(np.isinf(row_lower), -inf, row_lower)
+    lp.row_upper_ = np.where(np.isinf(row_upper), inf, row_upper)
+    lp.offset_ = offset
     lp.sense_ = highspy.ObjSense.kMaximize
-    starts: list[int] = []
-    index: list[int] = []
-    value: list[float] = []
-    for idx, val in zip(model.row_index, model.row_value, strict=True):
-        starts.append(len(index))
-        index.extend(idx)
-        value.extend(val)
-    starts.append(len(index))
     lp.a_matrix_.format_ = highspy.MatrixFormat.kRowwise
-    lp.a_matrix_.num_col_ = model.num_cols
-    lp.a_matrix_.num_row_ = model.num_rows
+    lp.a_matrix_.num_col_ = len(lower)
+    lp.a_matrix_.num_row_ = len(row_lower)
     lp.a_matrix_.start_ = starts
     lp.a_matrix_.index_ = index
     lp.a_matrix_.value_ = value
-    if not limits.relax and any(model.col_integer):
+    mip = not limits.relax and bool(integer.any())
+    if mip:
         lp.integrality_ = [
             highspy.HighsVarType.kInteger if i else highspy.HighsVarType.kContinuous
-            for i in model.col_integer
+            for i in integer.tolist()
         ]
     h.passModel(lp)
     if warm is not None and not limits.relax:
         start: Any = highspy.HighsSolution()
-        start.col_value = list(warm)
+        start.col_value = list(np.asarray(warm, dtype=np.float64)[free] if reduced else warm)
         start.value_valid = True
         h.setSolution(start)
     h.run()
@@ -221,7 +279,14 @@ def _solve_highs(model: LinearModel, limits: SolveLimits, warm: Sequence[float] 
     info: Any = h.getInfo()
     ms = highspy.HighsModelStatus
     has_values = int(info.primal_solution_status) == 2  # kSolutionStatusFeasible
-    values = tuple(float(v) for v in h.getSolution().col_value) if has_values else None
+    values: tuple[float, ...] | None = None
+    if has_values:
+        solved = np.asarray(h.getSolution().col_value, dtype=np.float64)
+        if reduced:
+            full = np.asarray(model.col_lower, dtype=np.float64)
+            full[free] = solved
+            solved = full
+        values = tuple(solved.tolist())
     objective = float(info.objective_function_value) if has_values else None
     if status == ms.kOptimal:
         state = "optimal"
@@ -231,7 +296,7 @@ def _solve_highs(model: LinearModel, limits: SolveLimits, warm: Sequence[float] 
         state = "time-limit"
     else:
         state = "error"
-    if limits.relax or not any(model.col_integer):
+    if not mip:
         bound = objective if state == "optimal" else None
     else:
         raw = float(info.mip_dual_bound)

@@ -5,18 +5,25 @@ does not run told why.
 The plan it returns is never worse than the greedy plan on the shared objective
 and always passes `check.py`: a solve that cannot beat or equal greedy (time out
 with nothing better, a packing that loses too much) returns the greedy plan, with
-the solve's bound still recorded.
+the solve's bound still recorded. An incremental solve's greedy plan is greedy on the
+change alone (`incremental_start`): everything that runs stays, the changed jobs go
+where they fit.
+
+Class-level counts that do not pack onto the nodes of a small instance are packed
+again by the per-node model, with every job's choices fixed (`_disaggregate`).
 """
 
 from __future__ import annotations
 
+import math
 import time
 from collections import defaultdict
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, replace
 
-from engine.model import Job, Node, Placement, ReplicaPlacement
+from engine.model import GPU_MILLI, Job, Node, Placement, ReplicaPlacement
 from engine.placement.check import check_plan
+from engine.placement.constraints import node_rejection
 from engine.placement.greedy import Fit, GreedyPlacer, Miss, Packing, priority_order
 from engine.placement.linear import LinearModel, LinearSolution, SolveLimits, solve
 from engine.placement.model import (
@@ -46,11 +53,16 @@ from engine.placement.plan import (
 # job is its own class, every job gets per-class columns, no domain is pruned).
 SMALL_NODES = 24
 SMALL_JOBS = 80
+# Instances up to this many nodes have a class-level solution that did not pack exactly
+# packed again by the per-node model (exact rows) with every job's choices fixed.
+EXACT_NODES = 128
 # Models up to this many columns are solved outright; larger ones relax, then fix.
 DIRECT_COLUMNS = 6000
 INTEGRAL = 1e-6
 EPS = 1e-6
 RESERVE_S = 2.0  # kept back from the time limit for packing and explaining the plan
+RESERVE_PER_BUILD = 1.3  # ... or this many times the build's time, where that is less (or more)
+RESERVE_MAX_S = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,9 +93,15 @@ class MilpPlacer:
         self.name = backend
         self.mode = mode
         self.last_report: SolveReport | None = None
+        # Per solve: how the plan is scored, a packing whose caches to share, the time kept
+        # back for packing and explaining.
+        self._score: Callable[[tuple[JobOutcome, ...]], float] = lambda outcomes: 0.0
+        self._template: Packing | None = None
+        self._reserve = RESERVE_S
 
     def solve(self, instance: PlacementInstance) -> PlacementPlan:
         self._start()
+        self._score = lambda outcomes: plan_objective(instance, outcomes)
         greedy = GreedyPlacer().solve(instance)
         self._mark("greedy")
         schedulable = sum(1 for n in instance.nodes if n.schedulable)
@@ -109,7 +127,7 @@ class MilpPlacer:
             jobs=tuple(j for j in instance.jobs if j.key in running or j.key in free),
             current=running,
         )
-        greedy_sub = GreedyPlacer().solve(sub)
+        greedy_sub, self._template = incremental_start(sub, free)
         waiting = tuple(
             JobOutcome(
                 j.key,
@@ -120,23 +138,42 @@ class MilpPlacer:
             for j in instance.jobs
             if j.key not in running and j.key not in free
         )
+        waits = {o.job for o in waiting}
+        if instance.policy.fairness_weight:
+            self._score = lambda outcomes: plan_objective(instance, outcomes)
+        else:
+            # Waiting jobs add nothing to the score but to fair shares: score the part.
+            self._score = lambda outcomes: plan_objective(
+                sub, tuple(o for o in outcomes if o.job not in waits)
+            )
         greedy = replace(
             greedy_sub,
             outcomes=greedy_sub.outcomes + waiting,
             stats=replace(
-                greedy_sub.stats, objective=plan_objective(instance, greedy_sub.outcomes + waiting)
+                greedy_sub.stats,
+                objective=self._score(greedy_sub.outcomes + waiting)
+                if instance.policy.fairness_weight
+                else greedy_sub.stats.objective,
             ),
         )
         self._mark("greedy")
         rights = PreemptionRights(sub)
-        free_jobs = [jobs[k] for k in free]
         movable = frozenset(
-            k for k in running if any(rights.may(other, jobs[k]) for other in free_jobs)
+            rights.claimable((jobs[k] for k in sorted(free)), (jobs[k] for k in running))
         )
-        options = BuildOptions(small=False, keep_all=True, movable=movable, moves=False)
+        options = BuildOptions(
+            small=False,
+            keep_all=True,
+            movable=movable,
+            moves=False,
+            unkeepable=frozenset(affected),
+        )
         return self._solve(instance, sub, greedy, options, {"waiting": waiting})
 
     def _start(self) -> None:
+        self._reserve = RESERVE_S
+        self._template = None
+        self._score = lambda outcomes: 0.0
         self._started = time.perf_counter()
         self._phases: list[tuple[str, float]] = []
         self._split = self._started
@@ -159,7 +196,12 @@ class MilpPlacer:
         greedy_sub = replace(
             greedy, outcomes=tuple(o for o in greedy.outcomes if o.job not in waits)
         )
+        built = time.perf_counter()
         model = build(sub, greedy_sub, options)
+        # Packing the solution and explaining the plan take about as long as the build did.
+        self._reserve = min(
+            RESERVE_MAX_S, max(0.3, RESERVE_PER_BUILD * (time.perf_counter() - built))
+        )
         self._mark("build")
         warm = warm_values(model, sub, greedy_sub)
         if warm is not None and model.lp.violations(warm):
@@ -174,7 +216,7 @@ class MilpPlacer:
         def left() -> float:
             return max(0.2, policy.time_limit_s - (time.perf_counter() - started))
 
-        if lp.num_cols <= DIRECT_COLUMNS and not model.escapes:
+        if lp.num_cols <= DIRECT_COLUMNS and not model.escapes and not options.keep_all:
             # Small enough to solve outright: its MIP bound is the bound.
             solution = solve(closed, self.backend, SolveLimits(left(), policy.gap_tolerance), warm)
             bound = solution.bound
@@ -188,9 +230,26 @@ class MilpPlacer:
         self._mark("solve")
         outcomes: tuple[JobOutcome, ...] | None = None
         if solution.values is not None:
-            outcomes = best_realisation(sub, model, solution.values) + waiting
-        self._mark("realise")
-        if bound is not None and waiting:
+            orders = 1 if options.keep_all else len(PACKING_ORDERS)
+            # Explaining and checking the plan take about a third of the reserve.
+            deadline = started + policy.time_limit_s - self._reserve / 3
+            packed, score = best_realisation(
+                sub, model, solution.values, orders, self._template, deadline
+            )
+            self._mark("realise")
+            if (
+                solution.objective is not None
+                and score < solution.objective - EPS
+                and sum(1 for n in sub.nodes if n.schedulable) <= EXACT_NODES
+                and not model.small
+                and left() > RESERVE_S / 4
+            ):
+                exact = self._disaggregate(sub, greedy_sub, options, model, solution.values, left)
+                if exact is not None and plan_objective(sub, exact) > score:
+                    packed = exact
+                self._mark("per-node packing")
+            outcomes = packed + waiting
+        if bound is not None and waiting and policy.fairness_weight:
             # The bound is the sub-problem's; the waiting jobs add what they add to the score.
             plan = outcomes or greedy.outcomes
             bound += plan_objective(instance, plan) - plan_objective(
@@ -200,6 +259,40 @@ class MilpPlacer:
             instance, greedy, model, solution, outcomes, bound, warm is not None, started
         )
 
+    def _disaggregate(
+        self,
+        sub: PlacementInstance,
+        greedy_sub: PlacementPlan,
+        options: BuildOptions,
+        model: PlacementModel,
+        values: tuple[float, ...],
+        left: Callable[[], float],
+    ) -> tuple[JobOutcome, ...] | None:
+        """Pack a class-level solution exactly: the per-node model (whose rows are exact)
+        with every job's choices fixed where the class model made them (run, keep, replicas,
+        flavor, domain), solved for the nodes and GPUs of each replica."""
+        exact = build(sub, greedy_sub, replace(options, small=True, per_node=True))
+        lower = list(exact.lp.col_lower)
+        upper = list(exact.lp.col_upper)
+        for key, jv in exact.jobs.items():
+            cv = model.jobs.get(key)
+            if cv is None:
+                continue
+            pairs = [(jv.place, cv.place), (jv.keep, cv.keep), (jv.spread, cv.spread)]
+            if jv.replicas >= 0 and cv.replicas >= 0:
+                pairs.append((jv.replicas, cv.replicas))
+            pairs += [(c, cv.flavor.get(f, -1)) for f, c in jv.flavor.items() if c != jv.place]
+            pairs += [(c, cv.domain.get(d, -1)) for d, c in jv.domain.items()]
+            for col, source in pairs:
+                if col >= 0:
+                    lower[col] = upper[col] = float(round(values[source])) if source >= 0 else 0.0
+        fixed = exact.lp.with_bounds(lower, upper)
+        limits = SolveLimits(max(0.2, left() - RESERVE_S / 2), 0.0)
+        solution = solve(fixed, self.backend, limits)
+        if solution.values is None:
+            return None
+        return realise(sub, exact, solution.values, 1, follow=True)
+
     def _relax_and_fix(
         self,
         model: PlacementModel,
@@ -208,9 +301,11 @@ class MilpPlacer:
         left: Callable[[], float],
         gap: float,
     ) -> tuple[LinearSolution, float | None]:
-        """LP relaxation (every domain open: the bound); then the MIP over the jobs the LP left
-        fractional, every other job fixed where the LP put it (RENS); then, while time and gap
-        allow, the MIP over the jobs where the LP and the best plan disagree (RINS)."""
+        """LP relaxation (every domain open: the bound); then MIPs over neighbourhoods the LP
+        suggests, each from the best plan so far: the jobs the LP left fractional, every
+        other job fixed where the LP put it (RENS); the jobs the LP runs at all, with the
+        jobs it leaves out and the running jobs it keeps fixed (its support); then, while
+        time and gap allow, the jobs where the LP and the best plan disagree (RINS)."""
         relaxed = solve(model.lp, self.backend, SolveLimits(left(), 0.0, relax=True))
         self._mark("relaxation")
         bound = relaxed.bound
@@ -218,26 +313,39 @@ class MilpPlacer:
             return self._warm_only(model, warm, "error"), bound
         lp_values = relaxed.values
         best = self._warm_only(model, warm, "feasible")
-        sub = self._fix_and_solve(model, closed, lp_values, None, left, gap)
-        if sub.values is not None and (
-            best.objective is None
-            or (sub.objective is not None and sub.objective > best.objective + EPS)
-        ):
-            best = sub
+
+        def short_of_gap() -> bool:
+            # Half the gap: packing the counts onto nodes loses a little of the model's value.
+            return best.objective is None or (
+                bound is not None and bound - best.objective > gap / 2 * max(abs(bound), EPS)
+            )
+
+        def improve(mode: str, share: float) -> bool:
+            nonlocal best
+            incumbent = best.values if mode != "rens" else None
+            sub = self._fix_and_solve(model, closed, lp_values, incumbent, mode, left, gap, share)
+            if sub.values is None or sub.objective is None:
+                return False
+            if best.objective is None or sub.objective > best.objective + EPS:
+                best = sub
+                return True
+            return False
+
+        improve("rens", 1.0)
+        # A solver stops a little after its time limit: a second of margin on large models.
+        margin = min(1.0, self._reserve / 4)
+        if short_of_gap() and left() > self._reserve + margin:
+            improve("support", 0.85)
         rounds = 0
         while (
             best.values is not None
-            and best.objective is not None
-            and bound is not None
-            and (bound - best.objective) > gap * max(abs(bound), EPS)
-            and left() > RESERVE_S
+            and short_of_gap()
+            and left() > self._reserve + 2 * margin
             and rounds < 3
         ):
             rounds += 1
-            better = self._fix_and_solve(model, closed, lp_values, best.values, left, gap)
-            if better.objective is None or better.objective <= best.objective + EPS:
+            if not improve("rins", 1.0):
                 break
-            best = better
         return best, bound
 
     def _fix_and_solve(
@@ -246,32 +354,59 @@ class MilpPlacer:
         closed: LinearModel,
         lp_values: tuple[float, ...],
         incumbent: tuple[float, ...] | None,
+        mode: str,
         left: Callable[[], float],
         gap: float,
+        share: float,
     ) -> LinearSolution:
-        """Fix every job whose columns the LP settles (RENS: integral; RINS: equal to the
-        incumbent) and solve the MIP over the others, from the incumbent if there is one."""
+        """Fix every job whose columns the neighbourhood settles and solve the MIP over the
+        others, from the incumbent if there is one, for `share` of the time left.
+        `mode`: "rens" settles the jobs the LP makes integral; "support" the jobs the LP
+        leaves out entirely and the running jobs it keeps; "rins" the jobs where the LP and
+        the incumbent agree."""
         lower = list(closed.col_lower)
         upper = list(closed.col_upper)
         fixed_jobs = free_jobs = 0
+        target = lp_values if incumbent is None or mode == "support" else incumbent
+        hot = _contested_classes(model, lp_values) if mode == "support" else set()
         for jv in model.jobs.values():
             cols = job_columns(jv)
-            if incumbent is None:
+            if mode == "rens":
                 settled = all(abs(lp_values[c] - round(lp_values[c])) <= INTEGRAL for c in cols)
                 settled = settled and not any(lp_values[c] > INTEGRAL for c in jv.escapes)
-                target = lp_values
+            elif mode == "support":
+                settled = all(lp_values[c] <= INTEGRAL for c in cols + jv.escapes) or (
+                    jv.keep >= 0
+                    and lp_values[jv.keep] >= 1 - INTEGRAL
+                    and not any(
+                        model.node_class.get(r.node) in hot
+                        for r in model.running[jv.job.key].placement.replicas
+                    )
+                )
             else:
+                assert incumbent is not None
                 settled = all(abs(lp_values[c] - incumbent[c]) <= INTEGRAL for c in cols)
-                target = incumbent
             if settled:
                 fixed_jobs += 1
                 for c in cols:
                     lower[c] = upper[c] = float(round(target[c]))
             else:
                 free_jobs += 1
-        if incumbent is None:
+        if mode == "rens":
             self._rens = (fixed_jobs, free_jobs)
-        limits = SolveLimits(max(0.2, left() - RESERVE_S), gap)
+        fix_settled_aux(model, lower, upper)
+        if (
+            incumbent is not None
+            and mode == "support"
+            and any(
+                not lower[c] - INTEGRAL <= incumbent[c] <= upper[c] + INTEGRAL
+                for c in range(len(lower))
+            )
+        ):
+            incumbent = None  # it must agree with what is fixed, or the solver drops it
+        margin = min(1.0, self._reserve / 4)
+        seconds = max(0.2, (left() - self._reserve - margin) * share)
+        limits = SolveLimits(seconds, gap / 4 if mode == "support" else gap)
         return solve(closed.with_bounds(lower, upper), self.backend, limits, incumbent)
 
     def _mark(self, phase: str) -> None:
@@ -303,7 +438,7 @@ class MilpPlacer:
         started: float,
     ) -> PlacementPlan:
         greedy_score = greedy.stats.objective
-        score = plan_objective(instance, outcomes) if outcomes is not None else None
+        score = self._score(outcomes) if outcomes is not None else None
         problems = (
             tuple(check_plan(instance, PlacementPlan(outcomes, greedy.stats)))
             if outcomes is not None
@@ -358,6 +493,105 @@ class MilpPlacer:
         )
 
 
+def fix_settled_aux(model: PlacementModel, lower: list[float], upper: list[float]) -> None:
+    """Fix the auxiliary columns (blocked slots, touched nodes, borrowed and nominal use ...)
+    whose terms are all fixed, at the value they then take in every optimal solution, so
+    that the solver gets only what is left to decide."""
+    for col, terms, const, kind, param in model.aux:
+        if any(lower[c] != upper[c] for c, _ in terms):
+            continue
+        used = const + sum(lower[c] * v for c, v in terms)
+        if kind == "excess":
+            value = max(0.0, used - param)
+        elif kind == "min":
+            value = max(0.0, min(param, used))
+        elif kind == "short":
+            value = max(0.0, param - used)
+        elif kind == "touched":
+            value = max(lower[col], float(math.ceil(used / param - 1e-9)))
+        else:  # "max"
+            value = max((lower[c] for c, _ in terms), default=0.0)
+        if lower[col] - INTEGRAL <= value <= upper[col] + INTEGRAL:
+            lower[col] = upper[col] = value
+
+
+def _contested_classes(model: PlacementModel, lp_values: tuple[float, ...]) -> set[int]:
+    """Fine classes where the LP runs part of a job: the running jobs there may have to make
+    room for the whole of it."""
+    hot: set[int] = set()
+    domains: set[str] = set()
+    for jv in model.jobs.values():
+        if jv.place < 0 or not INTEGRAL < lp_values[jv.place] < 1 - INTEGRAL:
+            continue
+        hot.update(cid for cid, c in jv.per_class.items() if lp_values[c] > INTEGRAL)
+        domains.update(d for (_, d), c in jv.domain.items() if lp_values[c] > INTEGRAL)
+    if domains:
+        hot.update(cls.id for cls in model.classes if domains & set(cls.domains.values()))
+    return hot
+
+
+def incremental_start(
+    sub: PlacementInstance, free: Collection[str]
+) -> tuple[PlacementPlan, Packing]:
+    """The warm start and fallback of an incremental solve, greedy on the change alone: every
+    running job stays where it is (highest priority first, as greedy keeps them), and the
+    free jobs go, in priority order, wherever they fit; nobody is preempted for them (the
+    MILP decides that)."""
+    started = time.perf_counter()
+    packing = new_packing(sub)
+    outcomes: dict[str, JobOutcome] = {}
+    running = [j for j in sub.jobs if j.key in sub.current and j.key not in free]
+    running.sort(key=lambda j: (j.preemptible, -j.priority, j.submitted_at, j.key))
+    for job in running:
+        placement = sub.current[job.key]
+        amount = len(placement.replicas) * job.resources.gpu_milli
+        if _can_take(packing, job, placement.replicas) and (
+            not job.preemptible
+            or packing.ledger.rejection(job.queue, placement.flavor, amount) is None
+        ):
+            packing.commit(job, Fit(placement.flavor, placement.replicas))
+            if not job.preemptible:
+                # A non-preemptible job that stays is not charged to quota (check.py agrees).
+                packing.ledger.remove(job.queue, placement.flavor, amount)
+            outcomes[job.key] = JobOutcome(
+                job.key, OutcomeStatus.KEPT, placement.flavor, placement.replicas
+            )
+    for job in priority_order(j for j in sub.jobs if j.key not in outcomes):
+        result = packing.find(job)
+        was = sub.current.get(job.key)
+        why = "" if was is None else keep_problem(sub, job, was) or "its place is taken"
+        if isinstance(result, Fit):
+            packing.commit(job, result)
+            status = OutcomeStatus.MOVED if was is not None else OutcomeStatus.PLACED
+            reason = f"moved: {why}" if was is not None else "admitted"
+            outcomes[job.key] = JobOutcome(
+                job.key, status, result.flavor, result.replicas, reason=reason
+            )
+        elif was is not None:
+            outcomes[job.key] = JobOutcome(
+                job.key,
+                OutcomeStatus.PREEMPTED,
+                reason=f"{why}; no other place: {result.reason}",
+                constraint=result.constraint,
+                lost_gpu_seconds=lost_gpu_seconds(job, was, sub.now),
+            )
+        else:
+            outcomes[job.key] = JobOutcome(
+                job.key, OutcomeStatus.PENDING, reason=result.reason, constraint=result.constraint
+            )
+    ordered = tuple(outcomes[j.key] for j in priority_order(sub.jobs))
+    plan = PlacementPlan(
+        outcomes=ordered,
+        stats=SolveStats(
+            solver="greedy",
+            status="heuristic",
+            objective=plan_objective(sub, ordered),
+            seconds=time.perf_counter() - started,
+        ),
+    )
+    return plan, packing
+
+
 # -- from counts to nodes and GPUs -------------------------------------------------------------
 
 
@@ -387,25 +621,123 @@ PACKING_ORDERS = (_domain_first, _largest_replica_first, _largest_job_first)
 
 
 def best_realisation(
-    instance: PlacementInstance, model: PlacementModel, values: tuple[float, ...]
-) -> tuple[JobOutcome, ...]:
-    """The best of packing the solution in each of PACKING_ORDERS."""
-    best: tuple[JobOutcome, ...] | None = None
+    instance: PlacementInstance,
+    model: PlacementModel,
+    values: tuple[float, ...],
+    orders: int = len(PACKING_ORDERS),
+    template: Packing | None = None,
+    deadline: float = math.inf,
+) -> tuple[tuple[JobOutcome, ...], float]:
+    """The best of packing the solution in each of the first `orders` PACKING_ORDERS (another
+    order only while it would end before `deadline`, a perf_counter time), and its score."""
+    best: Packed | None = None
     best_score = 0.0
-    for order in range(len(PACKING_ORDERS)):
-        outcomes = realise(instance, model, values, order)
-        score = plan_objective(instance, outcomes)
+    last = 0.0
+    for order in range(orders):
+        began = time.perf_counter()
+        if best is not None and began + last > deadline:
+            break
+        packed = pack_solution(instance, model, values, order, template=template)
+        template = packed.packing
+        score = plan_objective(instance, packed.outcomes(instance, explain=False))
         if best is None or score > best_score + EPS:
-            best, best_score = outcomes, score
+            best, best_score = packed, score
+        last = time.perf_counter() - began
     assert best is not None
-    return best
+    return best.outcomes(instance), best_score
 
 
 def realise(
-    instance: PlacementInstance, model: PlacementModel, values: tuple[float, ...], order: int = 0
+    instance: PlacementInstance,
+    model: PlacementModel,
+    values: tuple[float, ...],
+    order: int = 0,
+    follow: bool = False,
 ) -> tuple[JobOutcome, ...]:
-    """Pack the solution onto nodes and GPUs; jobs that do not pack go through greedy repair."""
-    packing = Packing(instance)
+    """Pack the solution onto nodes and GPUs; jobs that do not pack go through greedy repair.
+    `follow`: a per-node solution, whose replicas go exactly to the nodes it names (a job
+    it moves back onto its own nodes stays put afterwards, where its GPUs are still free)."""
+    return pack_solution(instance, model, values, order, follow).outcomes(instance)
+
+
+class SharedPacking(Packing):
+    """A packing whose caches of eligible nodes and domains (pure functions of the instance)
+    are shared with every other packing of the same instance, and filled per kind of node."""
+
+    def __init__(self, instance: PlacementInstance, template: Packing | None = None) -> None:
+        super().__init__(instance)
+        if isinstance(template, SharedPacking) and template.instance is instance:
+            self._eligible = template._eligible
+            self._eligible_names = template._eligible_names
+            self._domains = template._domains
+            self._kinds: tuple[list[tuple[object, ...]], dict[tuple[object, ...], Node]] = (
+                template._kinds
+            )
+        else:
+            kind_of: list[tuple[object, ...]] = [
+                (n.flavor, n.isolation, n.region, n.state, n.gpus, n.cpu_milli, n.memory_mib)
+                for n in instance.nodes
+            ]
+            first: dict[tuple[object, ...], Node] = {}
+            for kind, n in zip(kind_of, instance.nodes, strict=True):
+                first.setdefault(kind, n)
+            self._kinds = (kind_of, first)
+
+    def eligible_nodes(self, job: Job, flavor: str | None) -> list[Node]:
+        key = (flavor, job.isolation, job.residency, job.resources)
+        nodes = self._eligible.get(key)
+        if nodes is None:
+            kind_of, first = self._kinds
+            ok = {kind for kind, n in first.items() if node_rejection(job, n, flavor) is None}
+            nodes = [n for kind, n in zip(kind_of, self.instance.nodes, strict=True) if kind in ok]
+            self._eligible[key] = nodes
+            self._eligible_names[key] = {n.name for n in nodes}
+        return nodes
+
+
+def new_packing(instance: PlacementInstance, template: Packing | None = None) -> Packing:
+    """An empty packing of `instance` that shares its caches with `template`'s."""
+    return SharedPacking(instance, template)
+
+
+@dataclass(slots=True)
+class Packed:
+    """A solution packed onto nodes: what runs where, and which jobs repair placed."""
+
+    packing: Packing
+    status: dict[str, OutcomeStatus]
+    notes: dict[str, str]
+
+    def outcomes(self, instance: PlacementInstance, explain: bool = True) -> tuple[JobOutcome, ...]:
+        """Every job's outcome; `explain` False leaves out the reasons (enough to score)."""
+        if explain:
+            return _outcomes(instance, self.packing, self.status, self.notes)
+        out = []
+        for job in instance.jobs:
+            key = job.key
+            now = self.status.get(key)
+            was = instance.current.get(key)
+            if now is not None:
+                fit = self.packing.running[key]
+                out.append(JobOutcome(key, now, fit.flavor, fit.replicas))
+            elif was is None:
+                out.append(JobOutcome(key, OutcomeStatus.PENDING))
+            else:
+                lost = lost_gpu_seconds(job, was, instance.now)
+                out.append(JobOutcome(key, OutcomeStatus.PREEMPTED, lost_gpu_seconds=lost))
+        return tuple(out)
+
+
+def pack_solution(
+    instance: PlacementInstance,
+    model: PlacementModel,
+    values: tuple[float, ...],
+    order: int = 0,
+    follow: bool = False,
+    template: Packing | None = None,
+) -> Packed:
+    """`realise` without the reasons: the packing and each running job's status."""
+    packing = new_packing(instance, template)
     jobs = {j.key: j for j in instance.jobs}
     status: dict[str, OutcomeStatus] = {}
     notes: dict[str, str] = {}
@@ -429,11 +761,20 @@ def realise(
         commit(job, fit, kept=True)
         return True
 
-    # 1. What stays where it is.
+    # 1. What stays where it is: first the jobs that are not decided (the warm start kept
+    # them all together, so they fit together), then those the solution keeps.
+    for key, rj in model.running.items():
+        if rj.fixed:
+            commit(rj.job, Fit(rj.placement.flavor, rj.placement.replicas), kept=True)
+            status[key] = OutcomeStatus.KEPT
     for key, rj in model.running.items():
         jv = model.jobs.get(key)
-        stays = rj.fixed or (jv is not None and _chosen(values, jv.keep))
-        if stays and try_keep(rj.job, rj.placement):
+        if (
+            key not in status
+            and jv is not None
+            and _chosen(values, jv.keep)
+            and try_keep(rj.job, rj.placement)
+        ):
             status[key] = OutcomeStatus.KEPT
 
     # 2. What is placed anew, biggest and most constrained first.
@@ -444,10 +785,17 @@ def realise(
     for jv in chosen:
         job = jv.job
         placement = instance.current.get(job.key)
+        if follow:
+            fit = _follow_job(packing, model, jv, values)
+            if fit is not None and _quota_ok(packing, job, fit):
+                commit(job, fit, kept=False)
+                status[job.key] = OutcomeStatus.MOVED if placement else OutcomeStatus.PLACED
+            continue
         if (
             placement is not None
             and len(placement.replicas) == _replicas(jv, values)
             and _in_chosen_domain(instance, jv, values, placement)
+            and _on_chosen_classes(model, jv, values, placement)
             and keep_problem(instance, job, placement) is None
             and try_keep(job, placement)
         ):
@@ -457,6 +805,22 @@ def realise(
         if fit is not None and _quota_ok(packing, job, fit):
             commit(job, fit, kept=False)
             status[job.key] = OutcomeStatus.MOVED if placement else OutcomeStatus.PLACED
+
+    if follow:
+        # A job the solution moved onto the nodes it runs on stays where it is, if it can.
+        for key, st in list(status.items()):
+            placement = instance.current.get(key)
+            if st is not OutcomeStatus.MOVED or placement is None:
+                continue
+            fit = packing.running[key]
+            if sorted(r.node for r in fit.replicas) != sorted(r.node for r in placement.replicas):
+                continue
+            job = jobs[key]
+            packing.release(job)
+            if keep_problem(instance, job, placement) is None and try_keep(job, placement):
+                status[key] = OutcomeStatus.KEPT
+            else:
+                commit(job, fit, kept=False)
 
     # 3. Repair: whatever the model admitted but did not pack, and anything that still fits.
     for job in priority_order(j for j in instance.jobs if j.key not in status):
@@ -474,7 +838,7 @@ def realise(
             status[job.key] = OutcomeStatus.MOVED if placement else OutcomeStatus.PLACED
             notes[job.key] = "placed by repair after the solve"
 
-    return _outcomes(instance, packing, jobs, status, notes)
+    return Packed(packing, status, notes)
 
 
 def _in_chosen_domain(
@@ -490,6 +854,42 @@ def _in_chosen_domain(
     )
 
 
+def _on_chosen_classes(
+    model: PlacementModel, jv: JobVars, values: tuple[float, ...], placement: Placement
+) -> bool:
+    """Whether a running job's replicas lie on the node classes the model counted them on
+    (then keeping it where it is uses what the model gave it; elsewhere it takes room the
+    model gave to others)."""
+    fine: dict[int, int] = defaultdict(int)
+    coarse: dict[int, int] = defaultdict(int)
+    for r in placement.replicas:
+        cid = model.node_class.get(r.node)
+        if cid is None:
+            return False
+        fine[cid] += 1
+        coarse[model.classes[cid].coarse] += 1
+    singles = [slot for slot, c in jv.single.items() if _chosen(values, c)]
+    if singles:
+        nodes = {r.node for r in placement.replicas}
+        slot = singles[0]
+        if len(nodes) != 1:
+            return False
+        cid = model.node_class[next(iter(nodes))]
+        return slot == cid if slot >= 0 else -1 - slot == model.classes[cid].coarse
+    whole_domain = set(jv.domain.values())
+    want_fine = {
+        cid: (jv.job.replicas if c in whole_domain else round(values[c]))
+        for cid, c in jv.per_class.items()
+        if values[c] > 0.5
+    }
+    want_coarse = {kid: round(values[c]) for kid, c in jv.per_coarse.items() if values[c] > 0.5}
+    if want_coarse:
+        return dict(coarse) == want_coarse and not want_fine
+    if want_fine:
+        return dict(fine) == want_fine
+    return True  # a spread preferred gang: anywhere
+
+
 def _replicas(jv: JobVars, values: tuple[float, ...]) -> int:
     if jv.replicas >= 0:
         return round(values[jv.replicas])
@@ -497,6 +897,13 @@ def _replicas(jv: JobVars, values: tuple[float, ...]) -> int:
 
 
 def _can_take(packing: Packing, job: Job, replicas: tuple[ReplicaPlacement, ...]) -> bool:
+    if len({r.node for r in replicas}) == len(replicas):
+        # One replica per node: each node on its own.
+        for replica in replicas:
+            free = packing.free.get(replica.node)
+            if free is None or not free.can_take(replica, job.resources, job):
+                return False
+        return True
     taken: list[ReplicaPlacement] = []
     ok = True
     for replica in replicas:
@@ -509,6 +916,40 @@ def _can_take(packing: Packing, job: Job, replicas: tuple[ReplicaPlacement, ...]
     for replica in taken:
         packing.free[replica.node].give(replica, job.resources, job)
     return ok
+
+
+def _follow_job(
+    packing: Packing, model: PlacementModel, jv: JobVars, values: tuple[float, ...]
+) -> Fit | None:
+    """The replicas of a per-node solution, on exactly the nodes it names."""
+    job = jv.job
+    flavor = next((f for f, c in jv.flavor.items() if _chosen(values, c)), None)
+    if flavor is None and jv.flavor and None not in jv.flavor:
+        return None
+    whole_domain = set(jv.domain.values())
+    counts: list[tuple[Node, int]] = []
+    for cid, c in jv.per_class.items():
+        if values[c] > 0.5:
+            n = jv.job.replicas if c in whole_domain else round(values[c])
+            counts.extend((node, n) for node in model.classes[cid].nodes[:1])
+    for slot, c in jv.single.items():
+        if _chosen(values, c) and slot >= 0:
+            size = job.replicas
+            if slot in jv.single_replicas:
+                size = round(values[jv.single_replicas[slot]])
+            counts.append((model.classes[slot].nodes[0], size))
+    if sum(n for _, n in counts) != _replicas(jv, values) or any(
+        len(model.classes[model.node_class[node.name]].nodes) != 1 for node, _ in counts
+    ):
+        return None
+    rooms = packing.rooms(job, flavor, packing.eligible_nodes(job, flavor))
+    replicas: list[ReplicaPlacement] = []
+    for node, n in counts:
+        fit = packing.pack(job, flavor, [node], n, rooms)
+        if fit is None:
+            return None
+        replicas.extend(fit.replicas)
+    return Fit(flavor, tuple(replicas))
 
 
 def _quota_ok(packing: Packing, job: Job, fit: Fit) -> bool:
@@ -572,19 +1013,48 @@ def _realise_job(
         for cid, c in jv.per_class.items()
         if values[c] > 0.5
     ]
-    if per_class and not any(values[c] > 0.5 for c in jv.per_coarse.values()):
+    per_coarse = [(kid, round(values[c])) for kid, c in jv.per_coarse.items() if values[c] > 0.5]
+    groups = [(model.classes[cid].nodes, n) for cid, n in per_class]
+    if per_coarse:
+        groups = [(model.coarse[kid].nodes, n) for kid, n in per_coarse] + groups
+    if groups:
         inside = {n.name for n in allowed}
         replicas: list[ReplicaPlacement] = []
-        for cid, n in sorted(per_class, key=lambda t: -t[1]):
-            nodes = [m for m in model.classes[cid].nodes if m.name in inside]
-            fit = packing.pack(job, flavor, nodes, n, rooms)
+        for group, n in sorted(groups, key=lambda t: -t[1]):
+            nodes = [m for m in group if m.name in inside]
+            fit = _pack_sparing(packing, job, flavor, nodes, n, rooms)
             if fit is None:
                 replicas = []
                 break
             replicas.extend(fit.replicas)
         if len(replicas) == count:
             return Fit(flavor, tuple(replicas))
-    return packing.pack(job, flavor, allowed, count, rooms)
+    return _pack_sparing(packing, job, flavor, allowed, count, rooms)
+
+
+def _pack_sparing(
+    packing: Packing,
+    job: Job,
+    flavor: str | None,
+    nodes: list[Node],
+    count: int,
+    rooms: dict[str, int],
+) -> Fit | None:
+    """Best fit, but a share goes first where a GPU is already shared, so that the whole
+    GPUs the model counted for whole-GPU replicas stay whole."""
+    r = job.resources
+    if r.fractional:
+        shared = [
+            n
+            for n in nodes
+            if n.name in rooms
+            and any(r.gpu_milli <= g < GPU_MILLI for g in packing.free[n.name].gpu_free)
+        ]
+        if shared:
+            fit = packing.pack(job, flavor, shared, count, rooms)
+            if fit is not None:
+                return fit
+    return packing.pack(job, flavor, nodes, count, rooms)
 
 
 # -- outcomes and their reasons ------------------------------------------------------------------
@@ -593,10 +1063,10 @@ def _realise_job(
 def _outcomes(
     instance: PlacementInstance,
     packing: Packing,
-    jobs: dict[str, Job],
     status: dict[str, OutcomeStatus],
     notes: dict[str, str],
 ) -> tuple[JobOutcome, ...]:
+    jobs = {j.key: j for j in instance.jobs}
     out: dict[str, JobOutcome] = {}
     rights = PreemptionRights(instance)
     placed_on: dict[str, set[str]] = defaultdict(set)  # node -> jobs now placed or moved there

@@ -9,6 +9,8 @@ necessary conditions of node-level packing (GPU counts, shares, CPU, memory, and
 of the real problem and its bound bounds every plan; `milp.py` packs the chosen
 counts onto nodes and GPUs. Large instances also aggregate jobs without topology
 onto coarse classes that ignore domains, and prune the domains a gang may choose.
+With one node per class (`per_node`) the rows are exact for whole GPUs and for shares
+that divide a GPU (the q-slot rows), so a solution of that model packs as counted.
 
 Rows and columns are named `rule__job__where` so a binding row can be read back.
 """
@@ -17,7 +19,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from engine.model import (
@@ -142,6 +144,10 @@ class NodeClass:
             n * (sum(1 for g in p[0] if g == GPU_MILLI) // size) for p, n in self.profiles.items()
         )
 
+    def share_slots(self, q: int) -> int:
+        """Shares of q milli the class can hold: per GPU floor(free / q)."""
+        return sum(n * sum(g // q for g in p[0]) for p, n in self.profiles.items())
+
     def fixed_use(self) -> tuple[float, int]:
         """GPUs held by jobs that stay put, and how many nodes they touch."""
         used = 0.0
@@ -221,16 +227,20 @@ class PlacementModel:
 @dataclass(frozen=True, slots=True)
 class BuildOptions:
     """How the model is shaped: `small` models each node that runs a movable job on its
-    own and gives every job per-class columns; `keep_all` fixes every running job the
-    warm start keeps (incremental solves); a gang may choose among `domain_candidates`
-    domains, and the others come back as one aggregate column per coarse class, open
-    only in the LP relaxation that bounds the solve."""
+    own and gives every job per-class columns (with `per_node`, every node: then the
+    capacity rows are exact for whole GPUs and shares that divide a GPU, and a solution
+    packs as it is counted); `keep_all` fixes every running job the warm start keeps
+    (incremental solves); a gang may choose among `domain_candidates` domains, and the
+    others come back as one aggregate column per coarse class, open only in the LP
+    relaxation that bounds the solve."""
 
     small: bool
     keep_all: bool = False
     domain_candidates: int = 64
     movable: frozenset[str] = frozenset()  # with keep_all: running jobs that may still stop
     moves: bool = True  # running jobs may move (else only stay or stop)
+    per_node: bool = False  # with small: every node is its own class (the rows are exact)
+    unkeepable: frozenset[str] | None = None  # running jobs known not to stay (None: ask)
 
 
 # -- what runs now ----------------------------------------------------------------------------
@@ -306,6 +316,49 @@ class PreemptionRights:
             scope is PreemptionScope.LOWER_PRIORITY and other.priority > victim.priority
         )
 
+    def claimable(self, claimants: Iterable[Job], candidates: Iterable[Job]) -> set[str]:
+        """The candidates some claimant may preempt (any claimant that is not the candidate):
+        `may` asked once per queue and priority instead of once per pair."""
+        policy = self.policy
+        if not policy.preemption_enabled:
+            return set()
+        # Per queue the claimants' priorities, highest first, with their keys (two suffice:
+        # a candidate never claims its own place).
+        tops: dict[str, list[tuple[int, str]]] = defaultdict(list)
+        for c in claimants:
+            tops[c.queue].append((c.priority, c.key))
+        for q in tops:
+            tops[q] = sorted(tops[q], reverse=True)[:2]
+        out: set[str] = set()
+        for victim in candidates:
+            if not victim.preemptible:
+                continue
+            key = victim.key
+            queue = self.queues.get(victim.queue)
+            names = [victim.queue]
+            if queue is not None and queue.cohort is not None:
+                names += [n for n in self.members[queue.cohort] if n != victim.queue]
+            for name in names:
+                best = next((t for t in tops.get(name, ()) if t[1] != key), None)
+                if best is None:
+                    continue
+                other = self.queues.get(name)
+                if name == victim.queue:
+                    ok = (
+                        policy.preempt_within_queue is PreemptionScope.LOWER_PRIORITY
+                        and best[0] > victim.priority
+                    )
+                else:
+                    scope = policy.reclaim_within_cohort
+                    ok = other is not None and (
+                        scope is PreemptionScope.ANY
+                        or (scope is PreemptionScope.LOWER_PRIORITY and best[0] > victim.priority)
+                    )
+                if ok:
+                    out.add(key)
+                    break
+        return out
+
     def anyone_may(self, victim: Job) -> bool:
         """Whether some job of the instance could ever claim this one's place."""
         policy = self.policy
@@ -339,11 +392,14 @@ def running_jobs(
         job = jobs.get(key)
         if job is None:
             continue
-        keepable = keep_problem(instance, job, placement, nodes) is None
         outcome = warm_outcomes.get(key)
         kept_by_warm = outcome is not None and outcome.status is OutcomeStatus.KEPT
         decided = job.preemptible and (not options.keep_all or key in options.movable)
         fixed = kept_by_warm and not decided
+        if options.unkeepable is not None:
+            keepable = key not in options.unkeepable
+        else:
+            keepable = fixed or keep_problem(instance, job, placement, nodes) is None
         out[key] = RunningJob(job, placement, keepable, fixed)
     return out
 
@@ -360,6 +416,7 @@ def node_classes(
     running: Mapping[str, RunningJob],
     levels: list[str],
     small: bool,
+    per_node: bool = False,
 ) -> tuple[list[NodeClass], list[NodeClass], dict[str, int], dict[str, NodeFree]]:
     """Fine classes (inside one domain of every level a gang asks for) and coarse ones."""
     free = {n.name: NodeFree.of(n) for n in instance.nodes if n.schedulable}
@@ -396,7 +453,7 @@ def node_classes(
                 attrs,
                 profile,
                 domains,
-                n.name if n.name in movable_on else "",
+                n.name if per_node or n.name in movable_on else "",
             )
         else:
             key = (attrs, domains)
@@ -435,20 +492,41 @@ class ClassRows:
     holds: Terms = field(default_factory=list)
     gpu_used: Terms = field(default_factory=list)  # in GPUs, for fragmentation
     fractional: bool = False
+    # Whether a job may be placed anew on the class: rows over kept jobs alone hold anyway
+    # (what runs now fits together), so a class without new placements gets no rows.
+    fresh: bool = False
+    # (column, GPU items, milli each) of whole GPUs and new shares, for the rows that count
+    # slots of each share size q; kept shares count through the slots they block, per GPU.
+    share_items: list[tuple[int, float, int]] = field(default_factory=list)
+    share_blocked: dict[int, Terms] = field(default_factory=lambda: defaultdict(list))
+
+
+def share_sizes(rows: ClassRows) -> list[int]:
+    """The share sizes q whose slots get a row of their own: new shares that divide a GPU,
+    at most half of it. With such sizes (250, 500 milli ...) and whole GPUs, the rows make
+    packing one node exact: an item of size a uses floor(a / q) of the node's
+    sum over GPUs of floor(free / q) slots."""
+    return sorted(
+        {q for _, _, q in rows.share_items if q <= HALF and GPU_MILLI % q == 0}, reverse=True
+    )
 
 
 def add_replicas(
     rows: ClassRows, r: Resources, col: int, count: float = 1.0, items: bool = True
 ) -> None:
-    """`count` replicas of shape `r`, times column `col`, on the rows of one class."""
+    """`count` replicas of shape `r`, times column `col`, on the rows of one class
+    (`items` False: a kept job, whose whole-GPU slots and shares count per node)."""
     if r.gpu_milli:
         if r.fractional:
             rows.fractional = True
             if r.gpu_milli > HALF:
                 rows.over_half.append((col, count))
+            if items:
+                rows.share_items.append((col, count, r.gpu_milli))
         else:
             rows.whole.append((col, count * r.whole_gpus))
             rows.over_half.append((col, count * r.whole_gpus))
+            rows.share_items.append((col, count * r.whole_gpus, GPU_MILLI))
             if items and r.whole_gpus > 1:
                 rows.items[r.whole_gpus].append((col, count))
         rows.milli.append((col, count * r.gpu_milli / GPU_MILLI))
@@ -472,6 +550,9 @@ def emit_class_rows(
     if rows.fractional:
         lp.row(f"gpu_shares__{tag}", rows.over_half, upper=cls.total("over_half"))
         lp.row(f"gpu_milli__{tag}", rows.milli, upper=cls.total("milli") / GPU_MILLI)
+    for q in share_sizes(rows):
+        terms = [(c, v * (a // q)) for c, v, a in rows.share_items if a >= q]
+        lp.row(f"gpu_slots__{tag}__{q}", terms + rows.share_blocked[q], upper=cls.share_slots(q))
     lp.row(f"cpu__{tag}", rows.cpu, upper=cls.total("cpu") / 1000)
     lp.row(f"memory__{tag}", rows.memory, upper=cls.total("memory") / 1024)
     # An item of a GPUs uses floor(a / s) of a node's floor(free / s) slots of s GPUs.
@@ -532,7 +613,7 @@ class Builder:
         self.running = running_jobs(instance, warm, options)
         self.levels = topology_levels(instance.jobs)
         self.classes, self.coarse, self.node_class, self.residual = node_classes(
-            instance, self.running, self.levels, options.small
+            instance, self.running, self.levels, options.small, options.per_node
         )
         self.queues = {q.name: q for q in instance.queues}
         self.fine_rows: dict[int, ClassRows] = defaultdict(ClassRows)
@@ -550,7 +631,12 @@ class Builder:
             self.lp, self.classes, self.coarse, {}, self.running, self.node_class, options.small, []
         )
         self.aux = self.model.aux
-        self.kept_on_node: dict[str, Terms] = defaultdict(list)
+        self.kept_on_node: dict[str, Terms] = defaultdict(list)  # kept whole GPUs per node
+        self.kept_jobs_on_node: dict[str, set[int]] = defaultdict(set)  # keep columns per node
+        self.kept_share_milli: dict[tuple[str, int], Terms] = defaultdict(list)  # per GPU
+        self.share_slot_cols: dict[tuple[str, int, int], int] = {}
+        self.kept_gpus: dict[str, tuple[Terms, dict[int, set[object]]]] = {}
+        self.kept_union: dict[str, dict[tuple[int, ...], int]] = {}  # GPUs a set of keeps takes
         self.kept_shares: dict[tuple[str, int], Terms] = defaultdict(list)
         self.share_cols: dict[tuple[str, int], int] = {}
         self.rights = PreemptionRights(instance)
@@ -615,14 +701,27 @@ class Builder:
                         add_replicas(rows, job.resources, jv.keep, len(nodes), items=False)
                         if job.isolation is Isolation.DEDICATED:
                             rows.holds.append((jv.keep, float(len(set(nodes)))))
+                whole_on: dict[str, int] = defaultdict(int)
                 for replica in rj.placement.replicas:
+                    if job.resources.fractional and replica.node in self.residual:
+                        for g in replica.gpus:
+                            self.kept_share_milli[(replica.node, g)].append(
+                                (jv.keep, float(replica.gpu_milli))
+                            )
+                            self.kept_jobs_on_node[replica.node].add(jv.keep)
                     blocked = self._blocked_gpus(replica)
-                    if blocked:
-                        self.kept_on_node[replica.node].append((jv.keep, blocked))
-                    if job.resources.fractional and blocked:
+                    if not blocked:
+                        continue
+                    if job.resources.fractional:
                         # A kept share takes a GPU that whole-GPU replicas could have had.
                         for g in replica.gpus:
                             self.kept_shares[(replica.node, g)].append((jv.keep, 1.0))
+                            self.kept_jobs_on_node[replica.node].add(jv.keep)
+                    else:
+                        whole_on[replica.node] += round(blocked)
+                for node_name, gpus in whole_on.items():
+                    self.kept_on_node[node_name].append((jv.keep, float(gpus)))
+                    self.kept_jobs_on_node[node_name].add(jv.keep)
                 self.charge(job, None if exempt else rj.placement.flavor, jv.keep, count)
             outcome = self.warm.get(key)
             moved_by_warm = outcome is not None and outcome.status is OutcomeStatus.MOVED
@@ -630,7 +729,8 @@ class Builder:
                 self.add_placement(jv, stop_cost - move_penalty(job, self.policy))
             parts = [(c, 1.0) for c in (jv.keep, jv.place) if c >= 0]
             if parts:
-                self.lp.row(f"run_once__{key}", parts, upper=1)
+                if len(parts) > 1:
+                    self.lp.row(f"run_once__{key}", parts, upper=1)
                 # Nobody may claim its place: it runs on (when the warm start shows it can).
                 runs_in_warm = outcome is not None and outcome.running
                 if runs_in_warm and not self.rights.anyone_may(job):
@@ -730,6 +830,7 @@ class Builder:
             jv.flavor[flavor] = phi
             for e in entries:
                 for rows in self.rows_of(e):
+                    rows.fresh = True
                     add_replicas(rows, r, e.col, e.mult, items=not e.single)
                 if job.isolation is Isolation.DEDICATED:
                     self._dedicated(jv, e)
@@ -1044,48 +1145,171 @@ class Builder:
         ]
         return len(whole) * replica.gpu_milli / GPU_MILLI
 
+    def _share_col(self, node: str, g: int) -> int:
+        """1 when some kept share sits on GPU g of `node` (a GPU that is otherwise whole)."""
+        col = self.share_cols.get((node, g))
+        if col is None:
+            keeps = self.kept_shares[(node, g)]
+            if len({c for c, _ in keeps}) == 1:
+                # One job's shares: the GPU is taken exactly when that job stays.
+                self.share_cols[(node, g)] = keeps[0][0]
+                return keeps[0][0]
+            col = self.lp.var(f"shared_gpu__{node}__{g}", 0, 1)
+            for c, _ in keeps:
+                self.lp.row(f"shared_gpu__{node}__{g}", [(col, 1.0), (c, -1.0)], lower=0)
+            self.aux.append((col, keeps, 0.0, "max", 0.0))
+            self.share_cols[(node, g)] = col
+        return col
+
+    def _kept_gpu_terms(self, node: str) -> tuple[Terms, dict[int, set[object]]]:
+        """Whole GPUs that kept movable jobs take on `node`: their whole GPUs, and each
+        otherwise whole GPU that a kept share sits on; and, per keep column, those GPUs."""
+        found = self.kept_gpus.get(node)
+        if found is None:
+            terms = list(self.kept_on_node.get(node, ()))
+            own: dict[int, set[object]] = defaultdict(set)
+            for c, v in terms:
+                own[c].update((c, i) for i in range(round(v)))
+            free = self.residual.get(node)
+            for g in range(len(free.gpu_free) if free is not None else 0):
+                keeps = self.kept_shares.get((node, g))
+                if keeps:
+                    terms.append((self._share_col(node, g), 1.0))
+                    for c, _ in keeps:
+                        own[c].add(g)
+            found = self.kept_gpus[node] = (terms, own)
+        return found
+
+    def _exact_blocking(
+        self, name: str, col: int, keeps: list[int], blocked: Callable[[list[int]], int]
+    ) -> None:
+        """col >= blocked(S) whenever every keep of S stays, for the sets S of kept jobs on one
+        node (all of them up to four jobs; else each job, each pair and all): with the keeps
+        integral, col is then exactly what they block, so fixing jobs keeps the rows feasible."""
+        n = len(keeps)
+        if n <= 4:
+            masks = list(range(1, 1 << n))
+        else:
+            masks = [1 << i for i in range(n)]
+            masks += [1 << i | 1 << j for i in range(n) for j in range(i + 1, n)]
+            masks.append((1 << n) - 1)
+        value: dict[int, int] = {}
+
+        def of(mask: int) -> int:
+            if mask not in value:
+                value[mask] = blocked([k for i, k in enumerate(keeps) if mask >> i & 1])
+            return value[mask]
+
+        for mask in masks:
+            b = of(mask)
+            bits = [1 << i for i in range(n) if mask >> i & 1]
+            if b <= 0 or (len(bits) > 1 and any(of(mask ^ bit) >= b for bit in bits)):
+                continue  # a smaller set's row is as strong
+            self.lp.row(
+                f"{name}_by",
+                [(col, 1.0), *((k, -float(b)) for i, k in enumerate(keeps) if mask >> i & 1)],
+                lower=-float(b) * (len(bits) - 1),
+            )
+
     def kept_share_gpus(self, cls: NodeClass, rows: ClassRows) -> None:
         """Whole GPUs a kept share occupies count against the class's whole GPUs."""
         if not rows.whole:
             return
         for node in cls.nodes:
             for g in range(node.gpus):
-                keeps = self.kept_shares.get((node.name, g))
-                if not keeps:
-                    continue
-                col = self.share_cols.get((node.name, g))
-                if col is None:
-                    col = self.lp.var(f"shared_gpu__{node.name}__{g}", 0, 1)
-                    for c, _ in keeps:
-                        self.lp.row(
-                            f"shared_gpu__{node.name}__{g}", [(col, 1.0), (c, -1.0)], lower=0
-                        )
-                    self.aux.append((col, keeps, 0.0, "max", 0.0))
-                    self.share_cols[(node.name, g)] = col
-                rows.whole.append((col, 1.0))
+                if self.kept_shares.get((node.name, g)):
+                    rows.whole.append((self._share_col(node.name, g), 1.0))
 
     def kept_slots(self, cls: NodeClass, rows: ClassRows) -> None:
         """Slots of s GPUs that kept movable jobs block on a node with W whole free GPUs:
-        floor(W / s) - floor((W - k) / s) = ceil((k - W mod s) / s) for k kept GPUs."""
+        floor(W / s) - floor((W - k) / s) = ceil((k - W mod s) / s) for k kept GPUs; and
+        at least what each kept job blocks on its own (the rows that keep the LP tight)."""
         sizes = [s for s in rows.items if s <= cls.node_gpus]
         for node in cls.nodes:
-            kept = self.kept_on_node.get(node.name)
-            if not kept:
+            if not self.kept_jobs_on_node.get(node.name) or not self._kept_gpu_terms(node.name)[0]:
                 continue
             whole = self.residual[node.name].whole_free_gpus
+            own = self._kept_gpu_terms(node.name)[1]
             for size in sizes:
+                if len(own) == 1:
+                    # One kept job: it blocks exactly its own slots, when it stays.
+                    ((keep, gpus),) = own.items()
+                    blocked = whole // size - max(0, whole - len(gpus)) // size
+                    if blocked:
+                        rows.slot_use[size].append((keep, float(blocked)))
+                    continue
                 col = self.slot_cols.get((node.name, size))
                 if col is None:
-                    col = self.lp.var(f"blocked__{node.name}__{size}", 0, whole // size)
-                    spare = float(whole % size)
-                    self.lp.row(
-                        f"blocked__{node.name}__{size}",
-                        [(col, float(size)), *((c, -v) for c, v in kept)],
-                        lower=-spare,
-                    )
-                    self.aux.append((col, kept, -spare, "touched", float(size)))
-                    self.slot_cols[(node.name, size)] = col
+                    col = self._blocked_col(node.name, whole, size)
                 rows.slot_use[size].append((col, 1.0))
+
+    def kept_share_slots(self, cls: NodeClass, rows: ClassRows) -> None:
+        """Slots of q milli that kept shares block on GPU g with f milli free:
+        floor(f / q) - floor((f - kept) / q); at least what each kept share blocks alone."""
+        sizes = share_sizes(rows)
+        if not sizes:
+            return
+        for node in cls.nodes:
+            if not self.kept_jobs_on_node.get(node.name):
+                continue
+            free = self.residual[node.name].gpu_free
+            for g, f in enumerate(free):
+                keeps = self.kept_share_milli.get((node.name, g))
+                if not keeps:
+                    continue
+                for q in sizes:
+                    col = self.share_slot_cols.get((node.name, g, q))
+                    if col is None:
+                        col = self.lp.var(f"blocked_slots__{node.name}__{g}__{q}", 0, f // q)
+                        spare = float(f % q)
+                        self.lp.row(
+                            f"blocked_slots__{node.name}__{g}__{q}",
+                            [(col, float(q)), *((c, -v) for c, v in keeps)],
+                            lower=-spare,
+                        )
+                        own: dict[int, float] = defaultdict(float)
+                        for c, v in keeps:
+                            own[c] += v
+
+                        def lost(
+                            subset: list[int],
+                            f: int = f,
+                            q: int = q,
+                            own: dict[int, float] = own,
+                        ) -> int:
+                            taken = round(sum(own[k] for k in subset))
+                            return f // q - max(0, f - taken) // q
+
+                        self._exact_blocking(
+                            f"blocked_slots__{node.name}__{g}__{q}", col, sorted(own), lost
+                        )
+                        self.aux.append((col, keeps, -spare, "touched", float(q)))
+                        self.share_slot_cols[(node.name, g, q)] = col
+                    rows.share_blocked[q].append((col, 1.0))
+
+    def _blocked_col(self, node: str, whole: int, size: int) -> int:
+        kept, own = self._kept_gpu_terms(node)
+        col = self.lp.var(f"blocked__{node}__{size}", 0, whole // size)
+        spare = float(whole % size)
+        self.lp.row(
+            f"blocked__{node}__{size}",
+            [(col, float(size)), *((c, -v) for c, v in kept)],
+            lower=-spare,
+        )
+
+        memo = self.kept_union.setdefault(node, {})
+
+        def lost(subset: list[int]) -> int:
+            key = tuple(subset)
+            taken = memo.get(key)
+            if taken is None:
+                taken = memo[key] = len(set().union(*(own[k] for k in subset)))
+            return whole // size - max(0, whole - taken) // size
+
+        self._exact_blocking(f"blocked__{node}__{size}", col, sorted(own), lost)
+        self.aux.append((col, kept, -spare, "touched", float(size)))
+        self.slot_cols[(node, size)] = col
+        return col
 
     def build(self) -> PlacementModel:
         self.add_running()
@@ -1096,21 +1320,19 @@ class Builder:
             self.add_placement(jv, 0.0)
             if jv.place >= 0:
                 self.model.jobs[job.key] = jv
-        for cid, rows in self.fine_rows.items():
-            self.kept_slots(self.classes[cid], rows)
-            self.kept_share_gpus(self.classes[cid], rows)
-        if not self.options.small:
-            for kid, rows in self.coarse_rows.items():
-                self.kept_slots(self.coarse[kid], rows)
-                self.kept_share_gpus(self.coarse[kid], rows)
+        fine = [(self.classes[cid], rows) for cid, rows in self.fine_rows.items() if rows.fresh]
+        coarse = [(self.coarse[kid], rows) for kid, rows in self.coarse_rows.items() if rows.fresh]
+        if self.options.small:
+            coarse = []
+        for cls, rows in fine + coarse:
+            self.kept_slots(cls, rows)
+            self.kept_share_gpus(cls, rows)
+            self.kept_share_slots(cls, rows)
         frag = self.policy.fragmentation_weight
-        for cid, rows in self.fine_rows.items():
-            emit_class_rows(
-                self.lp, self.classes[cid], rows, frag if self.options.small else 0.0, self.aux
-            )
-        if not self.options.small:
-            for kid, rows in self.coarse_rows.items():
-                emit_class_rows(self.lp, self.coarse[kid], rows, frag, self.aux)
+        for cls, rows in fine:
+            emit_class_rows(self.lp, cls, rows, frag if self.options.small else 0.0, self.aux)
+        for cls, rows in coarse:
+            emit_class_rows(self.lp, cls, rows, frag, self.aux)
         self.add_quota()
         if self.policy.fairness_weight:
             self.add_fairness()

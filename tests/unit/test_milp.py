@@ -8,14 +8,14 @@ from dataclasses import replace
 
 import pytest
 
-from engine.model import Node, Placement, Policy, ReplicaPlacement, TopologyMode
+from engine.model import Node, Placement, Policy, PreemptionScope, ReplicaPlacement, TopologyMode
 from engine.placement.check import check_plan
 from engine.placement.greedy import GreedyPlacer
 from engine.placement.linear import LinearModel, SolveLimits, solve
-from engine.placement.milp import MilpPlacer
-from engine.placement.model import BuildOptions, build, warm_values
+from engine.placement.milp import MilpPlacer, incremental_start, realise
+from engine.placement.model import BuildOptions, PreemptionRights, build, warm_values
 from engine.placement.objective import fair_targets, plan_objective
-from engine.placement.plan import OutcomeStatus, PlacementInstance
+from engine.placement.plan import OutcomeStatus, PlacementInstance, PlacementPlan
 from engine.placement.solvers import placer
 from engine.placement.synth import SIZES, synth_instance, with_new_jobs
 from tests.unit.factories import instance, job, node, queue
@@ -216,14 +216,106 @@ def test_the_generator_is_seeded_and_sized() -> None:
     assert len(more.jobs) == len(a.jobs) + 5
 
 
-def test_the_small_synthetic_instance_is_solved_to_optimality() -> None:
-    inst = synth_instance("S", 1)
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_the_small_synthetic_instances_are_solved_to_optimality(seed: int) -> None:
+    """Gap 0 against the class model's MIP bound: what the class rows count packs onto the
+    nodes (seed 3 needs the per-node model to pack it)."""
+    inst = synth_instance("S", seed)
     inst = replace(inst, policy=replace(inst.policy, gap_tolerance=0.0, time_limit_s=60))
     plan = HIGHS.solve(inst)
     assert check_plan(inst, plan) == []
     assert plan.stats.status == "optimal" and plan.stats.gap == pytest.approx(0.0, abs=1e-9)
     assert plan.stats.objective > GreedyPlacer().solve(inst).stats.objective
     assert plan.stats.objective == pytest.approx(plan_objective(inst, plan.outcomes))
+
+
+def test_share_slots_make_one_node_exact() -> None:
+    """Two GPUs a quarter free and one whole: a whole-GPU job and a half share would pass
+    the GPU and milli-GPU rows, but no GPU is left for the share; the rows that count
+    slots of each share size see it, so the model's optimum packs and the gap is 0."""
+    full = node("n1", gpus=3)
+    held = {
+        f"q/held{g}": Placement(f"q/held{g}", "h100", (ReplicaPlacement("n1", (g,), 750),))
+        for g in (0, 1)
+    }
+    jobs = [job(f"held{g}", gpu=0.75, preemptible=False, submitted_at="0") for g in (0, 1)]
+    jobs += [
+        job("whole", gpu=1, submitted_at="1"),
+        job("half", gpu=0.5, priority=900, submitted_at="2"),
+        job("quarter1", gpu=0.25, submitted_at="3"),
+        job("quarter2", gpu=0.25, submitted_at="4"),
+    ]
+    inst = instance([full], [queue("q")], jobs, held, Policy(gap_tolerance=0.0))
+    plan = HIGHS.solve(inst)
+    assert check_plan(inst, plan) == []
+    running = {o.job for o in plan.outcomes if o.running}
+    assert running == {"q/held0", "q/held1", "q/whole", "q/quarter1", "q/quarter2"}
+    assert plan.stats.status == "optimal" and plan.stats.gap == pytest.approx(0.0, abs=1e-9)
+
+
+def test_the_per_node_model_counts_what_its_plan_scores() -> None:
+    """Every node its own class: the model's optimum, packed where it says, scores the same."""
+    inst = synth_instance("S", 3)
+    greedy = GreedyPlacer().solve(inst)
+    model = build(inst, greedy, BuildOptions(small=True, per_node=True))
+    assert all(len(c.nodes) == 1 for c in model.classes)
+    fixed = list(model.lp.col_upper)
+    for jv in model.jobs.values():  # a small problem: only the running jobs are decided
+        if jv.job.key not in inst.current:
+            fixed[jv.place] = 0.0
+    lp = model.lp.with_bounds(model.lp.col_lower, fixed)
+    solution = solve(lp, "highs", SolveLimits(60, 0.0))
+    assert solution.values is not None and solution.objective is not None
+    plan = realise(inst, model, solution.values, 1, follow=True)
+    assert plan_objective(inst, plan) >= solution.objective - 1e-6
+    assert check_plan(inst, PlacementPlan(plan, greedy.stats)) == []
+
+
+def test_fixed_columns_leave_the_model_before_the_solver() -> None:
+    """HiGHS gets only the free columns (their fixed neighbours move into the row bounds);
+    CBC gets everything: both agree."""
+    lp = knapsack()
+    lower = [1.0, 0.0, 0.0, 0.0, 0.0]
+    upper = [1.0, 0.0, 1.0, 1.0, 1.0]
+    fixed = lp.with_bounds(lower, upper)
+    for backend in ("highs", "cbc"):
+        result = solve(fixed, backend, SolveLimits(60, 0.0))
+        assert result.objective == pytest.approx(19.0)  # item 0, then 3 and ... 4 do not fit
+        assert result.values is not None and result.values[:2] == (1.0, 0.0)
+    everything = solve(
+        lp.with_bounds([1.0, 0, 0, 1, 0], [1.0, 0, 0, 1, 0]), "highs", SolveLimits(9, 0)
+    )
+    assert everything.status == "optimal" and everything.objective == pytest.approx(18.0)
+    too_much = lp.with_bounds([1.0, 1, 0, 0, 0], [1.0, 1, 0, 0, 0])
+    assert solve(too_much, "highs", SolveLimits(9, 0)).status == "infeasible"
+
+
+def test_claimable_asks_may_once_per_queue_and_priority() -> None:
+    queues = [queue(n, cohort="c") for n in ("a", "b", "c")] + [queue("solo")]
+    jobs = [
+        job(f"{q}{p}", queue=q, priority=p, preemptible=p != 900)
+        for q in ("a", "b", "c", "solo")
+        for p in (100, 500, 900)
+    ]
+    for scope in PreemptionScope:
+        inst = instance([node("n1")], queues, jobs, policy=Policy(reclaim_within_cohort=scope))
+        rights = PreemptionRights(inst)
+        for claimants in (jobs[:1], jobs[3:5], jobs[::2], jobs):
+            brute = {v.key for v in jobs if any(rights.may(c, v) for c in claimants)}
+            assert rights.claimable(claimants, jobs) == brute
+
+
+def test_an_incremental_start_keeps_every_running_job_and_preempts_nobody() -> None:
+    inst = scenario()
+    current = HIGHS.solve(inst).placements()
+    late = job("late", queue="a", gpu=8, priority=1000, submitted_at="9")
+    later = replace(inst, jobs=(*inst.jobs, late), current=current)
+    start, _ = incremental_start(later, {"a/late"})
+    assert check_plan(later, start) == []
+    assert {o.job for o in start.outcomes if o.status is OutcomeStatus.KEPT} == set(current)
+    assert not any(o.status is OutcomeStatus.PREEMPTED for o in start.outcomes)
+    plan = HIGHS.solve_incremental(later, ["a/late"])
+    assert check_plan(later, plan) == [] and plan.stats.objective >= start.stats.objective - 1e-6
 
 
 # -- trace-driven placement (the openb benchmark's engine) ------------------------------------
