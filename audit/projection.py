@@ -8,6 +8,8 @@ the offset, so an incremental run resumes exactly where the last one stopped.
 
 Payloads are read as dicts rather than decoded into dataclasses: decoding costs
 30-60 µs an event, more than the whole budget of a 50,000 events/s rebuild.
+Usage accounting (`UsageLedger`) is a fold of its own that the `Projector` calls
+through `Usage`, so a rebuild can run it in its writer process (`audit.loader`).
 """
 
 from __future__ import annotations
@@ -310,6 +312,16 @@ class ProjectionState:
             setattr(state, f.name, value)
         return state
 
+    def take_usage(self, other: ProjectionState) -> None:
+        """Take what a `UsageLedger` folded on `other` (in a rebuild's writer process)."""
+        for name in USAGE_FIELDS:
+            setattr(self, name, getattr(other, name))
+        self.checked[CHECK_LIMITS] = other.checked[CHECK_LIMITS]
+
+
+# The fields of `ProjectionState` a `UsageLedger` keeps, besides its count in `checked`.
+USAGE_FIELDS = ("accounts", "pools", "touched", "over_limit", "next_segment", "next_violation")
+
 
 _FIELD_NAMES: dict[type, tuple[str, ...]] = {
     cls: tuple(f.name for f in dataclasses.fields(cls))
@@ -340,6 +352,7 @@ class Batch:
         "placements",
         "rates",
         "segments",
+        "usage_calls",
         "usage_days",
         "user_days",
         "versions",
@@ -369,6 +382,8 @@ class Batch:
         self.open_placements: list[tuple[Any, ...]] = []
         self.open_versions: list[tuple[Any, ...]] = []
         self.open_segments: list[tuple[Any, ...]] = []
+        # a `DeferredUsage`'s calls, for the `UsageLedger` of another process
+        self.usage_calls: list[tuple[Any, ...]] = []
 
 
 # json.dumps with options builds an encoder per call; these are built once.
@@ -443,8 +458,10 @@ def dict_diff(old: dict[str, Any], new: dict[str, Any]) -> str:
 class Projector:
     """Folds stored events into row operations; one instance per catch-up."""
 
-    def __init__(self, state: ProjectionState | None = None) -> None:
+    def __init__(self, state: ProjectionState | None = None, usage: Usage | None = None) -> None:
+        """`usage`: where usage accounting goes; by default a `UsageLedger` on the same state."""
         self.state = state if state is not None else ProjectionState()
+        self.usage: Usage = usage if usage is not None else UsageLedger(self.state)
         self._time = ""
         self._ts = 0.0
         # Who runs on each dedicated node: what the isolation check needs to see.
@@ -472,33 +489,58 @@ class Projector:
             "SolveCompleted": self._solve_completed,
         }
         assert set(self._handlers) == set(EVENT_TYPES), "every event type needs a handler"
-        self._versions = {name: cls.schema_version for name, cls in EVENT_TYPES.items()}
+        self._people: dict[str, str] = {}  # actor -> person(actor): a few authors submit every job
+        # type -> (handler, the schema version it reads): one look-up an event
+        self._dispatch = {
+            name: (handler, EVENT_TYPES[name].schema_version)
+            for name, handler in self._handlers.items()
+        }
 
     # -- the fold --------------------------------------------------------------------------
 
     def convert(self, stored: Envelope, batch: Batch) -> None:
+        self.convert_all((stored,), batch, batch.events + 1)
+
+    def convert_all(self, events: Iterable[Envelope], batch: Batch, limit: int) -> bool:
+        """Convert events until `batch` holds `limit` of them (True) or `events` runs out
+        (False); an iterator resumes where the last call stopped.
+
+        `convert` for a stream, its loop kept tight: a rebuild runs it a million times."""
         s = self.state
-        if stored.seq != s.seq + 1 or stored.prev_hash != s.hash:
-            self._refuse(stored)
-        handler = self._handlers.get(stored.type)
-        if handler is None:
-            raise ProjectionError(f"event {stored.seq} has unknown type {stored.type!r}")
-        data = stored.data
-        if stored.schema_version != self._versions[stored.type]:
-            data = upcast(stored.type, stored.schema_version, data)
-        time = stored.time
-        if time != self._time:
-            self._time = time
-            self._ts = epoch(time)
-            if time > s.max_time:
-                s.max_time = time
-                batch.marks.append((stored.seq, time))
-        handler(stored, data, batch)
-        s.seq = stored.seq
-        s.hash = stored.hash
-        batch.events += 1
-        if s.seq >= s.next_checkpoint:
-            self.checkpoint(batch)
+        dispatch = self._dispatch
+        marks = batch.marks
+        seq, hash_, time = s.seq, s.hash, self._time
+        checkpoint = s.next_checkpoint
+        count = batch.events
+        try:
+            for stored in events:
+                if stored.seq != seq + 1 or stored.prev_hash != hash_:
+                    self._refuse(stored)
+                entry = dispatch.get(stored.type)
+                if entry is None:
+                    raise ProjectionError(f"event {stored.seq} has unknown type {stored.type!r}")
+                handler, version = entry
+                data = stored.data
+                if stored.schema_version != version:
+                    data = upcast(stored.type, stored.schema_version, data)
+                if stored.time != time:
+                    time = self._time = stored.time
+                    self._ts = epoch(time)
+                    if time > s.max_time:
+                        s.max_time = time
+                        marks.append((stored.seq, time))
+                handler(stored, data, batch)
+                seq = s.seq = stored.seq
+                hash_ = s.hash = stored.hash
+                count += 1
+                if seq >= checkpoint:
+                    self.checkpoint(batch)
+                    checkpoint = s.next_checkpoint
+                if count >= limit:
+                    return True
+            return False
+        finally:
+            batch.events = count
 
     def _refuse(self, stored: Envelope) -> None:
         s = self.state
@@ -521,7 +563,7 @@ class Projector:
             (v[0], v[1], v[2], v[3], v[4], v[5], None, None, None, v[6])
             for v in s.versions.values()
         ]
-        batch.open_segments = [a.row(None, None) for a in s.accounts.values()]
+        self.usage.snapshot_open(batch)
 
     def checkpoint(self, batch: Batch) -> None:
         s = self.state
@@ -558,209 +600,6 @@ class Projector:
                 (v[0], v[1], v[2], v[3], v[4], v[5], stored.seq, stored.time, self._ts, v[6])
             )
 
-    # -- usage accounting -----------------------------------------------------------------
-
-    def _pool(self, cohort: str, flavor: str) -> Pool:
-        key = f"{cohort}\x1f{flavor}"
-        pool = self.state.pools.get(key)
-        if pool is None:
-            pool = self.state.pools[key] = Pool(ts=self._ts)
-        elif pool.ts != self._ts:
-            first, last = int(pool.ts // DAY) + 1, int(self._ts // DAY)
-            for day in range(first, last + 1):
-                pool.days[str(day)] = pool.r + pool.rate * (day * DAY - pool.ts)
-            pool.r += pool.rate * (self._ts - pool.ts)
-            pool.ts = self._ts
-        return pool
-
-    def _account(self, queue: str, flavor: str, batch: Batch) -> Account:
-        key = f"{queue}\x1f{flavor}"
-        acc = self.state.accounts.get(key)
-        if acc is not None:
-            return acc
-        info = self.state.queues.get(queue)
-        # Born empty (no use, no quota: nothing to add to a pool), then given its quota.
-        acc = Account(
-            queue=queue,
-            flavor=flavor,
-            team=info.team if info else queue,
-            cohort=info.cohort if info else None,
-            used=0,
-            nominal=0,
-            borrowing_limit=None,
-            lending_limit=None,
-            segment=0,
-            from_ts=self._ts,
-            r_from=0.0,
-        )
-        self.state.accounts[key] = acc
-        self._open_segment(acc)
-        quota = info.quotas.get(flavor) if info else None
-        if quota is not None:
-            self._reaccount(
-                acc, batch, 0, (quota[0] or 0, quota[1], quota[2]), acc.cohort, acc.team
-            )
-        return acc
-
-    def _open_segment(self, acc: Account) -> None:
-        s = self.state
-        acc.segment = s.next_segment
-        s.next_segment += 1
-        acc.from_ts = self._ts
-        acc.r_from = self._pool(acc.cohort, acc.flavor).r if acc.cohort else 0.0
-
-    def _close_segment(self, acc: Account, r_to: float, batch: Batch) -> None:
-        """Write the account's segment as it stood, and open the next one now."""
-        self._end_segment(acc, r_to, batch)
-        self._open_segment(acc)
-
-    def _end_segment(self, acc: Account, r_to: float, batch: Batch) -> None:
-        """The segment's row, and its part of each UTC day's sums (integer milli-GPU-
-        microseconds, so they do not depend on the order they were added in)."""
-        start, end = acc.from_ts, self._ts
-        used, nominal, r_from = acc.used, acc.nominal, acc.r_from
-        unused = nominal - used
-        limit = acc.lending_limit
-        lendable = 0 if unused <= 0 else (unused if limit is None or unused < limit else limit)
-        batch.segments.append(
-            (
-                acc.segment,
-                acc.queue,
-                acc.team,
-                acc.cohort,
-                acc.flavor,
-                start,
-                end,
-                used,
-                nominal,
-                lendable,
-                r_from,
-                r_to,
-                lendable * (r_to - r_from),
-            )
-        )
-        if end <= start:
-            return
-        borrowed = -unused if unused < 0 else 0
-        idle = unused if unused > 0 else 0
-        days = batch.usage_days
-        first, last = int(start // DAY), int(end // DAY)
-        if first == last or end == last * DAY:
-            # Within one day: the common case.
-            micros = round((end - start) * 1e6)
-            key = (acc.queue, acc.team, acc.flavor, first)
-            sums = days.get(key)
-            if sums is None:
-                days[key] = [
-                    used * micros,
-                    nominal * micros,
-                    borrowed * micros,
-                    idle * micros,
-                    round(lendable * (r_to - r_from) * 1e6),
-                ]
-            else:
-                sums[0] += used * micros
-                sums[1] += nominal * micros
-                sums[2] += borrowed * micros
-                sums[3] += idle * micros
-                if lendable:
-                    sums[4] += round(lendable * (r_to - r_from) * 1e6)
-            return
-        boundaries = self.state.pools[f"{acc.cohort}\x1f{acc.flavor}"].days if acc.cohort else {}
-        r_low = r_from
-        for day in range(first, last + 1):
-            low, high = max(start, day * DAY), min(end, (day + 1) * DAY)
-            if high <= low:
-                continue
-            micros = round((high - low) * 1e6)
-            r_high = r_to if high == end else boundaries.get(str(day + 1), r_to)
-            key = (acc.queue, acc.team, acc.flavor, day)
-            sums = days.get(key)
-            if sums is None:
-                sums = days[key] = [0, 0, 0, 0, 0]
-            sums[0] += used * micros
-            sums[1] += nominal * micros
-            sums[2] += borrowed * micros
-            sums[3] += idle * micros
-            if lendable:
-                sums[4] += round(lendable * (r_high - r_low) * 1e6)
-            r_low = r_high
-
-    def _reaccount(
-        self,
-        acc: Account,
-        batch: Batch,
-        used: int,
-        quota: tuple[int, int | None, int | None],
-        cohort: str | None,
-        team: str,
-    ) -> None:
-        """Give the account new use, quota or cohort: a new segment, new pool sums."""
-        old_pool = self._pool(acc.cohort, acc.flavor) if acc.cohort else None
-        old_cohort, old_team = acc.cohort, acc.team
-        b0, l0 = acc.borrowed, acc.lendable
-        if acc.from_ts != self._ts or (cohort, team) != (old_cohort, old_team):
-            # Several changes at one instant (one solve) make one segment, not empty ones.
-            self._close_segment(acc, old_pool.r if old_pool else 0.0, batch)
-        acc.used = used
-        acc.nominal, acc.borrowing_limit, acc.lending_limit = quota
-        acc.cohort, acc.team = cohort, team
-        if acc.cohort != old_cohort:
-            acc.r_from = self._pool(acc.cohort, acc.flavor).r if acc.cohort else 0.0
-        if old_pool is not None and old_cohort is not None:
-            old_pool.borrowed -= b0
-            old_pool.lendable -= l0
-            self._rerate(old_cohort, acc.flavor, old_pool, batch)
-        if acc.cohort is not None:
-            pool = self._pool(acc.cohort, acc.flavor)
-            pool.borrowed += acc.borrowed
-            pool.lendable += acc.lendable
-            self._rerate(acc.cohort, acc.flavor, pool, batch)
-
-    def _rerate(self, cohort: str, flavor: str, pool: Pool, batch: Batch) -> None:
-        rate = min(pool.borrowed, pool.lendable) / pool.lendable if pool.lendable > 0 else 0.0
-        if rate != pool.rate:
-            pool.rate = rate
-            batch.rates.append((cohort, flavor, self._ts, pool.r, rate))
-
-    def _charge(self, queue: str, flavor: str | None, milli: int, seq: int, batch: Batch) -> None:
-        """A placement started or ended: only the account's use moves (the hot path)."""
-        if flavor is None or milli == 0:
-            return
-        key = f"{queue}\x1f{flavor}"
-        acc = self.state.accounts.get(key) or self._account(queue, flavor, batch)
-        self.state.touched.setdefault(key, []).append(seq)
-        nominal = acc.nominal
-        before = acc.used
-        ts = self._ts
-        cohort = acc.cohort
-        if cohort is None:
-            if acc.from_ts != ts:
-                self._close_segment(acc, 0.0, batch)
-            acc.used = before + milli
-            return
-        pool = self._pool(cohort, flavor)
-        if acc.from_ts != ts:
-            # _close_segment, inlined: this runs for every placement that starts or ends.
-            r = pool.r
-            self._end_segment(acc, r, batch)
-            acc.segment = self.state.next_segment
-            self.state.next_segment += 1
-            acc.from_ts = ts
-            acc.r_from = r
-        after = acc.used = before + milli
-        limit = acc.lending_limit
-        unused0, unused1 = nominal - before, nominal - after
-        l0 = 0 if unused0 <= 0 else (unused0 if limit is None or unused0 < limit else limit)
-        l1 = 0 if unused1 <= 0 else (unused1 if limit is None or unused1 < limit else limit)
-        over0, over1 = before - nominal, after - nominal
-        pool.borrowed += (over1 if over1 > 0 else 0) - (over0 if over0 > 0 else 0)
-        pool.lendable += l1 - l0
-        rate = min(pool.borrowed, pool.lendable) / pool.lendable if pool.lendable > 0 else 0.0
-        if rate != pool.rate:
-            pool.rate = rate
-            batch.rates.append((cohort, flavor, ts, pool.r, rate))
-
     # -- placement intervals --------------------------------------------------------------
 
     def _node_trouble(self, run: Running) -> tuple[str, str] | None:
@@ -788,28 +627,63 @@ class Projector:
         run = self.state.running.pop(job, None)
         if run is None:
             return None
-        trouble = self._node_trouble(run) if kind not in (END_FINISHED, END_WITHDRAWN) else None
-        if trouble is not None:
-            kind, reason = trouble[0], f"{trouble[1]}; {reason}" if reason else trouble[1]
+        if kind not in (END_FINISHED, END_WITHDRAWN):
+            trouble = self._node_trouble(run)
+            if trouble is not None:
+                kind, reason = trouble[0], f"{trouble[1]}; {reason}" if reason else trouble[1]
+        start, end, milli, nodes = run.ts, self._ts, run.gpu_milli, run.nodes
         batch.placements.append(
-            (*run.row(), stored.seq, stored.time, self._ts, kind, reason, stored.cause)
+            (
+                run.id,
+                job,
+                run.name,
+                run.queue,
+                run.team,
+                run.user,
+                run.flavor,
+                run.replicas,
+                milli,
+                " ".join(nodes),
+                run.seq,
+                run.time,
+                start,
+                run.kind,
+                run.reason,
+                run.cause,
+                stored.seq,
+                stored.time,
+                end,
+                kind,
+                reason,
+                stored.cause,
+            )
         )
-        if run.gpu_milli:
+        if milli:
             # Its GPU-time by UTC day, for usage by user (integers: order-free sums).
-            start, end, days = run.ts, self._ts, batch.user_days
-            for day in range(int(start // DAY), int(end // DAY) + 1):
-                low, high = max(start, day * DAY), min(end, (day + 1) * DAY)
-                if high > low:
-                    key = (run.user, run.team, run.flavor or "", day)
+            days = batch.user_days
+            first, last = int(start // DAY), int(end // DAY)
+            if first == last:  # within one day: the common case
+                if end > start:
+                    key = (run.user, run.team, run.flavor or "", first)
                     sums = days.get(key)
                     if sums is None:
                         sums = days[key] = [0, 0]
-                    sums[0] += run.gpu_milli * round((high - low) * 1e6)
-        for node in run.nodes:
-            holders = self._node_jobs.get(node)
-            if holders is not None:
-                holders.discard(job)
-        self._charge(run.queue, run.flavor, -run.gpu_milli, stored.seq, batch)
+                    sums[0] += milli * round((end - start) * 1e6)
+            else:
+                for day in range(first, last + 1):
+                    low, high = max(start, day * DAY), min(end, (day + 1) * DAY)
+                    if high > low:
+                        key = (run.user, run.team, run.flavor or "", day)
+                        sums = days.get(key)
+                        if sums is None:
+                            sums = days[key] = [0, 0]
+                        sums[0] += milli * round((high - low) * 1e6)
+            if run.flavor is not None:
+                self.usage.charge(stored.seq, end, run.queue, run.flavor, -milli, batch)
+        node_jobs = self._node_jobs
+        for node in nodes:
+            if node in node_jobs:
+                node_jobs[node].discard(job)
         return run
 
     def _effect(self, stored: Envelope, job: str, detail: str, batch: Batch) -> None:
@@ -825,22 +699,10 @@ class Projector:
         message: str,
         evidence: Iterable[int],
         batch: Batch,
-    ) -> int:
-        s = self.state
-        vid = s.next_violation
-        s.next_violation += 1
-        batch.violations.append(
-            (
-                vid,
-                check,
-                stored.seq,
-                stored.time,
-                subject,
-                message,
-                _compact(sorted(set(evidence))),
-            )
+    ) -> None:
+        self.usage.violation(
+            check, stored.seq, stored.time, subject, message, _compact(sorted(set(evidence))), batch
         )
-        return vid
 
     def _placement_decided(self, stored: Envelope, d: dict[str, Any], batch: Batch) -> None:
         s = self.state
@@ -901,7 +763,8 @@ class Projector:
             if n in node_jobs:
                 node_jobs[n].add(key)
         self._close_version(KIND_PENDING, key, stored, batch)
-        self._charge(queue_name, flavor, milli, stored.seq, batch)
+        if flavor is not None and milli:
+            self.usage.charge(stored.seq, self._ts, queue_name, flavor, milli, batch)
         if s.effects_of is not None:
             self._effect(
                 stored,
@@ -1027,25 +890,38 @@ class Projector:
         self._job_gone(d["job"], END_WITHDRAWN, f"withdrawn in {stored.cause[:12]}", stored, batch)
 
     def _job_finished(self, stored: Envelope, d: dict[str, Any], batch: Batch) -> None:
-        self._job_gone(d["job"], END_FINISHED, "finished", stored, batch)
+        # _job_gone, inlined: one job in seven finishes a step
+        key = d["job"]
+        self._close_interval(key, END_FINISHED, "finished", stored, batch)
+        s = self.state
+        v = s.versions.pop(f"{KIND_PENDING}\x1f{key}", None)
+        if v is not None:
+            batch.versions.append(
+                (v[0], v[1], v[2], v[3], v[4], v[5], stored.seq, stored.time, self._ts, v[6])
+            )
+        s.jobs.pop(key, None)
 
     def _job_info(self, stored: Envelope, job: dict[str, Any], user: str) -> JobInfo:
         return JobInfo(
-            queue=job["queue"],
-            name=job["name"],
-            user=user,
-            preemptible=bool(job.get("preemptible", True)),
-            dedicated=job.get("isolation") == "dedicated",
-            residency=list(job.get("residency", ())),
-            priority=int(job.get("priority", 0)),
-            priority_class=str(job.get("priority_class", "")),
-            seq=stored.seq,
+            job["queue"],
+            job["name"],
+            user,
+            bool(job.get("preemptible", True)),
+            job.get("isolation") == "dedicated",
+            list(job.get("residency", ())),
+            int(job.get("priority", 0)),
+            str(job.get("priority_class", "")),
+            stored.seq,
         )
 
     def _job_submitted(self, stored: Envelope, d: dict[str, Any], batch: Batch) -> None:
         job = d["job"]
         key = f"{job['queue']}/{job['name']}"
-        self.state.jobs[key] = self._job_info(stored, job, person(stored.actor))
+        actor = stored.actor
+        user = self._people.get(actor)
+        if user is None:
+            user = self._people[actor] = person(actor)
+        self.state.jobs[key] = self._job_info(stored, job, user)
 
     def _job_changed(self, stored: Envelope, d: dict[str, Any], batch: Batch) -> None:
         s = self.state
@@ -1170,7 +1046,9 @@ class Projector:
             [stored.seq, "queue", name, info.team, queue_diff(old.data if old else None, queue)]
         )
         self._open_version(KIND_QUEUE, name, stored, queue, batch)
-        self._requota(name, info, stored, batch)
+        self.usage.requota(
+            stored.seq, self._ts, name, (info.team, info.cohort, info.quotas, info.seq), batch
+        )
 
     def _queue_removed(self, stored: Envelope, d: dict[str, Any], batch: Batch) -> None:
         s = self.state
@@ -1180,20 +1058,7 @@ class Projector:
             [stored.seq, "queue", name, old.team if old else name, queue_diff(None, None)]
         )
         self._close_version(KIND_QUEUE, name, stored, batch)
-        self._requota(name, None, stored, batch)
-
-    def _requota(self, name: str, info: QueueInfo | None, stored: Envelope, batch: Batch) -> None:
-        """Quotas in force changed: every account of the queue takes the new limits and cohort."""
-        s = self.state
-        flavors = set(info.quotas) if info else set()
-        flavors |= {a.flavor for a in s.accounts.values() if a.queue == name}
-        for flavor in sorted(flavors):
-            acc = self._account(name, flavor, batch)
-            quota = info.quotas.get(flavor) if info else None
-            limits = (quota[0] or 0, quota[1], quota[2]) if quota else (0, None, None)
-            cohort = info.cohort if info else None
-            self._reaccount(acc, batch, acc.used, limits, cohort, info.team if info else acc.team)
-            s.touched.setdefault(f"{name}\x1f{flavor}", []).append(stored.seq)
+        self.usage.requota(stored.seq, self._ts, name, None, batch)
 
     # -- commits and solves ----------------------------------------------------------------
 
@@ -1258,58 +1123,426 @@ class Projector:
         s.effects_of = None
 
     def _solve_completed(self, stored: Envelope, d: dict[str, Any], batch: Batch) -> None:
+        self.usage.solve(stored.seq, stored.time, batch)
+
+
+# A queue in force, as the usage ledger sees it: team, cohort, quotas (flavor -> [nominal,
+# borrowing limit, lending limit] in milli-GPU) and the seq of the event that configured it.
+QuotaInfo = tuple[str, str | None, dict[str, list[int | None]], int]
+
+
+class Usage(Protocol):
+    """Where the fold sends what usage accounting needs: a `UsageLedger`, or a
+    `DeferredUsage` that records it for a ledger in another process."""
+
+    def charge(
+        self, seq: int, ts: float, queue: str, flavor: str, milli: int, batch: Batch
+    ) -> None: ...
+
+    def requota(
+        self, seq: int, ts: float, name: str, quota: QuotaInfo | None, batch: Batch
+    ) -> None: ...
+
+    def solve(self, seq: int, time: str, batch: Batch) -> None: ...
+
+    def violation(
+        self,
+        check: str,
+        seq: int,
+        time: str,
+        subject: str,
+        message: str,
+        evidence: str,
+        batch: Batch,
+    ) -> None: ...
+
+    def snapshot_open(self, batch: Batch) -> None: ...
+
+
+# What a `DeferredUsage` records, one tuple a call: the kind first.
+_CHARGE, _REQUOTA, _SOLVE, _VIOLATION = range(4)
+
+
+class UsageLedger:
+    """Usage accounting and the queue-limit check, a fold of its own inside the projection.
+
+    It needs of the log only charges (a placement started or ended), quota changes and
+    solves, and it numbers every violation, so it sees them in order too. That is
+    little to send for a large part of the fold's work (and of the rows: segments,
+    daily sums, lending rates), so a rebuild runs it in its writer process. It owns
+    the state's `accounts`, `pools`, `touched`, `over_limit`, `next_segment`,
+    `next_violation` and the queue-limit count of `checked`.
+    """
+
+    def __init__(self, state: ProjectionState) -> None:
+        self.state = state
+        self._ts = 0.0
+        self._queues: dict[str, QuotaInfo] = {
+            name: (q.team, q.cohort, q.quotas, q.seq) for name, q in state.queues.items()
+        }
+
+    def replay(self, batch: Batch) -> None:
+        """Apply the calls a `DeferredUsage` recorded in `batch`, in their order."""
+        calls, batch.usage_calls = batch.usage_calls, []
+        for call in calls:
+            kind = call[0]
+            if kind == _CHARGE:
+                self.charge(call[1], call[2], call[3], call[4], call[5], batch)
+            elif kind == _SOLVE:
+                self.solve(call[1], call[2], batch)
+            elif kind == _VIOLATION:
+                self.violation(call[1], call[2], call[3], call[4], call[5], call[6], batch)
+            else:
+                self.requota(call[1], call[2], call[3], call[4], batch)
+
+    def snapshot_open(self, batch: Batch) -> None:
+        batch.open_segments = [a.row(None, None) for a in self.state.accounts.values()]
+
+    # -- violations ------------------------------------------------------------------------
+
+    def violation(
+        self,
+        check: str,
+        seq: int,
+        time: str,
+        subject: str,
+        message: str,
+        evidence: str,
+        batch: Batch,
+    ) -> None:
+        """A violation found by the fold: it takes the next id (`evidence`: its JSON)."""
+        self._violation(check, seq, time, subject, message, evidence, batch)
+
+    def _violation(
+        self,
+        check: str,
+        seq: int,
+        time: str,
+        subject: str,
+        message: str,
+        evidence: str,
+        batch: Batch,
+    ) -> int:
+        s = self.state
+        vid = s.next_violation
+        s.next_violation += 1
+        batch.violations.append((vid, check, seq, time, subject, message, evidence))
+        return vid
+
+    # -- accounts, segments and pools ------------------------------------------------------
+
+    def _pool(self, cohort: str, flavor: str) -> Pool:
+        key = f"{cohort}\x1f{flavor}"
+        pool = self.state.pools.get(key)
+        if pool is None:
+            pool = self.state.pools[key] = Pool(ts=self._ts)
+        elif pool.ts != self._ts:
+            first, last = int(pool.ts // DAY) + 1, int(self._ts // DAY)
+            for day in range(first, last + 1):
+                pool.days[str(day)] = pool.r + pool.rate * (day * DAY - pool.ts)
+            pool.r += pool.rate * (self._ts - pool.ts)
+            pool.ts = self._ts
+        return pool
+
+    def _account(self, queue: str, flavor: str, batch: Batch) -> Account:
+        key = f"{queue}\x1f{flavor}"
+        acc = self.state.accounts.get(key)
+        if acc is not None:
+            return acc
+        info = self._queues.get(queue)
+        # Born empty (no use, no quota: nothing to add to a pool), then given its quota.
+        acc = Account(
+            queue=queue,
+            flavor=flavor,
+            team=info[0] if info else queue,
+            cohort=info[1] if info else None,
+            used=0,
+            nominal=0,
+            borrowing_limit=None,
+            lending_limit=None,
+            segment=0,
+            from_ts=self._ts,
+            r_from=0.0,
+        )
+        self.state.accounts[key] = acc
+        self._open_segment(acc)
+        quota = info[2].get(flavor) if info else None
+        if quota is not None:
+            self._reaccount(
+                acc, batch, 0, (quota[0] or 0, quota[1], quota[2]), acc.cohort, acc.team
+            )
+        return acc
+
+    def _open_segment(self, acc: Account) -> None:
+        s = self.state
+        acc.segment = s.next_segment
+        s.next_segment += 1
+        acc.from_ts = self._ts
+        acc.r_from = self._pool(acc.cohort, acc.flavor).r if acc.cohort else 0.0
+
+    def _close_segment(self, acc: Account, r_to: float, batch: Batch) -> None:
+        """Write the account's segment as it stood, and open the next one now."""
+        self._end_segment(acc, r_to, batch)
+        self._open_segment(acc)
+
+    def _end_segment(self, acc: Account, r_to: float, batch: Batch) -> None:
+        """The segment's row, and its part of each UTC day's sums (integer milli-GPU-
+        microseconds, so they do not depend on the order they were added in)."""
+        start, end = acc.from_ts, self._ts
+        used, nominal, r_from = acc.used, acc.nominal, acc.r_from
+        unused = nominal - used
+        limit = acc.lending_limit
+        lendable = 0 if unused <= 0 else (unused if limit is None or unused < limit else limit)
+        queue, team, flavor = acc.queue, acc.team, acc.flavor
+        lent = lendable * (r_to - r_from)
+        batch.segments.append(
+            (
+                acc.segment,
+                queue,
+                team,
+                acc.cohort,
+                flavor,
+                start,
+                end,
+                used,
+                nominal,
+                lendable,
+                r_from,
+                r_to,
+                lent,
+            )
+        )
+        if end <= start:
+            return
+        borrowed = -unused if unused < 0 else 0
+        idle = unused if unused > 0 else 0
+        days = batch.usage_days
+        first, last = int(start // DAY), int(end // DAY)
+        if first == last or end == last * DAY:
+            # Within one day: the common case.
+            micros = round((end - start) * 1e6)
+            key = (queue, team, flavor, first)
+            sums = days.get(key)
+            if sums is None:
+                days[key] = [
+                    used * micros,
+                    nominal * micros,
+                    borrowed * micros,
+                    idle * micros,
+                    round(lent * 1e6),
+                ]
+            else:
+                sums[0] += used * micros
+                sums[1] += nominal * micros
+                sums[2] += borrowed * micros
+                sums[3] += idle * micros
+                if lendable:
+                    sums[4] += round(lent * 1e6)
+            return
+        boundaries = self.state.pools[f"{acc.cohort}\x1f{flavor}"].days if acc.cohort else {}
+        r_low = r_from
+        for day in range(first, last + 1):
+            low, high = max(start, day * DAY), min(end, (day + 1) * DAY)
+            if high <= low:
+                continue
+            micros = round((high - low) * 1e6)
+            r_high = r_to if high == end else boundaries.get(str(day + 1), r_to)
+            key = (queue, team, flavor, day)
+            sums = days.get(key)
+            if sums is None:
+                sums = days[key] = [0, 0, 0, 0, 0]
+            sums[0] += used * micros
+            sums[1] += nominal * micros
+            sums[2] += borrowed * micros
+            sums[3] += idle * micros
+            if lendable:
+                sums[4] += round(lendable * (r_high - r_low) * 1e6)
+            r_low = r_high
+
+    def _reaccount(
+        self,
+        acc: Account,
+        batch: Batch,
+        used: int,
+        quota: tuple[int, int | None, int | None],
+        cohort: str | None,
+        team: str,
+    ) -> None:
+        """Give the account new use, quota or cohort: a new segment, new pool sums."""
+        old_pool = self._pool(acc.cohort, acc.flavor) if acc.cohort else None
+        old_cohort, old_team = acc.cohort, acc.team
+        b0, l0 = acc.borrowed, acc.lendable
+        if acc.from_ts != self._ts or (cohort, team) != (old_cohort, old_team):
+            # Several changes at one instant (one solve) make one segment, not empty ones.
+            self._close_segment(acc, old_pool.r if old_pool else 0.0, batch)
+        acc.used = used
+        acc.nominal, acc.borrowing_limit, acc.lending_limit = quota
+        acc.cohort, acc.team = cohort, team
+        if acc.cohort != old_cohort:
+            acc.r_from = self._pool(acc.cohort, acc.flavor).r if acc.cohort else 0.0
+        if old_pool is not None and old_cohort is not None:
+            old_pool.borrowed -= b0
+            old_pool.lendable -= l0
+            self._rerate(old_cohort, acc.flavor, old_pool, batch)
+        if acc.cohort is not None:
+            pool = self._pool(acc.cohort, acc.flavor)
+            pool.borrowed += acc.borrowed
+            pool.lendable += acc.lendable
+            self._rerate(acc.cohort, acc.flavor, pool, batch)
+
+    def _rerate(self, cohort: str, flavor: str, pool: Pool, batch: Batch) -> None:
+        rate = min(pool.borrowed, pool.lendable) / pool.lendable if pool.lendable > 0 else 0.0
+        if rate != pool.rate:
+            pool.rate = rate
+            batch.rates.append((cohort, flavor, self._ts, pool.r, rate))
+
+    def charge(
+        self, seq: int, ts: float, queue: str, flavor: str, milli: int, batch: Batch
+    ) -> None:
+        """A placement started or ended: only the account's use moves (the hot path)."""
+        self._ts = ts
+        s = self.state
+        key = f"{queue}\x1f{flavor}"
+        acc = s.accounts.get(key) or self._account(queue, flavor, batch)
+        seqs = s.touched.get(key)
+        if seqs is None:
+            s.touched[key] = [seq]
+        else:
+            seqs.append(seq)
+        nominal = acc.nominal
+        before = acc.used
+        cohort = acc.cohort
+        if cohort is None:
+            if acc.from_ts != ts:
+                self._close_segment(acc, 0.0, batch)
+            acc.used = before + milli
+            return
+        pool = s.pools.get(f"{cohort}\x1f{flavor}")
+        if pool is None:
+            pool = self._pool(cohort, flavor)
+        elif pool.ts != ts:
+            if int(pool.ts // DAY) == int(ts // DAY):
+                # _pool, inlined for the common case: no day boundary to record
+                pool.r += pool.rate * (ts - pool.ts)
+                pool.ts = ts
+            else:
+                pool = self._pool(cohort, flavor)
+        if acc.from_ts != ts:
+            # _close_segment, inlined: this runs for every placement that starts or ends.
+            r = pool.r
+            self._end_segment(acc, r, batch)
+            acc.segment = s.next_segment
+            s.next_segment += 1
+            acc.from_ts = ts
+            acc.r_from = r
+        after = acc.used = before + milli
+        limit = acc.lending_limit
+        unused0, unused1 = nominal - before, nominal - after
+        l0 = 0 if unused0 <= 0 else (unused0 if limit is None or unused0 < limit else limit)
+        l1 = 0 if unused1 <= 0 else (unused1 if limit is None or unused1 < limit else limit)
+        over0, over1 = before - nominal, after - nominal
+        borrowed = pool.borrowed = (
+            pool.borrowed + (over1 if over1 > 0 else 0) - (over0 if over0 > 0 else 0)
+        )
+        lendable = pool.lendable = pool.lendable + l1 - l0
+        rate = (borrowed if borrowed < lendable else lendable) / lendable if lendable > 0 else 0.0
+        if rate != pool.rate:
+            pool.rate = rate
+            batch.rates.append((cohort, flavor, ts, pool.r, rate))
+
+    def requota(
+        self, seq: int, ts: float, name: str, quota: QuotaInfo | None, batch: Batch
+    ) -> None:
+        """Quotas in force changed: every account of the queue takes the new limits and cohort."""
+        self._ts = ts
+        s = self.state
+        if quota is None:
+            self._queues.pop(name, None)
+        else:
+            self._queues[name] = quota
+        flavors = set(quota[2]) if quota else set()
+        flavors |= {a.flavor for a in s.accounts.values() if a.queue == name}
+        for flavor in sorted(flavors):
+            acc = self._account(name, flavor, batch)
+            limit = quota[2].get(flavor) if quota else None
+            limits = (limit[0] or 0, limit[1], limit[2]) if limit else (0, None, None)
+            cohort = quota[1] if quota else None
+            self._reaccount(acc, batch, acc.used, limits, cohort, quota[0] if quota else acc.team)
+            s.touched.setdefault(f"{name}\x1f{flavor}", []).append(seq)
+
+    # -- queue limits ------------------------------------------------------------------------
+
+    def solve(self, seq: int, time: str, batch: Batch) -> None:
         """A solve's events are one atomic append: limits are checked where it ends."""
         s = self.state
         if not s.touched:
             return
         touched, s.touched = s.touched, {}
         s.checked[CHECK_LIMITS] += 1
+        accounts, over_limit = s.accounts, s.over_limit
         cohorts: dict[str, list[int]] = {}
-        for key in sorted(touched):
-            acc = s.accounts.get(key)
+        turned: list[str] = []
+        # Most solves start and end no episode: find those that do, then go through them in
+        # order (violation ids follow it).
+        for key, seqs in touched.items():
+            acc = accounts.get(key)
             if acc is None:
                 continue
-            seqs = touched[key]
-            if acc.cohort is not None:
-                cohorts.setdefault(f"{acc.cohort}\x1f{acc.flavor}", []).extend(seqs)
             ceiling: int | None
             if acc.cohort is None:
                 ceiling = acc.nominal
-            elif acc.borrowing_limit is not None:
-                ceiling = acc.nominal + acc.borrowing_limit
             else:
-                ceiling = None
+                pool_key = f"{acc.cohort}\x1f{acc.flavor}"
+                merged = cohorts.get(pool_key)
+                if merged is None:
+                    cohorts[pool_key] = list(seqs)
+                else:
+                    merged.extend(seqs)
+                limit = acc.borrowing_limit
+                ceiling = None if limit is None else acc.nominal + limit
             over = ceiling is not None and acc.used > ceiling
-            limit_key = f"queue\x1f{key}"
-            if over == (limit_key in s.over_limit):
-                continue  # no episode starts or ends here
+            if over != (bool(over_limit) and f"queue\x1f{key}" in over_limit):
+                turned.append(key)
+        for key in sorted(turned):
+            acc = accounts[key]
+            limit = acc.borrowing_limit
+            if acc.cohort is None:
+                ceiling = acc.nominal
+            else:
+                ceiling = None if limit is None else acc.nominal + limit
+            over = ceiling is not None and acc.used > ceiling
             what = ""
             if over:
                 what = (
                     f"queue {acc.queue} uses {gpus(acc.used)} {acc.flavor} GPUs; "
                     f"its limit is {gpus(ceiling or 0)}"
                     + (
-                        f" (nominal {gpus(acc.nominal)} + borrowing limit {gpus(acc.borrowing_limit)})"
-                        if acc.cohort is not None and acc.borrowing_limit is not None
+                        f" (nominal {gpus(acc.nominal)} + borrowing limit {gpus(limit)})"
+                        if acc.cohort is not None and limit is not None
                         else " (nominal, no cohort to borrow from)"
                     )
                 )
-            queue = s.queues.get(acc.queue)
-            evidence = seqs + ([queue.seq] if queue else [])
-            self._limit_episode(limit_key, over, acc.queue, what, evidence, stored, batch)
-        for key, seqs in sorted(cohorts.items()):
-            pool = s.pools.get(key)
+            queue = self._queues.get(acc.queue)
+            evidence = touched[key] + ([queue[3]] if queue else [])
+            self._limit_episode(
+                f"queue\x1f{key}", over, acc.queue, what, evidence, seq, time, batch
+            )
+        pools = s.pools
+        for key in sorted(cohorts):
+            pool = pools.get(key)
             if pool is None:
                 continue
-            cohort, flavor = key.split("\x1f")
             over = pool.borrowed > pool.lendable
-            if over == (f"cohort\x1f{key}" in s.over_limit):
+            if over == (bool(over_limit) and f"cohort\x1f{key}" in over_limit):
                 continue
+            cohort, flavor = key.split("\x1f")
             what = (
                 f"cohort {cohort} borrows {gpus(pool.borrowed)} {flavor} GPUs but its members "
                 f"can lend only {gpus(pool.lendable)}"
             )
-            self._limit_episode(f"cohort\x1f{key}", over, cohort, what, seqs, stored, batch)
+            self._limit_episode(
+                f"cohort\x1f{key}", over, cohort, what, cohorts[key], seq, time, batch
+            )
 
     def _limit_episode(
         self,
@@ -1318,15 +1551,58 @@ class Projector:
         subject: str,
         message: str,
         evidence: list[int],
-        stored: Envelope,
+        seq: int,
+        time: str,
         batch: Batch,
     ) -> None:
         s = self.state
         open_id = s.over_limit.get(key)
         if over and open_id is None:
             s.over_limit[key] = self._violation(
-                CHECK_LIMITS, stored, subject, message, [*evidence, stored.seq], batch
+                CHECK_LIMITS, seq, time, subject, message, _compact(sorted({*evidence, seq})), batch
             )
         elif not over and open_id is not None:
             del s.over_limit[key]
-            batch.violation_close.append((stored.seq, stored.time, open_id))
+            batch.violation_close.append((seq, time, open_id))
+
+
+class DeferredUsage:
+    """A `Usage` that records each call in the batch (`usage_calls`) for a `UsageLedger` in
+    the rebuild's writer process to replay; the rows it would make are made there."""
+
+    def __init__(self) -> None:
+        # Whether anything was charged or requoted since the last solve: one that follows
+        # nothing checks nothing, and need not be sent.
+        self._touched = True
+
+    def charge(
+        self, seq: int, ts: float, queue: str, flavor: str, milli: int, batch: Batch
+    ) -> None:
+        self._touched = True
+        batch.usage_calls.append((_CHARGE, seq, ts, queue, flavor, milli))
+
+    def requota(
+        self, seq: int, ts: float, name: str, quota: QuotaInfo | None, batch: Batch
+    ) -> None:
+        self._touched = True
+        batch.usage_calls.append((_REQUOTA, seq, ts, name, quota))
+
+    def solve(self, seq: int, time: str, batch: Batch) -> None:
+        if self._touched:
+            self._touched = False
+            batch.usage_calls.append((_SOLVE, seq, time))
+
+    def violation(
+        self,
+        check: str,
+        seq: int,
+        time: str,
+        subject: str,
+        message: str,
+        evidence: str,
+        batch: Batch,
+    ) -> None:
+        batch.usage_calls.append((_VIOLATION, check, seq, time, subject, message, evidence))
+
+    def snapshot_open(self, batch: Batch) -> None:
+        pass  # the ledger's process writes the open segments

@@ -4,6 +4,8 @@
 and applies each batch together with the new offset and the fold's state, so a
 crash never leaves rows without their offset or the reverse. `rebuild` replays
 from 0 into an empty file and swaps it in; the view is a cache, never the truth.
+A long rebuild writes through `audit.loader`, a second process, so that reading
+and folding the log and writing SQLite each have a core.
 """
 
 from __future__ import annotations
@@ -15,16 +17,18 @@ import sqlite3
 import time
 from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass
+from itertools import chain
 from pathlib import Path
 from typing import Any, Protocol
 
 from audit.projection import (
     FORMAT_VERSION,
     Batch,
-    Envelope,
     ProjectionError,
     ProjectionState,
     Projector,
+    Usage,
+    UsageLedger,
 )
 from engine.errors import GitschedError
 from eventlog.base import LogCorrupted
@@ -125,19 +129,35 @@ CREATE INDEX IF NOT EXISTS changes_commit ON changes(commit_seq);
 CREATE INDEX IF NOT EXISTS changes_team ON changes(team);
 """
 
-_INSERTS: tuple[tuple[str, str], ...] = (
-    ("placements", "INSERT INTO placements VALUES (" + ",".join("?" * 22) + ")"),
-    ("placement_nodes", "INSERT INTO placement_nodes VALUES (?,?)"),
-    ("versions", "INSERT INTO versions VALUES (?,?,?,?,?,?,?,?,?,?)"),
-    ("segments", "INSERT INTO segments VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)"),
-    ("rates", "INSERT OR REPLACE INTO cohort_rates VALUES (?,?,?,?,?)"),
-    ("marks", "INSERT INTO marks VALUES (?,?)"),
-    ("commits", "INSERT INTO commits VALUES (?,?,?,?,?,?,?,?,?,?)"),
-    ("changes", "INSERT INTO changes VALUES (?,?,?,?,?,?,?)"),
-    ("effects", "INSERT INTO effects VALUES (?,?,?,?,?)"),
-    ("violations", "INSERT INTO violations VALUES (?,?,?,?,?,?,?,NULL,NULL)"),
-    ("checkpoints", "INSERT INTO checkpoints VALUES (?,?,?)"),
-    ("checkpoint_marks", "INSERT INTO checkpoint_marks VALUES (?,?,?)"),
+
+def _values(width: int, rows: int = 1) -> str:
+    one = "(" + ",".join("?" * width) + ")"
+    return ",".join([one] * rows)
+
+
+# Narrow rows go in many to a statement: stepping a statement costs more than binding a
+# row. At most 999 parameters a statement, the limit of SQLite before 3.32.
+_MULTI_ROW = 128
+
+_INSERTS: tuple[tuple[str, str, int, bool], ...] = (
+    # batch list, INSERT ... INTO table, row width, many rows a statement
+    ("placements", "INSERT INTO placements", 22, False),
+    ("placement_nodes", "INSERT INTO placement_nodes", 2, True),
+    ("versions", "INSERT INTO versions", 10, True),
+    ("segments", "INSERT INTO segments", 13, True),
+    ("rates", "INSERT OR REPLACE INTO cohort_rates", 5, False),
+    ("marks", "INSERT INTO marks", 2, True),
+    ("commits", "INSERT INTO commits", 10, True),
+    ("changes", "INSERT INTO changes", 7, False),
+    ("effects", "INSERT INTO effects", 5, False),
+    (
+        "violations",
+        "INSERT INTO violations (id, check_name, seq, time, subject, message, evidence)",
+        7,
+        False,
+    ),
+    ("checkpoints", "INSERT INTO checkpoints", 3, True),
+    ("checkpoint_marks", "INSERT INTO checkpoint_marks", 3, False),
 )
 _UPDATES: tuple[tuple[str, str], ...] = (
     ("violation_close", "UPDATE violations SET end_seq=?, end_time=? WHERE id=?"),
@@ -215,6 +235,7 @@ class AuditStore:
         """`bulk`: a file being built from 0 by `rebuild`, not yet in use: no journal, no
         syncs until it is complete (a crash leaves a file `rebuild` throws away)."""
         self.path = str(path)
+        self.bulk = bulk
         try:
             if self.path != ":memory:":
                 Path(self.path).parent.mkdir(parents=True, exist_ok=True)
@@ -268,6 +289,10 @@ class AuditStore:
 
     def apply(self, batch: Batch, state: ProjectionState, expected_offset: int) -> bool:
         """Apply `batch` and move the offset to `state.seq`; False if another writer moved it first."""
+        return self.write(batch, offset_meta(state, with_state=not self.bulk), expected_offset)
+
+    def write(self, batch: Batch, meta: Iterable[tuple[str, str]], expected_offset: int) -> bool:
+        """Apply `batch` and the `meta` rows (the offset, see `offset_meta`) in one transaction."""
         db = self.db
         try:
             db.execute("BEGIN IMMEDIATE")
@@ -277,10 +302,10 @@ class AuditStore:
             if self.offset()[0] != expected_offset:
                 db.execute("ROLLBACK")
                 return False
-            for name, sql in _INSERTS:
+            for name, insert, width, multi in _INSERTS:
                 rows = getattr(batch, name)
                 if rows:
-                    db.executemany(sql, rows)
+                    _insert(db, insert, width, rows, multi)
             for name, sql in _UPDATES:
                 rows = getattr(batch, name)
                 if rows:
@@ -306,16 +331,7 @@ class AuditStore:
                 db.executemany(
                     f"INSERT INTO {table} VALUES ({','.join('?' * width)})", getattr(batch, name)
                 )
-            db.executemany(
-                "INSERT OR REPLACE INTO meta VALUES (?, ?)",
-                [
-                    ("offset", str(state.seq)),
-                    ("offset_hash", state.hash),
-                    ("max_time", state.max_time),
-                    ("state", state.to_json()),
-                    ("checked", json.dumps(state.checked, sort_keys=True)),
-                ],
-            )
+            db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", meta)
             db.execute("COMMIT")
             return True
         except BaseException:
@@ -326,20 +342,67 @@ class AuditStore:
     def ensure_indexes(self) -> None:
         self.db.executescript(_INDEXES)
 
+    def usage(self, state: ProjectionState) -> Usage:
+        """Usage accounting, folded in this process."""
+        return UsageLedger(state)
+
+    def finish(self, state: ProjectionState | None) -> None:
+        """A catch-up is over: the indexes its reads need (the offset is written already), and
+        in a bulk build the fold's state, which only its last batch needs to carry."""
+        if self.bulk and state is not None:
+            self.db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", offset_meta(state))
+        self.ensure_indexes()
+
+
+def _insert(db: sqlite3.Connection, insert: str, width: int, rows: list[Any], multi: bool) -> None:
+    per = min(_MULTI_ROW, 999 // width) if multi else 1
+    whole = len(rows) - len(rows) % per
+    if per > 1 and whole:
+        chunks = zip(*[iter(rows)] * per, strict=False)  # `whole` rows, `per` at a time
+        db.executemany(
+            f"{insert} VALUES {_values(width, per)}",
+            [tuple(chain.from_iterable(chunk)) for chunk in chunks],
+        )
+    else:
+        whole = 0
+    db.executemany(f"{insert} VALUES {_values(width)}", rows[whole:] if whole else rows)
+
+
+def offset_meta(state: ProjectionState, *, with_state: bool = True) -> list[tuple[str, str]]:
+    """The meta rows that say how far the view has read; the fold's state too unless told not
+    to (a rebuild's private file needs it only with its last batch)."""
+    meta = [
+        ("offset", str(state.seq)),
+        ("offset_hash", state.hash),
+        ("max_time", state.max_time),
+        ("checked", json.dumps(state.checked, sort_keys=True)),
+    ]
+    if with_state:
+        meta.append(("state", state.to_json()))
+    return meta
+
+
+class Sink(Protocol):
+    """Where a catch-up's batches go: an `AuditStore`, or a rebuild's writer process."""
+
+    path: str
+
+    def offset(self) -> tuple[int, str | None]: ...
+
+    def load_state(self) -> ProjectionState: ...
+
+    def apply(self, batch: Batch, state: ProjectionState, expected_offset: int) -> bool: ...
+
+    def finish(self, state: ProjectionState | None) -> None: ...
+
+    def usage(self, state: ProjectionState) -> Usage: ...
+
 
 # Events whose payload no view reads: the log need not parse them.
 _UNREAD_PAYLOADS = frozenset({"SolveCompleted"})
 
 
-def read_events(log: LogReader, after_seq: int, until_seq: int) -> Iterator[Envelope]:
-    """The log's events after `after_seq`, without the payloads the views never read."""
-    try:
-        yield from log.read(after_seq, until_seq=until_seq, skip_data_of=_UNREAD_PAYLOADS)
-    except LogCorrupted as e:
-        raise AuditError(f"{e}; run `gitsched audit verify`") from e
-
-
-def _check_offset(log: LogReader, store: AuditStore, offset: int, offset_hash: str | None) -> None:
+def _check_offset(log: LogReader, store: Sink, offset: int, offset_hash: str | None) -> None:
     if offset == 0:
         return
     head = log.last_seq()
@@ -359,7 +422,7 @@ def _check_offset(log: LogReader, store: AuditStore, offset: int, offset_hash: s
 
 def catch_up(
     log: LogReader,
-    store: AuditStore,
+    store: Sink,
     *,
     progress: Progress | None = None,
     batch_events: int = BATCH_EVENTS,
@@ -378,13 +441,14 @@ def catch_up(
 
 def _catch_up(
     log: LogReader,
-    store: AuditStore,
+    store: Sink,
     progress: Progress | None,
     batch_events: int,
     until_seq: int | None,
 ) -> CatchUp:
     started = time.perf_counter()
     applied = 0
+    state: ProjectionState | None = None
     for _ in range(5):
         offset, offset_hash = store.offset()
         _check_offset(log, store, offset, offset_hash)
@@ -392,38 +456,46 @@ def _catch_up(
         if offset >= head:
             break
         state = store.load_state()
-        projector = Projector(state)
-        batch = Batch()
+        projector = Projector(state, store.usage(state))
         expected = offset
         total = head - offset
         moved = False
-        convert = projector.convert
         try:
-            for stored in read_events(log, offset, head):
-                convert(stored, batch)
-                if batch.events >= batch_events:
-                    projector.snapshot_open(batch)
-                    if not store.apply(batch, state, expected):
-                        moved = True
-                        break
-                    applied += batch.events
-                    expected = state.seq
-                    batch = Batch()
-                    if progress is not None:
-                        progress(state.seq - offset, total)
+            events = log.read(offset, until_seq=head, skip_data_of=_UNREAD_PAYLOADS)
+            more = True
+            while more:
+                batch = Batch()
+                more = projector.convert_all(events, batch, batch_events)
+                if not batch.events:
+                    break
+                projector.snapshot_open(batch)
+                if not store.apply(batch, state, expected):
+                    moved = True
+                    break
+                applied += batch.events
+                expected = state.seq
+                if progress is not None:
+                    progress(state.seq - offset, total)
         except ProjectionError as e:
             raise AuditError(str(e)) from e
+        except LogCorrupted as e:
+            raise AuditError(f"{e}; run `gitsched audit verify`") from e
         if moved:
             continue  # another process advanced the view: start again from its offset
-        projector.snapshot_open(batch)
-        if batch.events and not store.apply(batch, state, expected):
-            continue
-        applied += batch.events
-        if progress is not None:
-            progress(total, total)
         break
-    store.ensure_indexes()
+    store.finish(state)
     return CatchUp(applied, time.perf_counter() - started, store.offset()[0])
+
+
+# Below this many events a rebuild writes in its own process: starting a writer costs more.
+WRITER_PROCESS_FROM = 100_000
+
+
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
 
 
 def rebuild(
@@ -432,25 +504,46 @@ def rebuild(
     *,
     progress: Progress | None = None,
     batch_events: int = BATCH_EVENTS,
+    writer_process: bool | None = None,
 ) -> CatchUp:
     """Replay the whole log into an empty view, then put it in place of the old one.
 
-    Queries go on reading the old view until the new one is complete."""
+    Queries go on reading the old view until the new one is complete. `writer_process`:
+    whether usage accounting and SQLite's inserts run in a second process
+    (`audit.loader`) while this one reads and folds the log; by default, when there are
+    two cores and a long log to replay. If that process cannot start, this one writes."""
     target = Path(path)
     fresh = target.with_name(f"{target.name}.rebuild-{os.getpid()}")
+    if writer_process is None:
+        writer_process = _cores() > 1 and log.last_seq() >= WRITER_PROCESS_FROM
     try:
-        with AuditStore(fresh, bulk=True) as store:
-            result = catch_up(log, store, progress=progress, batch_events=batch_events)
-            store.db.execute("PRAGMA journal_mode=WAL")
+        result: CatchUp | None = None
+        if writer_process:
+            from audit.loader import WriterProcess, WriterUnavailable  # they import this module
+
+            try:
+                with WriterProcess(fresh) as writer:
+                    result = catch_up(log, writer, progress=progress, batch_events=batch_events)
+            except WriterUnavailable:
+                _remove(fresh)
+        if result is None:
+            with AuditStore(fresh, bulk=True) as store:
+                result = catch_up(log, store, progress=progress, batch_events=batch_events)
+                store.db.execute("PRAGMA journal_mode=WAL")
         with open(fresh, "rb+") as f:
             os.fsync(f.fileno())
         for stale in (Path(f"{target}-wal"), Path(f"{target}-shm")):
             stale.unlink(missing_ok=True)
         os.replace(fresh, target)
     finally:
-        for leftover in (fresh, Path(f"{fresh}-wal"), Path(f"{fresh}-shm")):
-            leftover.unlink(missing_ok=True)
+        _remove(fresh)
+    assert result is not None
     return result
+
+
+def _remove(view: Path) -> None:
+    for leftover in (view, Path(f"{view}-wal"), Path(f"{view}-shm")):
+        leftover.unlink(missing_ok=True)
 
 
 def open_view(

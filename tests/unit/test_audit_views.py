@@ -8,11 +8,14 @@
 from __future__ import annotations
 
 import random
+import shutil
+import sys
 from datetime import datetime
 from functools import cache
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -110,6 +113,39 @@ def test_rebuild_replaces_the_view_and_reruns_skip_what_they_saw(tmp_path: Path)
     with AuditStore(view) as store:
         assert table_rows(store) == incremental
     log.close()
+
+
+def test_a_rebuild_in_a_writer_process_equals_one_folded_in_process(tmp_path: Path) -> None:
+    # Days long, so usage rolls up over many days; small batches, so many frames.
+    events = simulated(3000, 1, 300.0)
+    with AuditStore(":memory:") as whole:
+        catch_up(EventList(events), whole)
+        expected_rows = table_rows(whole)
+        view = tmp_path / "audit.db"
+        result = rebuild(EventList(events), view, batch_events=400, writer_process=True)
+        assert (result.applied, result.last_seq) == (3000, 3000)
+        with AuditStore(view) as store:
+            assert table_rows(store) == expected_rows
+        # The state it saved carries on where the fold stopped, usage ledger included.
+        rebuild(EventList(events[:1700]), view, batch_events=300, writer_process=True)
+        with AuditStore(view) as store:
+            assert catch_up(EventList(events), store).applied == 1300
+            assert table_rows(store) == expected_rows
+
+
+def test_a_rebuild_writes_in_process_when_its_writer_cannot_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    events = simulated(1200, 3)
+    with AuditStore(":memory:") as whole:
+        catch_up(EventList(events), whole)
+        for broken in ("/nonexistent/python", shutil.which("false") or "/bin/false"):
+            monkeypatch.setattr(sys, "executable", broken)
+            view = tmp_path / "audit.db"
+            assert rebuild(EventList(events), view, writer_process=True).applied == 1200
+            with AuditStore(view) as store:
+                assert table_rows(store) == table_rows(whole)
+            assert sorted(p.name for p in tmp_path.iterdir()) == ["audit.db"]
 
 
 def test_the_simulated_log_is_sealed_and_decodes_with_the_real_codec(tmp_path: Path) -> None:
