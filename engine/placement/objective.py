@@ -339,3 +339,20 @@ def workload_fragmentation(
         else:
             fragment += share * sum(g for g in gpus if g < milli)
     return fragment
+
+
+def stranded_gpu(
+    free_gpu_milli: int,
+    free_cpu_milli: int,
+    free_memory_mib: int,
+    gpu_per_cpu: float,
+    gpu_per_memory: float,
+) -> float:
+    """The milli-GPU of one node that its free CPU or memory cannot feed: what is left
+    after the free CPU and memory are spent at the workload's own ratio of GPU to CPU and
+    to memory (milli-GPU per milli-CPU, per MiB). FGD's measure sees only the next pod;
+    this sees the node being filled to the end: CPU-heavy pods on a node strand its GPUs."""
+    if free_gpu_milli <= 0:
+        return 0.0
+    fed = min(free_cpu_milli * gpu_per_cpu, free_memory_mib * gpu_per_memory)
+    return max(0.0, free_gpu_milli - fed)

@@ -3,17 +3,19 @@
 Three ways to place them, all pure and seeded by the caller:
 - online: each pod on arrival, never moved. A single pod with everything else
   fixed is a MILP whose optimum is found by enumerating the nodes: the node whose
-  workload fragmentation (objective.workload_fragmentation) grows least.
-- batch: a commit of pods at a time; each goes online-style, then exact MILPs over
-  windows of the nodes the commit touched re-place the commit's pods and let waiting
-  pods in. Earlier commits never move.
+  workload fragmentation (objective.workload_fragmentation, FGD's measure) plus
+  stranded GPU (objective.stranded_gpu: GPU its node's CPU and memory cannot feed)
+  grows least.
+- batch: a commit of pods at a time, hardest to fit first (`commit_order`), each
+  online-style; then exact MILPs over windows of the nodes the commit touched
+  re-place the commit's pods and let waiting pods in. Earlier commits never move.
 - re-optimise: after all arrivals, exact MILPs re-solve windows of nodes with every
   pod there free to move at a cost (partitioned solves, the POP idea), until a time
   budget is spent.
 
 Nodes in the same state are scored once: states are grouped by node kind, free GPU
-per GPU, and CPU and memory bucketed by the demands that occur (exact for every
-comparison the score makes).
+per GPU, and CPU and memory bucketed by the demands that occur (exact for the
+fragmentation; the stranded GPU is taken from the group's first node that fits).
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ from engine.model import (
 )
 from engine.placement.greedy import Fit, Packing
 from engine.placement.linear import LinearModel, SolveLimits, solve
-from engine.placement.objective import WorkloadShape, workload_fragmentation
+from engine.placement.objective import WorkloadShape, stranded_gpu, workload_fragmentation
 from engine.placement.plan import (
     JobOutcome,
     OutcomeStatus,
@@ -129,11 +131,14 @@ def sample_arrivals(
 
 @dataclass(frozen=True, slots=True)
 class Workload:
-    """Pod shapes of the trace with their share of GPU pods, and the demand thresholds."""
+    """Pod shapes of the trace with their share of GPU pods, the demand thresholds, and the
+    GPU pods' mean milli-GPU per milli-CPU and per MiB of memory."""
 
     shapes: tuple[WorkloadShape, ...]  # share, CPU step, memory step, GPUs, milli, models
     cpu_steps: tuple[int, ...]
     memory_steps: tuple[int, ...]
+    gpu_per_cpu: float = 0.0
+    gpu_per_memory: float = 0.0
 
     @staticmethod
     def of(pods: Iterable[TracePod], models: Iterable[str]) -> Workload:
@@ -158,7 +163,17 @@ class Workload:
             )
             for (cpu, mem, k, milli, ms), n in sorted(counts.items())
         )
-        return Workload(shapes, cpu_steps, memory_steps)
+        gpu_pods = [p for p in pods if p.num_gpu > 0]
+        gpu = sum(p.total_gpu_milli for p in gpu_pods)
+        cpu = sum(p.cpu_milli for p in gpu_pods)
+        memory = sum(p.memory_mib for p in gpu_pods)
+        return Workload(
+            shapes,
+            cpu_steps,
+            memory_steps,
+            gpu / max(cpu, 1),
+            gpu / max(memory, 1),
+        )
 
 
 # -- the cluster while pods arrive ------------------------------------------------------------
@@ -290,9 +305,30 @@ class TraceCluster:
             self._frag[state] = found
         return found
 
+    def stranded_delta(self, i: int, pod: TracePod) -> float:
+        """How much the pod on node i grows the GPU that the node's CPU and memory cannot
+        feed (objective.stranded_gpu at the workload's ratios)."""
+        gpu = sum(self.gpu_free[i])
+        if gpu == 0:
+            return 0.0
+        w = self.workload
+        before = stranded_gpu(
+            gpu, self.cpu_free[i], self.memory_free[i], w.gpu_per_cpu, w.gpu_per_memory
+        )
+        after = stranded_gpu(
+            gpu - pod.total_gpu_milli,
+            self.cpu_free[i] - pod.cpu_milli,
+            self.memory_free[i] - pod.memory_mib,
+            w.gpu_per_cpu,
+            w.gpu_per_memory,
+        )
+        return after - before
+
     def choose(self, pod: TracePod, policy: str) -> tuple[int, tuple[int, ...]] | None:
-        """Where a pod goes on its own: `fgd` (least growth of workload fragmentation, then
-        best fit) or `bestfit` (least GPU left on the node, then least CPU)."""
+        """Where a pod goes on its own: `balanced` (least growth of workload fragmentation
+        plus stranded GPU, then best fit), `fgd` (FGD's rule: least growth of workload
+        fragmentation alone, then best fit) or `bestfit` (least GPU left on the node, then
+        least CPU). Nodes in one state are scored by their first member the pod fits."""
         best: tuple[float, ...] | None = None
         choice: tuple[int, tuple[int, ...]] | None = None
         cpu_step_need = bisect.bisect_left(self.workload.cpu_steps, pod.cpu_milli)
@@ -331,6 +367,8 @@ class TraceCluster:
                 else:
                     after = self._after(i, pod, chosen)
                     delta = self.fragmentation(after) - self.fragmentation(state)
+                    if policy == "balanced":
+                        delta += self.stranded_delta(i, pod)
                     score = (round(delta, 9), left, i)
                 if best is None or score < best:
                     best, choice = score, (i, chosen)
@@ -405,7 +443,8 @@ def run_online(
     policy: str,
     demand: float,
 ) -> TraceRun:
-    """Each pod on arrival, never moved: `fgd` (gitsched's single-pod solve), `bestfit`."""
+    """Each pod on arrival, never moved: `balanced` (gitsched's single-pod solve), `fgd`
+    (FGD's rule, for comparison), `bestfit`."""
     started = time.perf_counter()
     cluster = TraceCluster.of(nodes, workload)
     marks = set(_curve_points(arrivals, cluster.capacity_milli, demand))
@@ -558,13 +597,19 @@ def run_batch(
     for start in range(0, len(arrivals), commit):
         batch = list(range(start, min(start + commit, len(arrivals))))
         touched: set[int] = set()
-        for k in batch:
-            choice = cluster.choose(arrivals[k], "fgd")
+        failed: set[ShapeKey] = set()
+        still: list[int] = []
+        for k in sorted(waiting + batch, key=lambda k: (commit_order(arrivals[k]), k)):
+            pod = arrivals[k]
+            # Within a commit free capacity only shrinks: a shape that found no room won't.
+            choice = None if pod.shape in failed else cluster.choose(pod, "balanced")
             if choice is None:
-                waiting.append(k)
+                failed.add(pod.shape)
+                still.append(k)
             else:
-                cluster.place(k, arrivals[k], *choice)
+                cluster.place(k, pod, *choice)
                 touched.add(choice[0])
+        waiting = sorted(still)
         if waiting and touched:
             ordered = sorted(touched, key=lambda i: (cluster.kind[i], i))
             for w in range(0, len(ordered), window_nodes):
@@ -578,6 +623,13 @@ def run_batch(
     run.pending = waiting
     run.seconds = time.perf_counter() - started
     return run
+
+
+def commit_order(pod: TracePod) -> tuple[int, int, int, int, int]:
+    """The order a commit's pods are placed in: the hardest to fit first (most GPUs, then
+    the largest share of one, then a GPU model constraint, then CPU and memory), so the
+    small ones fill the holes the large ones leave, as first-fit-decreasing does."""
+    return (-pod.num_gpu, -pod.gpu_milli, 0 if pod.models else 1, -pod.cpu_milli, -pod.memory_mib)
 
 
 def reoptimise(
@@ -779,21 +831,32 @@ def _window_start(
     return x if not lp.violations(x) else None
 
 
-def allocation_bound(nodes: Sequence[Node], pods: Sequence[TracePod], backend: str) -> float:
+def allocation_bound(
+    nodes: Sequence[Node],
+    pods: Sequence[TracePod],
+    backend: str,
+    keep: Sequence[TracePod] = (),
+) -> float:
     """An upper bound of the GPU allocation ratio: the LP relaxation of placing the pods on
     the cluster with nodes of a kind pooled (capacity, GPU counts, CPU, memory, and
-    floor(GPUs / s) items of s GPUs or more per node)."""
+    floor(GPUs / s) items of s GPUs or more per node), tightened by one row per dual
+    feasible function (`packing_functions`): what shares can share a GPU. With `keep`
+    (pods that must stay placed, as in re-optimise), it bounds every plan that keeps them.
+    """
     kinds: dict[tuple[object, ...], list[Node]] = defaultdict(list)
     for n in nodes:
         kinds[(n.flavor, n.gpus, n.cpu_milli, n.memory_mib)].append(n)
     counts = Counter(p.shape for p in pods)
+    kept = Counter(p.shape for p in keep)
     example = {p.shape: p for p in pods}
+    functions = packing_functions(sorted({p.gpu_milli for p in pods if p.gpu_milli > 0}))
     lp = LinearModel()
     per_shape: dict[ShapeKey, list[tuple[int, float]]] = defaultdict(list)
     for kid, members in enumerate(kinds.values()):
         node, m = members[0], len(members)
         milli, cpu, mem, count = [], [], [], []
         items: dict[int, list[tuple[int, float]]] = defaultdict(list)
+        packed: list[list[tuple[int, float]]] = [[] for _ in functions]
         for key, pod in example.items():
             if pod.models and node.flavor not in pod.models:
                 continue
@@ -812,6 +875,9 @@ def allocation_bound(nodes: Sequence[Node], pods: Sequence[TracePod], backend: s
                 count.append((x, float(pod.num_gpu)))
             if pod.gpu_milli >= GPU_MILLI and pod.num_gpu > 1:
                 items[pod.num_gpu].append((x, 1.0))
+            if pod.num_gpu:
+                for f, terms in zip(functions, packed, strict=True):
+                    terms.append((x, float(pod.num_gpu * f[min(pod.gpu_milli, GPU_MILLI)])))
         lp.row(f"gpu__{kid}", milli, upper=m * node.gpus * GPU_MILLI)
         lp.row(f"gpus__{kid}", count, upper=m * node.gpus)
         lp.row(f"cpu__{kid}", cpu, upper=m * node.cpu_milli)
@@ -819,11 +885,39 @@ def allocation_bound(nodes: Sequence[Node], pods: Sequence[TracePod], backend: s
         for size in items:
             terms = [(c, v * (a // size)) for a in items if a >= size for c, v in items[a]]
             lp.row(f"items__{kid}__{size}", terms, upper=m * (node.gpus // size))
+        for j, terms in enumerate(packed):
+            lp.row(f"packing__{kid}__{j}", terms, upper=m * node.gpus * GPU_MILLI)
     for key, terms in per_shape.items():
-        lp.row(f"arrived__{key}", terms, upper=counts[key])
+        lp.row(f"arrived__{key}", terms, lower=min(kept[key], counts[key]), upper=counts[key])
     result = solve(lp, backend, SolveLimits(60.0, 0.0, relax=True))
     capacity = sum(n.gpus for n in nodes) * GPU_MILLI
     return min(1.0, (result.objective or capacity) / capacity)
+
+
+def packing_functions(sizes: Sequence[int]) -> list[dict[int, int]]:
+    """Dual feasible functions (Fekete and Schepers, 2001) on the milli-GPU sizes that occur,
+    scaled to milli: any items that share one GPU (sizes summing to 1000 or less) have
+    values summing to 1000 or less, so a GPU pool of G GPUs holds items of total value
+    at most G * 1000. Two families: U_e (an item above 1000 - e takes the GPU, one below
+    e is free, the rest count their size) and u_k (floor((k+1) x) / k, or x where
+    (k+1) x is whole). Values are rounded down to whole milli, which keeps them valid."""
+    sizes = sorted(set(sizes) | {GPU_MILLI})
+    cuts = {GPU_MILLI + 1 - s for s in sizes if s > GPU_MILLI // 2} | {
+        s for s in sizes if s <= GPU_MILLI // 2
+    }
+    functions: list[dict[int, int]] = []
+    for e in sorted(c for c in cuts if 0 < c <= GPU_MILLI // 2):
+        functions.append({s: GPU_MILLI if s > GPU_MILLI - e else 0 if s < e else s for s in sizes})
+    for k in range(1, 7):
+        functions.append(
+            {
+                s: s
+                if ((k + 1) * s) % GPU_MILLI == 0
+                else ((k + 1) * s // GPU_MILLI) * GPU_MILLI // k
+                for s in sizes
+            }
+        )
+    return functions
 
 
 def _window_apply(
