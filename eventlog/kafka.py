@@ -525,7 +525,7 @@ class KafkaEventLog(EventLog):
                     # A batch is sent by the flush that ends it, never by a timer: a
                     # long linger and a batch size above any append keep one append in
                     # one record batch (one request, one CRC, one compression pass).
-                    "linger.ms": 0,
+                    "linger.ms": 1000,
                     "batch.size": BATCH_BYTES,
                     "batch.num.messages": 1_000_000,
                     "queue.buffering.max.messages": 2_000_000,
