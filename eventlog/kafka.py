@@ -304,8 +304,7 @@ class KafkaEventLog(EventLog):
         its own `hash` (checked on the record's bytes, which spares re-encoding
         it; a record that is not byte-canonical is checked the long way).
         """
-        events, offsets, seq_by_id = self._events, self._offsets, self._seq_by_id
-        prev_hash = events[-1].hash if events else GENESIS_HASH
+        events = self._events
         for message in messages:
             error = message.error()
             if error is not None:
@@ -317,11 +316,13 @@ class KafkaEventLog(EventLog):
                 continue  # our own append, cached when it committed
             value = message.value()
             raw = value if isinstance(value, bytes) else b""
-            source = f"{self._topic} offset {offset}"
             try:
                 event = StoredEvent.from_record(orjson.loads(raw))
             except (ValueError, TypeError, KeyError) as error:
-                raise LogCorrupted(f"{source} is not a gitsched event: {error}") from error
+                raise LogCorrupted(
+                    f"{self._topic} offset {offset} is not a gitsched event: {error}"
+                ) from error
+            prev_hash = events[-1].hash if events else GENESIS_HASH
             if (
                 event.seq != len(events) + 1
                 or event.prev_hash != prev_hash
@@ -331,45 +332,37 @@ class KafkaEventLog(EventLog):
                     [event], expect_first_seq=len(events) + 1, prev_hash=prev_hash
                 )
                 if broken is not None:
-                    raise LogCorrupted(f"{source}: seq {broken.seq}: {broken.reason}")
-            if event.id in seq_by_id:
-                raise LogCorrupted(
-                    f"{source}: event id {event.id!r} at seq {event.seq} "
-                    f"is already at seq {seq_by_id[event.id]}"
-                )
-            events.append(event)
-            offsets.append(offset)
-            seq_by_id[event.id] = event.seq
-            self._last_offset = offset
-            prev_hash = event.hash
+                    raise LogCorrupted(
+                        f"{self._topic} offset {offset}: seq {broken.seq}: {broken.reason}"
+                    )
+            self._keep(event, offset)
 
-    def _accept(
-        self,
-        events: list[StoredEvent],
-        offsets: list[int],
-        *,
-        source: str,
-        content_checked: bool = False,
-    ) -> None:
-        prev_hash = self._events[-1].hash if self._events else GENESIS_HASH
+    def _accept(self, events: list[StoredEvent], offsets: list[int]) -> None:
+        """Keep the batch this writer just committed: sealed here, or checked hash by
+        hash before import, so only its links to what the cache holds are checked."""
         broken = verify_chain(
             events,
             expect_first_seq=len(self._events) + 1,
-            prev_hash=prev_hash,
-            recompute=not content_checked,
+            prev_hash=self._events[-1].hash if self._events else GENESIS_HASH,
+            recompute=False,
         )
         if broken is not None:
-            raise LogCorrupted(f"{source}: seq {broken.seq}: {broken.reason}")
+            raise LogCorrupted(f"the batch just committed: seq {broken.seq}: {broken.reason}")
         for event, offset in zip(events, offsets, strict=True):
-            if event.id in self._seq_by_id:
-                raise LogCorrupted(
-                    f"{source}: event id {event.id!r} at seq {event.seq} "
-                    f"is already at seq {self._seq_by_id[event.id]}"
-                )
-            self._events.append(event)
-            self._offsets.append(offset)
-            self._seq_by_id[event.id] = event.seq
-            self._last_offset = offset
+            self._keep(event, offset)
+
+    def _keep(self, event: StoredEvent, offset: int) -> None:
+        """Add a checked event, read from `offset`, to what this instance holds."""
+        known = self._seq_by_id.get(event.id)
+        if known is not None:
+            raise LogCorrupted(
+                f"{self._topic} offset {offset}: event id {event.id!r} at seq {event.seq} "
+                f"is already at seq {known}"
+            )
+        self._events.append(event)
+        self._offsets.append(offset)
+        self._seq_by_id[event.id] = event.seq
+        self._last_offset = offset
 
     def _reader(self) -> Consumer:
         if self._consumer is None:
@@ -477,9 +470,7 @@ class KafkaEventLog(EventLog):
     def _write(self, sealed: list[StoredEvent], deadline: float) -> None:
         """One transaction holding `sealed`, visible to read_committed readers on return."""
         offsets = self._produce(sealed, deadline)
-        # Sealed here, or checked link by link and hash by hash before import: only
-        # their place after what the cache holds is left to check.
-        self._accept(sealed, offsets, source="the batch just committed", content_checked=True)
+        self._accept(sealed, offsets)
         self._writer_tail = len(self._events)
         self._await_visible(offsets[-1], deadline)
 

@@ -83,14 +83,6 @@ def _row_to_event(row: tuple[Any, ...]) -> StoredEvent:
     return StoredEvent(seq, id_, type_, version, payload, time, actor, cause, prev_hash, digest)
 
 
-def _is_json(text: Any) -> bool:
-    try:
-        orjson.loads(text)
-    except (TypeError, ValueError):
-        return False
-    return True
-
-
 class SQLiteEventLog(EventLog):
     def __init__(
         self, path: str | Path, *, clock: Clock = utc_now, busy_timeout_s: float = 30.0
@@ -270,8 +262,8 @@ class SQLiteEventLog(EventLog):
                         digest,
                     )
             except (TypeError, ValueError):
-                bad = next(row for row in rows if not _is_json(row[4]))
-                _row_to_event(bad)  # raises LogCorrupted naming it
+                for row in rows:
+                    _row_to_event(row)  # raises LogCorrupted naming the row
                 raise
 
     def last_seq(self) -> int:

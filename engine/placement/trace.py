@@ -585,8 +585,8 @@ def run_batch(
     window_nodes: int = 8,
     window_limit_s: float = 0.5,
 ) -> TraceRun:
-    """Commits of `commit` pods. Each pod of a commit goes where a single-pod solve puts it;
-    then exact MILPs over the nodes the commit touched (in windows) re-place the commit's
+    """Commits of `commit` pods. The commit's pods and the waiting ones are placed hardest
+    to fit first (`commit_order`), each by the online rule; then exact MILPs over the nodes the commit touched (in windows) re-place the commit's
     pods and let waiting pods in. Earlier commits never move; a pod that does not fit waits
     and is reconsidered at every later commit, as a job in a cluster repo would be."""
     started = time.perf_counter()
