@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import operator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
@@ -63,21 +64,26 @@ class StoredEvent(NamedTuple):
 
     @staticmethod
     def from_record(record: dict[str, Any]) -> StoredEvent:
-        data = record["data"]
-        if type(data) is not dict:
-            raise TypeError(f"data is a {type(data).__name__}, not an object")
-        return StoredEvent(
-            seq=int(record["seq"]),
-            id=str(record["id"]),
-            type=str(record["type"]),
-            schema_version=int(record["schema_version"]),
-            data=data,
-            time=str(record["time"]),
-            actor=str(record["actor"]),
-            cause=str(record["cause"]),
-            prev_hash=str(record["prev_hash"]),
-            hash=str(record["hash"]),
-        )
+        """The event a decoded record holds; TypeError or KeyError if it holds none.
+
+        Every replayed record comes through here, so the fields are taken in one
+        C-level call and their types checked as one tuple: no value is converted.
+        """
+        values = _RECORD_FIELDS(record)
+        if tuple(map(type, values)) != _RECORD_TYPES:
+            wrong = [
+                f"{name} is a {type(value).__name__}, not {expected.__name__}"
+                for name, value, expected in zip(
+                    StoredEvent._fields, values, _RECORD_TYPES, strict=True
+                )
+                if type(value) is not expected
+            ]
+            raise TypeError("; ".join(wrong))
+        return tuple.__new__(StoredEvent, values)
+
+
+_RECORD_FIELDS = operator.itemgetter(*StoredEvent._fields)
+_RECORD_TYPES = (int, str, str, int, dict, str, str, str, str, str)
 
 
 # orjson writes every value as the standard library's json does, with one exception:
@@ -271,11 +277,15 @@ def record_hash_holds(raw: bytes, digest: str) -> bool:
 
     The hashed body is the record without its `hash` member, and canonical JSON
     sorts keys, so the body's bytes are the record's bytes less `,"hash":"<digest>"`:
-    hashing them checks the content without decoding and re-encoding it. False
-    when the member is not found exactly once (bytes that are not canonical, or
-    a payload quoting the hash): the caller then recomputes the hash the long way.
+    hashing them checks the content without decoding and re-encoding it. The
+    member is the last of its kind: only scalars follow it (`id` to `type`), where
+    a quote is always escaped. False when it is missing (bytes that are not
+    canonical): the caller then recomputes the hash the long way.
     """
     member = b',"hash":"' + digest.encode("ascii", "replace") + b'"'
-    if raw.count(member) != 1:
+    at = raw.rfind(member)
+    if at < 0:
         return False
-    return hashlib.sha256(raw.replace(member, b"", 1)).hexdigest() == digest
+    body = hashlib.sha256(raw[:at])
+    body.update(raw[at + len(member) :])
+    return body.hexdigest() == digest

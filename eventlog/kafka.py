@@ -305,6 +305,9 @@ class KafkaEventLog(EventLog):
         it; a record that is not byte-canonical is checked the long way).
         """
         events = self._events
+        keep = self._keep
+        loads = orjson.loads
+        from_record = StoredEvent.from_record
         for message in messages:
             error = message.error()
             if error is not None:
@@ -317,7 +320,7 @@ class KafkaEventLog(EventLog):
             value = message.value()
             raw = value if isinstance(value, bytes) else b""
             try:
-                event = StoredEvent.from_record(orjson.loads(raw))
+                event = from_record(loads(raw))
             except (ValueError, TypeError, KeyError) as error:
                 raise LogCorrupted(
                     f"{self._topic} offset {offset} is not a gitsched event: {error}"
@@ -335,7 +338,7 @@ class KafkaEventLog(EventLog):
                     raise LogCorrupted(
                         f"{self._topic} offset {offset}: seq {broken.seq}: {broken.reason}"
                     )
-            self._keep(event, offset)
+            keep(event, offset)
 
     def _accept(self, events: list[StoredEvent], offsets: list[int]) -> None:
         """Keep the batch this writer just committed: sealed here, or checked hash by

@@ -52,3 +52,34 @@ def test_every_event_class_declares_type_and_version() -> None:
     for name, cls in ev.EVENT_TYPES.items():
         assert cls.type == name
         assert isinstance(cls.schema_version, int) and cls.schema_version >= 1
+
+
+def test_a_payload_of_the_wrong_shape_is_refused_with_the_path_to_the_bad_value() -> None:
+    good = stored(
+        "JobPreempted",
+        1,
+        {
+            "job": "q/a",
+            "reason": "r",
+            "preempted_by": "q/b",
+            "lost_gpu_seconds": 2,
+            "solve_id": "s",
+        },
+    )
+    assert codec.decode(good) == ev.JobPreempted("q/a", "r", "q/b", 2.0, "s")
+    wrong = stored(
+        "JobPreempted",
+        1,
+        {
+            "job": "q/a",
+            "reason": "r",
+            "preempted_by": "q/b",
+            "lost_gpu_seconds": "2",
+            "solve_id": "s",
+        },
+    )
+    with pytest.raises(LogCorrupted, match=r"event 1 \(JobPreempted\).*lost_gpu_seconds"):
+        codec.decode(wrong)
+    missing = stored("JobPreempted", 1, {"job": "q/a"})
+    with pytest.raises(LogCorrupted, match="missing required field"):
+        codec.decode(missing)
