@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import operator
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
@@ -145,6 +146,34 @@ def parse_time(text: str) -> datetime:
     return datetime.strptime(text, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
 
 
+def hashed_body(
+    *,
+    seq: int,
+    id: str,
+    type: str,
+    schema_version: int,
+    data: dict[str, Any],
+    time: str,
+    actor: str,
+    cause: str,
+    prev_hash: str,
+) -> bytes:
+    """The bytes an event's hash is computed over: its record less the `hash` member."""
+    return canonical_json(
+        {
+            "seq": seq,
+            "id": id,
+            "type": type,
+            "schema_version": schema_version,
+            "data": data,
+            "time": time,
+            "actor": actor,
+            "cause": cause,
+            "prev_hash": prev_hash,
+        }
+    )
+
+
 def event_hash(
     *,
     seq: int,
@@ -157,23 +186,30 @@ def event_hash(
     cause: str,
     prev_hash: str,
 ) -> str:
-    body = {
-        "seq": seq,
-        "id": id,
-        "type": type,
-        "schema_version": schema_version,
-        "data": data,
-        "time": time,
-        "actor": actor,
-        "cause": cause,
-        "prev_hash": prev_hash,
-    }
-    return hashlib.sha256(canonical_json(body)).hexdigest()
+    body = hashed_body(
+        seq=seq,
+        id=id,
+        type=type,
+        schema_version=schema_version,
+        data=data,
+        time=time,
+        actor=actor,
+        cause=cause,
+        prev_hash=prev_hash,
+    )
+    return hashlib.sha256(body).hexdigest()
 
 
-def seal(event: NewEvent, *, seq: int, time: str, prev_hash: str) -> StoredEvent:
-    """Give a new event its place in the chain."""
-    digest = event_hash(
+def seal_record(
+    event: NewEvent, *, seq: int, time: str, prev_hash: str
+) -> tuple[StoredEvent, bytes]:
+    """Give a new event its place in the chain, with its record's canonical bytes.
+
+    The record is the hashed body plus its `hash` member, which sorts just before
+    `id`, the last `,"id":` in the body (only scalars follow it): the body is
+    encoded once, for the hash and the record both.
+    """
+    body = hashed_body(
         seq=seq,
         id=event.id,
         type=event.type,
@@ -184,7 +220,10 @@ def seal(event: NewEvent, *, seq: int, time: str, prev_hash: str) -> StoredEvent
         cause=event.cause,
         prev_hash=prev_hash,
     )
-    return StoredEvent(
+    digest = hashlib.sha256(body).hexdigest()
+    at = body.rfind(b',"id":')
+    record = b"".join((body[:at], b',"hash":"', digest.encode("ascii"), b'"', body[at:]))
+    stored = StoredEvent(
         seq=seq,
         id=event.id,
         type=event.type,
@@ -196,17 +235,35 @@ def seal(event: NewEvent, *, seq: int, time: str, prev_hash: str) -> StoredEvent
         prev_hash=prev_hash,
         hash=digest,
     )
+    return stored, record
+
+
+def seal(event: NewEvent, *, seq: int, time: str, prev_hash: str) -> StoredEvent:
+    """Give a new event its place in the chain."""
+    return seal_record(event, seq=seq, time=time, prev_hash=prev_hash)[0]
+
+
+def seal_batch_records(
+    events: Sequence[NewEvent], *, first_seq: int, time: str, prev_hash: str
+) -> list[tuple[StoredEvent, bytes]]:
+    """Seal `events` in order, each linked to the one before, with their records' bytes."""
+    sealed: list[tuple[StoredEvent, bytes]] = []
+    for offset, event in enumerate(events):
+        stored, record = seal_record(event, seq=first_seq + offset, time=time, prev_hash=prev_hash)
+        sealed.append((stored, record))
+        prev_hash = stored.hash
+    return sealed
 
 
 def seal_batch(
-    events: list[NewEvent] | tuple[NewEvent, ...], *, first_seq: int, time: str, prev_hash: str
+    events: Sequence[NewEvent], *, first_seq: int, time: str, prev_hash: str
 ) -> list[StoredEvent]:
-    sealed: list[StoredEvent] = []
-    for offset, event in enumerate(events):
-        stored = seal(event, seq=first_seq + offset, time=time, prev_hash=prev_hash)
-        sealed.append(stored)
-        prev_hash = stored.hash
-    return sealed
+    return [
+        stored
+        for stored, _ in seal_batch_records(
+            events, first_seq=first_seq, time=time, prev_hash=prev_hash
+        )
+    ]
 
 
 @dataclass(frozen=True, slots=True)

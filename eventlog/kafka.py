@@ -54,7 +54,7 @@ from eventlog.envelope import (
     canonical_json,
     format_time,
     record_hash_holds,
-    seal_batch,
+    seal_batch_records,
     verify_chain,
 )
 
@@ -416,14 +416,14 @@ class KafkaEventLog(EventLog):
                 )
             if last != expected_last_seq:
                 raise ConcurrencyConflict(expected_last_seq, last)
-            sealed = seal_batch(
+            sealed = seal_batch_records(
                 batch,
                 first_seq=last + 1,
                 time=format_time(self._clock()),
                 prev_hash=self._events[-1].hash if self._events else GENESIS_HASH,
             )
             self._write(sealed, deadline)
-            return sealed
+            return [event for event, _ in sealed]
 
     def import_events(
         self, stored: Sequence[StoredEvent], *, expected_last_seq: int
@@ -444,7 +444,7 @@ class KafkaEventLog(EventLog):
                 last_hash=self._events[-1].hash if self._events else GENESIS_HASH,
                 expected_last_seq=expected_last_seq,
             )
-            self._write(batch, deadline)
+            self._write([(e, canonical_json(e.to_record())) for e in batch], deadline)
             return batch
 
     def _prepare_write(self, deadline: float) -> None:
@@ -470,10 +470,11 @@ class KafkaEventLog(EventLog):
             self._fence()
             raise WriterFenced(message)
 
-    def _write(self, sealed: list[StoredEvent], deadline: float) -> None:
-        """One transaction holding `sealed`, visible to read_committed readers on return."""
+    def _write(self, sealed: list[tuple[StoredEvent, bytes]], deadline: float) -> None:
+        """One transaction holding `sealed` (events with their records' bytes), visible
+        to read_committed readers on return."""
         offsets = self._produce(sealed, deadline)
-        self._accept(sealed, offsets)
+        self._accept([event for event, _ in sealed], offsets)
         self._writer_tail = len(self._events)
         self._await_visible(offsets[-1], deadline)
 
@@ -549,7 +550,7 @@ class KafkaEventLog(EventLog):
         self._writer_tail = len(self._events)
         return producer
 
-    def _produce(self, sealed: list[StoredEvent], deadline: float) -> list[int]:
+    def _produce(self, sealed: list[tuple[StoredEvent, bytes]], deadline: float) -> list[int]:
         producer = self._writer(deadline)
         offsets: list[int] = []
         failures: list[KafkaError] = []
@@ -564,8 +565,7 @@ class KafkaEventLog(EventLog):
         try:
             producer.begin_transaction()
             messages = [
-                {"value": canonical_json(event.to_record()), "key": event.id.encode("utf-8")}
-                for event in sealed
+                {"value": record, "key": event.id.encode("utf-8")} for event, record in sealed
             ]
             queued = producer.produce_batch(
                 self._topic, messages, partition=PARTITION, on_delivery=delivered

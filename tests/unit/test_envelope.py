@@ -16,6 +16,7 @@ from eventlog.envelope import (
     canonical_json,
     record_hash_holds,
     seal,
+    seal_batch_records,
 )
 
 
@@ -101,3 +102,20 @@ def test_a_record_with_a_field_of_the_wrong_type_is_refused_by_name() -> None:
         StoredEvent.from_record(dict(event.to_record(), data=[], actor=5))
     with pytest.raises(KeyError):
         StoredEvent.from_record({k: v for k, v in event.to_record().items() if k != "cause"})
+
+
+@settings(max_examples=300)
+@given(st.lists(payloads, min_size=1, max_size=4), st.text(max_size=8))
+def test_sealed_records_are_the_canonical_records_of_the_sealed_events(
+    datas: list[dict[str, Any]], cause: str
+) -> None:
+    new = [
+        NewEvent(id=f"e-{n}", type="T", schema_version=1, data=d, actor="a", cause=cause)
+        for n, d in enumerate(datas)
+    ]
+    sealed = seal_batch_records(
+        new, first_seq=3, time="2026-11-22T00:00:00.000000Z", prev_hash=GENESIS_HASH
+    )
+    for event, record in sealed:
+        assert record == canonical_json(event.to_record())
+        assert record_hash_holds(record, event.hash)
