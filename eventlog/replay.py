@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from engine.state import ClusterState, evolve
 from eventlog.base import EventLog, LogCorrupted
 from eventlog.codec import decode
-from eventlog.envelope import ChainChecker
+from eventlog.envelope import GENESIS_HASH, ChainChecker
 
 
 @dataclass(frozen=True, slots=True)
@@ -15,25 +15,33 @@ class Replayed:
     state: ClusterState
     last_seq: int
     last_time: str | None
+    last_hash: str = GENESIS_HASH
 
 
 def replay(
     log: EventLog,
     *,
+    since: Replayed | None = None,
     until_seq: int | None = None,
     until_time: str | None = None,
     verify: bool = False,
 ) -> Replayed:
     """The state after every event with seq <= until_seq and time <= until_time.
 
+    `since`, an earlier result of this function on the same log, is carried on
+    from rather than read again: a long-running reader folds only what is new.
     With `verify`, the hash chain is checked on the way (a writer must never build
     on a log that was altered); a break raises LogCorrupted naming its seq.
     """
-    state = ClusterState()
-    last_seq = 0
-    last_time: str | None = None
-    checker = ChainChecker() if verify else None
-    for stored in log.read(0, until_seq=until_seq):
+    start = since or Replayed(ClusterState(), 0, None)
+    state, last_seq, last_time, last_hash = (
+        start.state,
+        start.last_seq,
+        start.last_time,
+        start.last_hash,
+    )
+    checker = ChainChecker(expect_first_seq=last_seq + 1, prev_hash=last_hash) if verify else None
+    for stored in log.read(last_seq, until_seq=until_seq):
         if until_time is not None and stored.time > until_time:
             break
         if checker is not None:
@@ -45,6 +53,5 @@ def replay(
                     seq=broken.seq,
                 )
         state = evolve(state, decode(stored))
-        last_seq = stored.seq
-        last_time = stored.time
-    return Replayed(state, last_seq, last_time)
+        last_seq, last_time, last_hash = stored.seq, stored.time, stored.hash
+    return Replayed(state, last_seq, last_time, last_hash)

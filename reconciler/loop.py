@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from engine.core import ApplyCommit, ApplyPlan, RejectCommit, decide, placement_instance
-from engine.events import Event
+from engine.events import CommitApplied, Event, JobChanged, JobSubmitted
 from engine.model import CommitInfo, Finding
-from engine.placement.plan import PlacementPlan
-from engine.placement.solvers import solve
+from engine.placement.plan import OutcomeStatus, PlacementPlan
+from engine.placement.solvers import solve, solve_changed
 from engine.state import ClusterState, fold
 from eventlog.base import (
     Clock,
@@ -28,7 +28,7 @@ from eventlog.base import (
 )
 from eventlog.codec import encode
 from eventlog.envelope import canonical_json, format_time
-from eventlog.replay import replay
+from eventlog.replay import Replayed, replay
 from reconciler.approval import missing_approvals
 from reconciler.git import GitRepo
 from reconciler.specs import load_commit, to_finding
@@ -38,6 +38,9 @@ log = logging.getLogger("gitsched.reconciler")
 SOLVER_ACTOR = "solver"
 # How often one pass starts over after another reconciler wrote to the log first.
 MAX_RESTARTS = 20
+# A commit that only adds or edits jobs, at most this share of them, is placed by an
+# incremental solve: those jobs are free, every other job stays where it runs or waits.
+INCREMENTAL_SHARE = 0.25
 
 
 class _Superseded(Exception):
@@ -84,6 +87,8 @@ class Reconciler:
         self.branch = branch
         self.clock = clock
         self.solver = solver
+        # The log as this reconciler last knew it: a pass folds only what came after.
+        self._tip: Replayed | None = None
 
     def run_once(self) -> ReconcileReport:
         report = ReconcileReport()
@@ -99,17 +104,17 @@ class Reconciler:
         raise ConcurrencyConflict(report.last_seq, self.log.last_seq())
 
     def _pass(self, report: ReconcileReport) -> None:
-        replayed = replay(self.log, verify=True)
-        state, last_seq = replayed.state, replayed.last_seq
-        report.state, report.last_seq = state, last_seq
-        if state.needs_placement and state.last_commit is not None:
+        tip = self._tip = replay(self.log, since=self._tip, verify=True)
+        report.state, report.last_seq = tip.state, tip.last_seq
+        if tip.state.needs_placement and tip.state.last_commit is not None:
             # A log written before commits and their solves shared one append may
             # hold a commit without its solve: finish that solve first.
-            cause = state.last_commit.sha
-            solved = self._solve(state, cause, report)
-            state, last_seq = self._append(state, last_seq, [solved], report)
+            cause = tip.state.last_commit.sha
+            self._append([self._solve(tip.state, cause, report)], report)
+        state = self._tip.state
         last = state.last_commit.sha if state.last_commit else None
         for commit in self.repo.commits_since(self.branch, last):
+            state = self._tip.state
             loaded = load_commit(self.repo, commit.sha)
             intent: ApplyCommit | RejectCommit
             unapproved = missing_approvals(self.repo, state, commit, loaded)
@@ -127,8 +132,8 @@ class Reconciler:
             if applied.needs_placement:
                 # The commit and the placement it leads to are one append: no reader
                 # ever sees a change the solver has not answered yet.
-                groups.append(self._solve(applied, commit.sha, report))
-            state, last_seq = self._append(state, last_seq, groups, report)
+                groups.append(self._solve(applied, commit.sha, report, _changed_jobs(events)))
+            self._append(groups, report)
             report.commits.append(
                 CommitOutcome(
                     commit,
@@ -137,26 +142,42 @@ class Reconciler:
                     len(events),
                 )
             )
-            report.state, report.last_seq = state, last_seq
 
-    def _solve(self, state: ClusterState, cause: str, report: ReconcileReport) -> _Group:
-        """The solver's events for `state`, to append after what led to it."""
+    def _solve(
+        self,
+        state: ClusterState,
+        cause: str,
+        report: ReconcileReport,
+        changed: frozenset[str] | None = None,
+    ) -> _Group:
+        """The solver's events for `state`, to append after what led to it.
+
+        When only a few jobs changed (`changed`) and others run, those jobs alone
+        are placed (an incremental solve); anything else re-solves the cluster.
+        """
         if state.cluster is None:
             return _Group((), f"{cause}/solve", SOLVER_ACTOR, cause)
         now = format_time(self.clock())
-        plan = solve(placement_instance(state, now), self.solver)
+        instance = placement_instance(state, now)
+        plan = None
+        if (
+            changed is not None
+            and state.placements
+            and len(changed) <= INCREMENTAL_SHARE * len(state.jobs)
+        ):
+            plan = solve_changed(instance, changed, self.solver)
+            if plan is not None:
+                plan = _keep_waiting_reasons(plan, state, changed)
+        if plan is None:
+            plan = solve(instance, self.solver)
         report.plan = plan
         events = decide(state, ApplyPlan(plan, solve_id=f"{cause}/solve", at=now))
         return _Group(events, f"{cause}/solve", SOLVER_ACTOR, cause)
 
-    def _append(
-        self,
-        state: ClusterState,
-        last_seq: int,
-        groups: Sequence[_Group],
-        report: ReconcileReport,
-    ) -> tuple[ClusterState, int]:
-        """Append the groups' events in one transaction; the state after them."""
+    def _append(self, groups: Sequence[_Group], report: ReconcileReport) -> None:
+        """Append the groups' events in one transaction and fold them into the tip."""
+        tip = self._tip
+        assert tip is not None  # a pass starts by reading the log
         events = [event for group in groups for event in group.events]
         batch = [
             encode(e, id=f"{group.id_prefix}/{i}", actor=group.actor, cause=group.cause)
@@ -164,29 +185,59 @@ class Reconciler:
             for i, e in enumerate(group.events)
         ]
         if not batch:
-            return fold(events, state), last_seq
+            self._tip = replace(tip, state=fold(events, tip.state))
+            return
         try:
-            stored = self.log.append(batch, expected_last_seq=last_seq)
+            stored = self.log.append(batch, expected_last_seq=tip.last_seq)
         except ConcurrencyConflict as e:
             raise _Superseded from e
         except DuplicateEvent:
-            if self.log.last_seq() == last_seq:
+            if self.log.last_seq() == tip.last_seq:
                 raise  # nobody else wrote: the log and this commit's events disagree
             raise _Superseded from None
-        if stored[0].seq <= last_seq:
+        if stored[0].seq <= tip.last_seq:
             raise LogCorrupted(
                 f"events {stored[0].id} ... are already in the log at seq {stored[0].seq}, "
-                f"but replaying the log up to seq {last_seq} does not account for them: "
+                f"but replaying the log up to seq {tip.last_seq} does not account for them: "
                 "the log was altered; run `gitsched audit verify`"
             )
-        if stored[0].seq != last_seq + 1 or any(
+        if stored[0].seq != tip.last_seq + 1 or any(
             canonical_json(s.data) != canonical_json(b.data)
             for s, b in zip(stored, batch, strict=True)
         ):
             # Another writer got to this commit first, from a state we have not seen.
             raise _Superseded
         report.events_appended += len(stored)
-        return fold(events, state), stored[-1].seq
+        last = stored[-1]
+        self._tip = Replayed(fold(events, tip.state), last.seq, last.time, last.hash)
+        report.state, report.last_seq = self._tip.state, self._tip.last_seq
+
+
+def _changed_jobs(events: Sequence[Event]) -> frozenset[str] | None:
+    """The jobs a commit added or edited, when that is all it did; None otherwise
+    (a withdrawn job frees room for waiting ones, a quota or node change moves
+    every bound: the cluster is re-solved)."""
+    jobs: set[str] = set()
+    for event in events:
+        if isinstance(event, JobSubmitted | JobChanged):
+            jobs.add(event.job.key)
+        elif not isinstance(event, CommitApplied):
+            return None
+    return frozenset(jobs)
+
+
+def _keep_waiting_reasons(
+    plan: PlacementPlan, state: ClusterState, changed: frozenset[str]
+) -> PlacementPlan:
+    """An incremental solve leaves unchanged waiting jobs waiting: they keep the
+    reason the last full solve gave, so no JobPending is appended for them again."""
+    outcomes = []
+    for outcome in plan.outcomes:
+        known = state.pending.get(outcome.job)
+        if outcome.status is OutcomeStatus.PENDING and known and outcome.job not in changed:
+            outcome = replace(outcome, reason=known.reason, constraint=known.constraint)
+        outcomes.append(outcome)
+    return replace(plan, outcomes=tuple(outcomes))
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 from engine.errors import UsageError
 from engine.placement.greedy import GreedyPlacer
 from engine.placement.milp import MilpPlacer
@@ -23,3 +25,15 @@ def placer(name: str) -> Placer:
 
 def solve(instance: PlacementInstance, solver: str | None = None) -> PlacementPlan:
     return placer(solver or instance.policy.solver).solve(instance)
+
+
+def solve_changed(
+    instance: PlacementInstance, changed: Collection[str], solver: str | None = None
+) -> PlacementPlan | None:
+    """An incremental solve: only the `changed` jobs (and what they may preempt) are
+    decided, every other job runs or waits on. None for a solver without one (greedy
+    re-places everything, and costs little doing it)."""
+    chosen = placer(solver or instance.policy.solver)
+    if isinstance(chosen, MilpPlacer):
+        return chosen.solve_incremental(instance, changed)
+    return None

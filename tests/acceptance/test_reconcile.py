@@ -251,3 +251,59 @@ def test_a_reconciler_that_crashed_before_its_solve_resumes_exactly(
     resumed = read_events(bootstrapped.log_path)
     assert_chain_intact(resumed)
     assert [e.id for e in resumed] == clean_ids
+
+
+HIGHS_POLICY_YAML = (
+    "apiVersion: gitsched.io/v1\nkind: Policy\nmetadata:\n  name: default\n"
+    "spec:\n  solver: {name: highs, timeLimitSeconds: 20, gapTolerance: 0}\n"
+)
+
+
+def test_a_watching_reconciler_reads_only_what_is_new_and_places_new_jobs_alone(
+    bootstrapped: ClusterRepo,
+) -> None:
+    from eventlog.replay import replay
+    from eventlog.sqlite import SQLiteEventLog
+    from reconciler.git import GitRepo
+    from reconciler.loop import Reconciler
+
+    bootstrapped.write("policies/default.yaml", HIGHS_POLICY_YAML)
+    for name in ("a", "b", "c"):
+        bootstrapped.write(f"teams/ml/jobs/{name}.yaml", job_yaml(name))
+    # 3 x 8 GPUs in one NVLink domain of 2 nodes: it waits, whatever else runs.
+    bootstrapped.write("teams/ml/jobs/big.yaml", job_yaml("big", replicas=3, topology="nvlink"))
+    bootstrapped.commit("ml: three jobs and a gang too big for a domain", author=ANA)
+    log = SQLiteEventLog(bootstrapped.log_path)
+    reads: list[int] = []
+    real_read = log.read
+
+    def read(after_seq: int = 0, **kw):  # type: ignore[no-untyped-def]
+        reads.append(after_seq)
+        return real_read(after_seq, **kw)
+
+    log.read = read  # type: ignore[method-assign]
+    reconciler = Reconciler(GitRepo(bootstrapped.path), log)
+    first = reconciler.run_once()
+    assert set(first.state.placements) == {"ml/a", "ml/b", "ml/c"}
+    assert set(first.state.pending) == {"ml/big"}
+    placed_at = dict(first.state.placements)
+
+    bootstrapped.write("teams/ml/jobs/d.yaml", job_yaml("d", gpu=4))
+    bootstrapped.commit("ml: job d", author=ANA)
+    reads.clear()
+    second = reconciler.run_once()
+
+    assert reads == [first.last_seq]  # the tip is carried on, not replayed from seq 0
+    new = list(real_read(first.last_seq))
+    assert [e.type for e in new] == [
+        "JobSubmitted",
+        "CommitApplied",
+        "PlacementDecided",
+        "SolveCompleted",
+    ]
+    assert new[2].data["job"] == "ml/d"
+    # Only d was decided: the running jobs stay put and `big` keeps its reason.
+    assert {k: second.state.placements[k] for k in placed_at} == placed_at
+    assert second.state.pending["ml/big"] == first.state.pending["ml/big"]
+    assert replay(log).state == second.state
+    log.close()
