@@ -7,6 +7,7 @@ line of the field that breaks it, and a pull request shows all of them at once.
 from __future__ import annotations
 
 import difflib
+import functools
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -44,7 +45,9 @@ class Place:
     team: str | None = None
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def place_of(file: str) -> Place:
+    """(Cached: every commit asks again for each of thousands of files.)"""
     parts = PurePosixPath(file).parts
     if not file.endswith(_YAML_SUFFIXES):
         return Place("elsewhere")

@@ -13,7 +13,7 @@ from engine.model import CommitInfo, Finding, Queue
 from engine.state import ClusterState
 from policies.approval import TeamApproval, approval_findings, check_approvals
 from reconciler.git import GitRepo
-from reconciler.specs import LoadedSpecs, load_commit
+from reconciler.specs import LoadedSpecs, SpecCache, load_commit
 
 
 def team_approvals(
@@ -38,7 +38,11 @@ def team_approvals(
 
 
 def missing_approvals(
-    repo: GitRepo, state: ClusterState, commit: CommitInfo, loaded: LoadedSpecs
+    repo: GitRepo,
+    state: ClusterState,
+    commit: CommitInfo,
+    loaded: LoadedSpecs,
+    cache: SpecCache | None = None,
 ) -> tuple[Finding, ...]:
     """Why a valid commit must be rejected for want of an owner's approval; () when it need not.
 
@@ -51,7 +55,7 @@ def missing_approvals(
     if not (state.policy.require_owner_approval or desired.policy.require_owner_approval):
         return ()
     base_sha = state.last_good_commit.sha if state.last_good_commit is not None else None
-    base = load_commit(repo, base_sha) if base_sha is not None else None
+    base = load_commit(repo, base_sha, cache=cache) if base_sha is not None else None
     checks = team_approvals(
         base=base,
         base_queues=state.queues,

@@ -31,7 +31,7 @@ from eventlog.envelope import canonical_json, format_time
 from eventlog.replay import Replayed, replay
 from reconciler.approval import missing_approvals
 from reconciler.git import GitRepo
-from reconciler.specs import load_commit, to_finding
+from reconciler.specs import SpecCache, load_commit, to_finding
 
 log = logging.getLogger("gitsched.reconciler")
 
@@ -89,6 +89,8 @@ class Reconciler:
         self.solver = solver
         # The log as this reconciler last knew it: a pass folds only what came after.
         self._tip: Replayed | None = None
+        # The files of the commits read last: the next reads only what changed.
+        self._specs = SpecCache()
 
     def run_once(self) -> ReconcileReport:
         report = ReconcileReport()
@@ -115,9 +117,9 @@ class Reconciler:
         last = state.last_commit.sha if state.last_commit else None
         for commit in self.repo.commits_since(self.branch, last):
             state = self._tip.state
-            loaded = load_commit(self.repo, commit.sha)
+            loaded = load_commit(self.repo, commit.sha, cache=self._specs)
             intent: ApplyCommit | RejectCommit
-            unapproved = missing_approvals(self.repo, state, commit, loaded)
+            unapproved = missing_approvals(self.repo, state, commit, loaded, self._specs)
             if loaded.desired is None:
                 intent = RejectCommit(commit, tuple(to_finding(e) for e in loaded.errors))
                 log.info("commit %s rejected: %d error(s)", commit.sha[:12], len(loaded.errors))

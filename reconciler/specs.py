@@ -72,7 +72,9 @@ def is_owners_file(path: str) -> bool:
     return len(parts) == 3 and parts[0] == "teams" and parts[2] == "OWNERS"
 
 
-def read_commit(repo: GitRepo, rev: str, limits: Limits = DEFAULT_LIMITS) -> list[SourceFile]:
+def read_commit(
+    repo: GitRepo, rev: str, limits: Limits = DEFAULT_LIMITS, cache: SpecCache | None = None
+) -> list[SourceFile]:
     """The spec files of a commit, straight from git objects (no checkout)."""
     files: list[SourceFile] = []
     wanted: list[tuple[str, str]] = []
@@ -101,7 +103,8 @@ def read_commit(repo: GitRepo, rev: str, limits: Limits = DEFAULT_LIMITS) -> lis
             files.append(SourceFile(entry.path, None, _too_large(entry.path, entry.size, limits)))
         else:
             wanted.append((entry.path, entry.sha))
-    blobs = repo.read_blobs([sha for _, sha in wanted])
+    shas = [sha for _, sha in wanted]
+    blobs = repo.read_blobs(shas) if cache is None else cache.blobs(repo, shas)
     files.extend(SourceFile(path, blobs[sha]) for path, sha in wanted)
     return sorted(files, key=lambda f: f.path)
 
@@ -182,10 +185,69 @@ def _too_large(path: str, size: int, limits: Limits) -> SpecError:
     )
 
 
-def parse_files(files: Sequence[SourceFile], limits: Limits = DEFAULT_LIMITS) -> LoadedSpecs:
+# One file's documents that passed their schema, and every error of the file itself.
+_Parsed = tuple[tuple[Document, ...], tuple[SpecError, ...]]
+
+
+def _parse_file(path: str, content: bytes, limits: Limits) -> _Parsed:
+    docs, errors = schemas.parse_documents(content, path, limits)
+    all_errors = list(errors)
+    valid = []
+    for doc in docs:
+        doc_errors = schemas.validate_document(doc)
+        all_errors.extend(doc_errors)
+        if not doc_errors:
+            valid.append(doc)
+    return tuple(valid), tuple(all_errors)
+
+
+class SpecCache:
+    """What a long-running reader of one repository keeps from commit to commit.
+
+    Blob contents by git object id, and each file's valid documents and its own
+    errors (YAML, schema) by path and content: a commit that changes a few of
+    5,000 files reads, parses and validates only those, while the cross-file
+    rules and the model still see every document. What the last two loads did
+    not use is dropped, so it holds about two commits' files.
+    """
+
+    def __init__(self) -> None:
+        self._blobs: dict[str, bytes] = {}
+        self._files: dict[tuple[str, bytes, Limits], _Parsed] = {}
+        self._used_blobs: set[str] = set()
+        self._used_files: set[tuple[str, bytes, Limits]] = set()
+
+    def blobs(self, repo: GitRepo, shas: Sequence[str]) -> dict[str, bytes]:
+        missing = [sha for sha in shas if sha not in self._blobs]
+        self._blobs.update(repo.read_blobs(missing) if missing else {})
+        used = set(shas)
+        keep = used | self._used_blobs
+        self._blobs = {sha: blob for sha, blob in self._blobs.items() if sha in keep}
+        self._used_blobs = used
+        return {sha: self._blobs[sha] for sha in shas}
+
+    def parsed(self, files: Sequence[tuple[str, bytes]], limits: Limits) -> list[_Parsed]:
+        keys = [(path, content, limits) for path, content in files]
+        out = []
+        for key in keys:
+            found = self._files.get(key)
+            if found is None:
+                found = self._files[key] = _parse_file(key[0], key[1], limits)
+            out.append(found)
+        used = set(keys)
+        keep = used | self._used_files
+        self._files = {key: parsed for key, parsed in self._files.items() if key in keep}
+        self._used_files = used
+        return out
+
+
+def parse_files(
+    files: Sequence[SourceFile], limits: Limits = DEFAULT_LIMITS, cache: SpecCache | None = None
+) -> LoadedSpecs:
     errors: list[SpecError] = []
     valid: list[Document] = []
     owners: dict[str, tuple[str, ...]] = {}
+    specs: list[tuple[str, bytes]] = []
     for f in files:
         if f.problem is not None:
             errors.append(f.problem)
@@ -208,13 +270,15 @@ def parse_files(files: Sequence[SourceFile], limits: Limits = DEFAULT_LIMITS) ->
                 )
             )
             continue
-        docs, parse_errors = schemas.parse_documents(f.content, f.path, limits)
-        errors.extend(parse_errors)
-        for doc in docs:
-            doc_errors = schemas.validate_document(doc)
-            errors.extend(doc_errors)
-            if not doc_errors:
-                valid.append(doc)
+        specs.append((f.path, f.content))
+    parsed = (
+        cache.parsed(specs, limits)
+        if cache is not None
+        else [_parse_file(path, content, limits) for path, content in specs]
+    )
+    for docs, file_errors in parsed:
+        valid.extend(docs)
+        errors.extend(file_errors)
     merged = policies.merge_policies([d for d in valid if d.kind == "Policy"])
     # Cross-file rules run on every valid document even when others failed: one run, every error.
     errors.extend(policies.check_repository(valid, merged))
@@ -434,8 +498,10 @@ def _policy(spec: Mapping[str, Any]) -> Policy:
     )
 
 
-def load_commit(repo: GitRepo, rev: str, limits: Limits = DEFAULT_LIMITS) -> LoadedSpecs:
-    return parse_files(read_commit(repo, rev, limits), limits)
+def load_commit(
+    repo: GitRepo, rev: str, limits: Limits = DEFAULT_LIMITS, cache: SpecCache | None = None
+) -> LoadedSpecs:
+    return parse_files(read_commit(repo, rev, limits, cache), limits, cache)
 
 
 def load_worktree(root: Path, limits: Limits = DEFAULT_LIMITS) -> LoadedSpecs:
@@ -445,6 +511,7 @@ def load_worktree(root: Path, limits: Limits = DEFAULT_LIMITS) -> LoadedSpecs:
 __all__ = [
     "LoadedSpecs",
     "SourceFile",
+    "SpecCache",
     "build_desired",
     "job_key",
     "load_commit",

@@ -5,6 +5,8 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
+import pytest
+
 from tests.acceptance.conftest import (
     ANA,
     LI,
@@ -307,3 +309,43 @@ def test_a_watching_reconciler_reads_only_what_is_new_and_places_new_jobs_alone(
     assert second.state.pending["ml/big"] == first.state.pending["ml/big"]
     assert replay(log).state == second.state
     log.close()
+
+
+def test_a_spec_cache_reads_only_changed_files_and_loads_what_a_fresh_read_loads(
+    bootstrapped: ClusterRepo, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import schemas
+    from reconciler.git import GitRepo
+    from reconciler.specs import SpecCache, load_commit
+
+    for name in ("a", "b", "c"):
+        bootstrapped.write(f"teams/ml/jobs/{name}.yaml", job_yaml(name))
+    bootstrapped.write("teams/ml/jobs/broken.yaml", "kind: Job\nspec: [unclosed\n")
+    first = bootstrapped.commit("ml: three jobs and a broken file", author=ANA)
+    bootstrapped.write("teams/ml/jobs/b.yaml", job_yaml("b", gpu=4))
+    bootstrapped.remove("teams/ml/jobs/broken.yaml")
+    second = bootstrapped.commit("ml: b smaller, broken file gone", author=ANA)
+    repo = GitRepo(bootstrapped.path)
+
+    parsed: list[str] = []
+    real_parse = schemas.parse_documents
+
+    def parse_documents(content, path, limits):  # type: ignore[no-untyped-def]
+        parsed.append(path)
+        return real_parse(content, path, limits)
+
+    monkeypatch.setattr(schemas, "parse_documents", parse_documents)
+    cache = SpecCache()
+    cached_first = load_commit(repo, first, cache=cache)
+    assert "teams/ml/jobs/broken.yaml" in parsed and cached_first.desired is None
+    parsed.clear()
+    again = load_commit(repo, first, cache=cache)
+    assert parsed == []  # nothing changed: nothing parsed, the same errors
+    assert again.errors == cached_first.errors
+    cached_second = load_commit(repo, second, cache=cache)
+    assert parsed == ["teams/ml/jobs/b.yaml"]
+
+    fresh_first, fresh_second = load_commit(repo, first), load_commit(repo, second)
+    assert cached_first == fresh_first and cached_second == fresh_second
+    assert cached_second.desired is not None
+    assert cached_second.desired.jobs["ml/b"].resources.gpu_milli == 4000
