@@ -17,6 +17,7 @@ from gitsched.options import LazyGroup
         "synth": "gitsched.bench.synth:command",
         "log": "gitsched.bench.log:command",
         "audit": "gitsched.bench.audit:command",
+        "reconcile": "gitsched.bench.reconcile:command",
     },
 )
 def bench() -> None:

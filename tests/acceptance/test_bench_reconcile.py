@@ -1,0 +1,40 @@
+"""`gitsched bench reconcile`: a real repo of the synthetic cluster, reconciled commit by commit."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tests.acceptance.conftest import gitsched, read_events
+
+
+def test_each_commit_of_new_jobs_is_one_append_placed_by_an_incremental_solve(
+    tmp_path: Path,
+) -> None:
+    log = tmp_path / "bench.db"
+    run = gitsched(
+        "bench", "reconcile", "--size", "S", "--commits", "2", "--jobs", "6",
+        "--log", f"sqlite:///{log}", "--format", "json", expect=0,
+    )  # fmt: skip
+
+    result = json.loads(run.stdout)
+    first, *later = result["passes"]
+    assert (first["commit"], first["jobs_added"]) == (0, 300)
+    assert [p["jobs_added"] for p in later] == [6, 6]
+    assert all(p["solver"] == "highs" and p["seconds"] >= p["solve_seconds"] for p in later)
+    assert result["p50_seconds"] > 0 and result["first_commit_seconds"] > 0
+    events = read_events(log)
+    assert sum(p["events"] for p in result["passes"]) == len(events)
+    # The last commit: its 6 jobs, the commit, then the solve's answer for those 6 alone
+    # (placed, or waiting, or a job they preempt) and no word about the 300 others.
+    last = events[-later[-1]["events"] :]
+    submitted = [e.data["job"]["name"] for e in last if e.type == "JobSubmitted"]
+    assert sorted(submitted) == [f"new002-{i:03d}" for i in range(6)]
+    assert last[6].type == "CommitApplied" and last[-1].type == "SolveCompleted"
+    answered = {
+        e.data["job"].split("/")[1]
+        for e in last[7:-1]
+        if e.type in ("PlacementDecided", "JobPending")
+    }
+    assert answered == set(submitted)
+    assert all(e.type in ("PlacementDecided", "JobPending", "JobPreempted") for e in last[7:-1])
