@@ -16,6 +16,7 @@ from datetime import datetime
 from importlib.resources import files
 from typing import Any
 
+import fastjsonschema
 from jsonschema import Draft202012Validator, FormatChecker
 from jsonschema.exceptions import ValidationError
 
@@ -69,6 +70,47 @@ def _validator(kind: str) -> Draft202012Validator:
     return Draft202012Validator(_load(kind), format_checker=_FORMATS)
 
 
+# Schema annotations: words for people, no bearing on what is valid.
+_ANNOTATIONS = frozenset(
+    {"description", "title", "default", "$comment", "errorMessage", "examples"}
+)
+
+
+def _as_draft_7(node: Any) -> Any:
+    """The same constraints in Draft 7 terms: there a `$ref` hides its sibling keywords,
+    so a `$ref` beside other constraints becomes an `allOf` of the two."""
+    if isinstance(node, list):
+        return [_as_draft_7(item) for item in node]
+    if not isinstance(node, dict):
+        return node
+    converted = {key: _as_draft_7(value) for key, value in node.items()}
+    siblings = set(converted) - {"$ref", "$schema", "$id", "$defs"} - _ANNOTATIONS
+    if "$ref" in converted and siblings:
+        rest = {key: converted.pop(key) for key in sorted(siblings)}
+        converted["allOf"] = [{"$ref": converted.pop("$ref")}, rest]
+    return converted
+
+
+@functools.cache
+def _fast_check(kind: str) -> Any:
+    """The kind's schema compiled to Python by fastjsonschema: about twenty times faster
+    than jsonschema, but it only says yes or no. A document it passes has no schema
+    error (tests/unit/test_schemas.py checks it never passes one jsonschema fails);
+    one it fails goes to jsonschema for every error, in words."""
+    schema = _as_draft_7(_load(kind))
+    schema["$schema"] = "http://json-schema.org/draft-07/schema#"
+    # use_default=False: by default it writes each `default` into the document it checks.
+    return fastjsonschema.compile(schema, formats={"date-time": _is_date_time}, use_default=False)
+
+
+def _passes_fast_check(kind: str, data: Any) -> bool:
+    try:
+        _fast_check(kind)(data)
+    except fastjsonschema.JsonSchemaException:
+        return False
+    return True
+
+
 def schema_for(kind: str) -> dict[str, Any]:
     """The JSON Schema of a kind (or of the stored event `Envelope`); a copy, safe to change."""
     return copy.deepcopy(_load(kind))
@@ -103,6 +145,8 @@ def validate_document(doc: Document) -> tuple[SpecError, ...]:
         errors.append(doc.error(("kind",) if "kind" in data else (), message, "unknown-kind"))
         return _sorted(errors)
 
+    if _passes_fast_check(kind, data):
+        return _sorted(errors)
     seen_required: set[tuple[JsonPath, int]] = set()
     for error in _validator(kind).iter_errors(data):
         errors.extend(_explain(doc, error, seen_required))

@@ -9,6 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 
 from schemas import (
@@ -332,3 +334,94 @@ def test_envelope_requires_every_field_and_nothing_else() -> None:
         "$.extra: unknown field 'extra' (allowed: seq, id, type, schema_version, data, time,"
         " actor, cause, prev_hash, hash)",
     }
+
+
+# -- the compiled fast check never passes what jsonschema fails -------------------------------
+
+
+def _valid_documents() -> list[dict[str, Any]]:
+    from gitsched import demo
+
+    texts = [demo.CLUSTER, demo.POLICY, *demo.INVENTORY.values(), *demo.JOBS.values()]
+    texts += [t for path, t in demo.QUEUES.items() if path.endswith(".yaml")]
+    texts += doc_examples()
+    found = []
+    for text in texts:
+        docs, errors = parse_documents(text.encode(), "x.yaml")
+        found += [d.data for d in docs if not errors and not validate_document(d)]
+    return found
+
+
+VALID = _valid_documents()
+json_leaf = (
+    st.none()
+    | st.booleans()
+    | st.integers(-3, 2**40)
+    | st.floats(allow_nan=False)
+    | st.sampled_from([0, 1, 1.0, 0.5, 8, -1, "", "a", "h100-80g", "nvlink", "required", "Job"])
+    | st.text(max_size=6)
+)
+json_values = st.recursive(
+    json_leaf,
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3)
+    ),
+    max_leaves=6,
+)
+
+
+def _paths(value: Any, path: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    found = [path]
+    if isinstance(value, dict):
+        for key, child in value.items():
+            found += _paths(child, (*path, key))
+    elif isinstance(value, list):
+        for index, child in enumerate(value):
+            found += _paths(child, (*path, index))
+    return found
+
+
+@st.composite
+def mutated_documents(draw: st.DrawFn) -> dict[str, Any]:
+    doc = json.loads(json.dumps(draw(st.sampled_from(VALID))))
+    for _ in range(draw(st.integers(1, 3))):
+        path = draw(st.sampled_from(_paths(doc)[1:]))
+        parent = doc
+        for step in path[:-1]:
+            parent = parent[step]
+        action = draw(st.sampled_from(["replace", "delete", "add"]))
+        if action == "delete" and isinstance(parent, dict):
+            del parent[path[-1]]
+        elif action == "add" and isinstance(parent, dict):
+            parent[draw(st.text(max_size=8))] = draw(json_values)
+        else:
+            parent[path[-1]] = draw(json_values)
+    return doc
+
+
+@settings(max_examples=1500, deadline=None)
+@given(mutated_documents())
+def test_the_fast_check_never_passes_a_document_jsonschema_fails(data: dict[str, Any]) -> None:
+    from schemas.validator import _passes_fast_check, _validator
+
+    kind = data.get("kind")
+    if not isinstance(kind, str) or kind not in KINDS:
+        return
+    if _passes_fast_check(kind, data):
+        assert [e.message for e in _validator(kind).iter_errors(data)] == []
+
+
+def test_the_fast_check_passes_valid_documents_and_fails_the_classic_mistakes() -> None:
+    from schemas.validator import _passes_fast_check
+
+    assert len(VALID) >= 15
+    assert all(_passes_fast_check(d["kind"], d) for d in VALID)
+    job = next(d for d in VALID if d["kind"] == "Job")
+    for wrong in (True, 1.5, "2", None):
+        spec = {**job["spec"], "replicas": wrong}
+        assert not _passes_fast_check("Job", {**job, "spec": spec}), wrong
+    # A `$ref` with a sibling keyword (Draft 7 would ignore the sibling): still enforced.
+    cluster = next(d for d in VALID if d["kind"] == "Cluster")
+    bad_levels = {**cluster["spec"], "topologyLevels": ["node"]}
+    assert validate_document(Document("cluster.yaml", 0, {**cluster, "spec": bad_levels}))
+    assert not _passes_fast_check("Cluster", {**cluster, "spec": bad_levels})
