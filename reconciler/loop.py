@@ -188,6 +188,7 @@ class Reconciler:
         ]
         if not batch:
             self._tip = replace(tip, state=fold(events, tip.state))
+            report.state = self._tip.state
             return
         try:
             stored = self.log.append(batch, expected_last_seq=tip.last_seq)
