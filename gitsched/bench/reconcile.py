@@ -28,6 +28,7 @@ import yaml
 
 from engine.errors import GitschedError
 from engine.model import GPU_MILLI, Isolation, Job, Node, Queue
+from engine.placement.plan import OutcomeStatus
 from engine.placement.synth import CLUSTER, SIZES, synth_jobs, synth_nodes, synth_queues
 from eventlog import open_log
 from eventlog.base import EventLogError
@@ -224,7 +225,7 @@ def _pass(reconciler: Reconciler, commit: int, added: int) -> Pass:
             f"commit {commit} was not applied: " + "; ".join(e.format() for e in errors)
         )
     plan = report.plan
-    placed = sum(1 for o in plan.outcomes if o.status.value == "placed") if plan else 0
+    placed = plan.counts()[OutcomeStatus.PLACED] if plan else 0
     return Pass(
         commit=commit,
         jobs_added=added,
