@@ -292,7 +292,13 @@ def _solve_highs(model: LinearModel, limits: SolveLimits, warm: Sequence[float] 
         state = "optimal"
     elif status == ms.kInfeasible:
         state = "infeasible"
-    elif status in (ms.kTimeLimit, ms.kInterrupt, ms.kIterationLimit, ms.kSolutionLimit):
+    elif status in (
+        ms.kTimeLimit,
+        ms.kInterrupt,
+        ms.kIterationLimit,
+        ms.kSolutionLimit,
+        ms.kObjectiveTarget,  # stopped at the objective_target a caller set
+    ):
         state = "time-limit"
     else:
         state = "error"

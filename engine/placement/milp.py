@@ -63,6 +63,9 @@ EPS = 1e-6
 RESERVE_S = 2.0  # kept back from the time limit for packing and explaining the plan
 RESERVE_PER_BUILD = 1.3  # ... or this many times the build's time, where that is less (or more)
 RESERVE_MAX_S = 5.0
+# Neighbourhood searches go on while the model's own gap is above this share of the policy's
+# gap: the rest is left for what packing the counts onto nodes loses.
+PACKING_SHARE = 0.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -303,9 +306,11 @@ class MilpPlacer:
     ) -> tuple[LinearSolution, float | None]:
         """LP relaxation (every domain open: the bound); then MIPs over neighbourhoods the LP
         suggests, each from the best plan so far: the jobs the LP left fractional, every
-        other job fixed where the LP put it (RENS); the jobs the LP runs at all, with the
-        jobs it leaves out and the running jobs it keeps fixed (its support); then, while
-        time and gap allow, the jobs where the LP and the best plan disagree (RINS)."""
+        other job fixed where the LP put it (RENS); the same with the single-replica jobs the
+        LP leaves out free too, to fill what an integral plan leaves of the LP's part-gangs
+        (fill); where that finds nothing better, the jobs the LP runs at all, with the jobs it
+        leaves out and the running jobs it keeps fixed (its support); then, while time and gap
+        allow, the jobs where the LP and the best plan disagree (RINS)."""
         relaxed = solve(model.lp, self.backend, SolveLimits(left(), 0.0, relax=True))
         self._mark("relaxation")
         bound = relaxed.bound
@@ -314,16 +319,18 @@ class MilpPlacer:
         lp_values = relaxed.values
         best = self._warm_only(model, warm, "feasible")
 
+        # Packing the counts onto nodes loses some of the model's value: leave room for it.
+        target = None if bound is None else bound - gap * PACKING_SHARE * max(abs(bound), EPS)
+
         def short_of_gap() -> bool:
-            # Half the gap: packing the counts onto nodes loses a little of the model's value.
-            return best.objective is None or (
-                bound is not None and bound - best.objective > gap / 2 * max(abs(bound), EPS)
-            )
+            return best.objective is None or (target is not None and best.objective < target)
 
         def improve(mode: str, share: float) -> bool:
             nonlocal best
             incumbent = best.values if mode != "rens" else None
-            sub = self._fix_and_solve(model, closed, lp_values, incumbent, mode, left, gap, share)
+            sub = self._fix_and_solve(
+                model, closed, lp_values, incumbent, mode, left, gap, share, target
+            )
             if sub.values is None or sub.objective is None:
                 return False
             if best.objective is None or sub.objective > best.objective + EPS:
@@ -334,7 +341,8 @@ class MilpPlacer:
         improve("rens", 1.0)
         # A solver stops a little after its time limit: a second of margin on large models.
         margin = min(1.0, self._reserve / 4)
-        if short_of_gap() and left() > self._reserve + margin:
+        filled = short_of_gap() and left() > self._reserve + margin and improve("fill", 1.0)
+        if short_of_gap() and not filled and left() > self._reserve + margin:
             improve("support", 0.85)
         rounds = 0
         while (
@@ -358,22 +366,27 @@ class MilpPlacer:
         left: Callable[[], float],
         gap: float,
         share: float,
+        enough: float | None = None,
     ) -> LinearSolution:
         """Fix every job whose columns the neighbourhood settles and solve the MIP over the
-        others, from the incumbent if there is one, for `share` of the time left.
-        `mode`: "rens" settles the jobs the LP makes integral; "support" the jobs the LP
+        others, from the incumbent if there is one, for `share` of the time left or until it
+        finds a plan worth `enough`.
+        `mode`: "rens" settles the jobs the LP makes integral; "fill" those but the
+        single-replica jobs without topology the LP leaves out; "support" the jobs the LP
         leaves out entirely and the running jobs it keeps; "rins" the jobs where the LP and
         the incumbent agree."""
         lower = list(closed.col_lower)
         upper = list(closed.col_upper)
         fixed_jobs = free_jobs = 0
-        target = lp_values if incumbent is None or mode == "support" else incumbent
+        target = lp_values if incumbent is None or mode != "rins" else incumbent
         hot = _contested_classes(model, lp_values) if mode == "support" else set()
         for jv in model.jobs.values():
             cols = job_columns(jv)
-            if mode == "rens":
+            if mode in ("rens", "fill"):
                 settled = all(abs(lp_values[c] - round(lp_values[c])) <= INTEGRAL for c in cols)
                 settled = settled and not any(lp_values[c] > INTEGRAL for c in jv.escapes)
+                if mode == "fill" and settled and _filler(jv, lp_values):
+                    settled = False
             elif mode == "support":
                 settled = all(lp_values[c] <= INTEGRAL for c in cols + jv.escapes) or (
                     jv.keep >= 0
@@ -397,7 +410,7 @@ class MilpPlacer:
         fix_settled_aux(model, lower, upper)
         if (
             incumbent is not None
-            and mode == "support"
+            and mode != "rins"
             and any(
                 not lower[c] - INTEGRAL <= incumbent[c] <= upper[c] + INTEGRAL
                 for c in range(len(lower))
@@ -406,7 +419,9 @@ class MilpPlacer:
             incumbent = None  # it must agree with what is fixed, or the solver drops it
         margin = min(1.0, self._reserve / 4)
         seconds = max(0.2, (left() - self._reserve - margin) * share)
-        limits = SolveLimits(seconds, gap / 4 if mode == "support" else gap)
+        # A plan as good as the search asks for ends the solve (HiGHS; CBC has no such stop).
+        extra = () if enough is None else (("objective_target", enough),)
+        limits = SolveLimits(seconds, gap / 4 if mode in ("support", "fill") else gap, extra=extra)
         return solve(closed.with_bounds(lower, upper), self.backend, limits, incumbent)
 
     def _mark(self, phase: str) -> None:
@@ -513,6 +528,19 @@ def fix_settled_aux(model: PlacementModel, lower: list[float], upper: list[float
             value = max((lower[c] for c, _ in terms), default=0.0)
         if lower[col] - INTEGRAL <= value <= upper[col] + INTEGRAL:
             lower[col] = upper[col] = value
+
+
+def _filler(jv: JobVars, lp_values: tuple[float, ...]) -> bool:
+    """A waiting job of one replica and no topology that the LP leaves out: what fills the
+    holes an integral plan leaves where the LP ran part of a gang."""
+    job = jv.job
+    return (
+        jv.keep < 0
+        and job.replicas == 1
+        and jv.level is None
+        and jv.place >= 0
+        and lp_values[jv.place] <= INTEGRAL
+    )
 
 
 def _contested_classes(model: PlacementModel, lp_values: tuple[float, ...]) -> set[int]:

@@ -3,6 +3,7 @@ incremental solves, soft terms, explanations, and the seeded generator."""
 
 from __future__ import annotations
 
+import random
 import re
 from dataclasses import replace
 
@@ -39,6 +40,25 @@ def test_backends_solve_a_knapsack_and_its_relaxation(backend: str) -> None:
     relaxed = solve(lp, backend, SolveLimits(60, 0.0, relax=True))
     assert relaxed.objective == pytest.approx(22.5)
     assert lp.violations(list(exact.values or ())) == []
+
+
+def test_a_solve_stops_at_its_objective_target_with_the_plan_it_found() -> None:
+    """Two knapsack rows over 60 items: asked for 90% of the optimum, HiGHS stops early and
+    the stop reads as a feasible plan with its bound, not as an error."""
+    rng = random.Random(5)
+    lp = LinearModel()
+    cols = [lp.var(f"take__{i}", 0, 1, cost=rng.randint(10, 60)) for i in range(60)]
+    for name in ("one", "two"):
+        weights = [float(rng.randint(10, 60)) for _ in cols]
+        lp.row(f"capacity__{name}", zip(cols, weights, strict=True), upper=sum(weights) // 3)
+    best = solve(lp, "highs", SolveLimits(60, 0.0))
+    assert best.status == "optimal" and best.objective is not None
+    target = 0.9 * best.objective
+    early = solve(lp, "highs", SolveLimits(60, 0.0, extra=(("objective_target", target),)))
+    assert early.status in ("feasible", "optimal") and early.values is not None
+    assert early.objective is not None and target <= early.objective <= best.objective + 1e-6
+    assert early.bound is not None and early.bound >= best.objective - 1e-6
+    assert lp.violations(list(early.values)) == []
 
 
 def test_an_empty_model_is_its_constant() -> None:
@@ -214,6 +234,36 @@ def test_the_generator_is_seeded_and_sized() -> None:
     assert check_plan(empty, GreedyPlacer().solve(empty)) == []
     more = with_new_jobs(a, 5, 1)
     assert len(more.jobs) == len(a.jobs) + 5
+
+
+def test_the_fill_neighbourhood_frees_the_single_replicas_the_lp_leaves_out() -> None:
+    """The quota holds three quarters of a gang: the LP runs that, and none of the small
+    jobs. RENS fixes the small jobs where the LP left them and finds only the empty plan;
+    the fill neighbourhood frees them too and fills the quota with them."""
+    jobs = [job("big", replicas=2, gpu=8, priority=900, submitted_at="0")]
+    jobs += [job(f"s{i}", gpu=4, priority=100, submitted_at=str(i + 1)) for i in range(3)]
+    inst = instance(
+        [node("n0"), node("n1")],
+        [queue("q", quotas={"h100": (12, None, None)})],
+        jobs,
+        policy=Policy(gap_tolerance=0.0),
+    )
+    model = build(inst, GreedyPlacer().solve(inst), BuildOptions(small=False))
+    relaxed = solve(model.lp, "highs", SolveLimits(60, 0.0, relax=True))
+    assert relaxed.values is not None
+    assert 0 < relaxed.values[model.jobs["q/big"].place] < 1
+    placer = MilpPlacer("highs")
+    placer._start()
+    found: dict[str, set[str]] = {}
+    for mode in ("rens", "fill"):
+        sub = placer._fix_and_solve(
+            model, model.lp, relaxed.values, None, mode, lambda: 60.0, 0.0, 1.0
+        )
+        assert sub.values is not None and sub.objective is not None
+        assert model.lp.violations(sub.values) == []
+        found[mode] = {k for k, jv in model.jobs.items() if sub.values[jv.place] > 0.5}
+    assert found["rens"] == set()
+    assert found["fill"] == {"q/s0", "q/s1", "q/s2"}
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
