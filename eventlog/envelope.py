@@ -174,28 +174,18 @@ def hashed_body(
     )
 
 
-def event_hash(
-    *,
-    seq: int,
-    id: str,
-    type: str,
-    schema_version: int,
-    data: dict[str, Any],
-    time: str,
-    actor: str,
-    cause: str,
-    prev_hash: str,
-) -> str:
+def event_hash(event: StoredEvent) -> str:
+    """The hash `event` must carry: SHA-256 over its record less the `hash` member."""
     body = hashed_body(
-        seq=seq,
-        id=id,
-        type=type,
-        schema_version=schema_version,
-        data=data,
-        time=time,
-        actor=actor,
-        cause=cause,
-        prev_hash=prev_hash,
+        seq=event.seq,
+        id=event.id,
+        type=event.type,
+        schema_version=event.schema_version,
+        data=event.data,
+        time=event.time,
+        actor=event.actor,
+        cause=event.cause,
+        prev_hash=event.prev_hash,
     )
     return hashlib.sha256(body).hexdigest()
 
@@ -295,17 +285,7 @@ class ChainChecker:
         if event.prev_hash != self.prev_hash:
             return ChainBreak(event.seq, "prev_hash does not match the hash of the event before it")
         if self.recompute:
-            recomputed = event_hash(
-                seq=event.seq,
-                id=event.id,
-                type=event.type,
-                schema_version=event.schema_version,
-                data=event.data,
-                time=event.time,
-                actor=event.actor,
-                cause=event.cause,
-                prev_hash=event.prev_hash,
-            )
+            recomputed = event_hash(event)
             if recomputed != event.hash:
                 return ChainBreak(
                     event.seq, "content does not match its hash: the event was changed"
