@@ -6,12 +6,15 @@ Three ways to place them, all pure and seeded by the caller:
   workload fragmentation (objective.workload_fragmentation, FGD's measure) plus
   stranded GPU (objective.stranded_gpu: GPU its node's CPU and memory cannot feed)
   grows least.
-- batch: a commit of pods at a time, hardest to fit first (`commit_order`), each
-  online-style; then exact MILPs over windows of the nodes the commit touched
-  re-place the commit's pods and let waiting pods in. Earlier commits never move.
+- batch: a commit of pods at a time, each online-style, hardest to fit first
+  (`commit_order`) or in arrival order, whichever places more; then exact MILPs over
+  windows of the nodes the commit touched re-place the commit's pods and let waiting
+  pods in. Earlier commits never move.
 - re-optimise: after all arrivals, exact MILPs re-solve windows of nodes with every
   pod there free to move at a cost (partitioned solves, the POP idea), until a time
-  budget is spent.
+  budget is spent: first nodes whose GPU waits on CPU or memory, with nodes that have
+  room to spare, then the nodes with the most free GPU. Each window is solved in GPU
+  configurations (which multiset of share sizes each GPU holds), not GPU by GPU.
 
 Nodes in the same state are scored once: states are grouped by node kind, free GPU
 per GPU, and CPU and memory bucketed by the demands that occur (exact for the
@@ -544,6 +547,7 @@ def _worth_trying(
     at most as many of a shape as the window's free capacity could take."""
     free_gpu = sum(sum(cluster.gpu_free[i]) for i in window)
     free_cpu = sum(cluster.cpu_free[i] for i in window)
+    free_memory = sum(cluster.memory_free[i] for i in window)
     if free_gpu <= 0 and free_cpu <= 0:
         return []
     by_shape: dict[tuple[object, ...], list[int]] = defaultdict(list)
@@ -559,10 +563,14 @@ def _worth_trying(
         elif not any(cluster.fits(i, pod) for i in window):
             continue
         cap = len(keys)
+        # Pods already in the window stay in it, so what comes in fits in what is free.
+        spare = 0 if movable else 1
         if pod.total_gpu_milli:
-            cap = min(cap, free_gpu // pod.total_gpu_milli + 1)
+            cap = min(cap, free_gpu // pod.total_gpu_milli + spare)
         if pod.cpu_milli:
-            cap = min(cap, free_cpu // pod.cpu_milli + 1)
+            cap = min(cap, free_cpu // pod.cpu_milli + spare)
+        if movable and pod.memory_mib:
+            cap = min(cap, free_memory // pod.memory_mib)
         out.extend(keys[:cap])
     return sorted(out)
 
@@ -596,19 +604,25 @@ def run_batch(
     waiting: list[int] = []
     for start in range(0, len(arrivals), commit):
         batch = list(range(start, min(start + commit, len(arrivals))))
-        touched: set[int] = set()
-        failed: set[ShapeKey] = set()
-        still: list[int] = []
-        for k in sorted(waiting + batch, key=lambda k: (commit_order(arrivals[k]), k)):
-            pod = arrivals[k]
-            # Within a commit free capacity only shrinks: a shape that found no room won't.
-            choice = None if pod.shape in failed else cluster.choose(pod, "balanced")
-            if choice is None:
-                failed.add(pod.shape)
-                still.append(k)
+        hardest = sorted(waiting + batch, key=lambda k: (commit_order(arrivals[k]), k))
+        arrived = sorted(waiting + batch)
+        before = cluster.allocated_milli
+        touched, still = place_in_order(cluster, arrivals, hardest)
+        if hardest != arrived:
+            # Hardest first is first-fit-decreasing's order; arrival order is what the
+            # online rule sees. Neither wins every commit: keep the one that places more.
+            gained = cluster.allocated_milli - before
+            for k in hardest:
+                if k in cluster.placed:
+                    cluster.remove(k, arrivals[k])
+            other_touched, other_still = place_in_order(cluster, arrivals, arrived)
+            if cluster.allocated_milli - before <= gained:
+                for k in arrived:
+                    if k in cluster.placed:
+                        cluster.remove(k, arrivals[k])
+                touched, still = place_in_order(cluster, arrivals, hardest)
             else:
-                cluster.place(k, pod, *choice)
-                touched.add(choice[0])
+                touched, still = other_touched, other_still
         waiting = sorted(still)
         if waiting and touched:
             ordered = sorted(touched, key=lambda i: (cluster.kind[i], i))
@@ -623,6 +637,27 @@ def run_batch(
     run.pending = waiting
     run.seconds = time.perf_counter() - started
     return run
+
+
+def place_in_order(
+    cluster: TraceCluster, arrivals: Sequence[TracePod], order: list[int]
+) -> tuple[set[int], list[int]]:
+    """Each pod by the online rule, in `order`; every pod that fits is placed. Returns the
+    nodes touched and the pods that found no room."""
+    touched: set[int] = set()
+    failed: set[ShapeKey] = set()
+    still: list[int] = []
+    for k in order:
+        pod = arrivals[k]
+        # Within a commit free capacity only shrinks: a shape that found no room won't.
+        choice = None if pod.shape in failed else cluster.choose(pod, "balanced")
+        if choice is None:
+            failed.add(pod.shape)
+            still.append(k)
+        else:
+            cluster.place(k, pod, *choice)
+            touched.add(choice[0])
+    return touched, still
 
 
 def commit_order(pod: TracePod) -> tuple[int, int, int, int, int]:
@@ -640,12 +675,26 @@ def reoptimise(
     window_limit_s: float = 0.5,
     move_weight: float = 0.01,
 ) -> TraceRun:
-    """Windows of nodes re-solved exactly (every pod on them free to move, at a small cost
-    per move, and every waiting pod free to come in), until the time budget is spent.
-    Windows pair the nodes with the most free GPU with full nodes of the same kind."""
+    """Windows of nodes re-solved exactly (`window_resolve`: every pod on them free to
+    move, at a small cost per move, and every waiting pod free to come in), until the time
+    budget is spent. No running pod is stopped. First the windows of `starved_windows`,
+    again while they gain; then windows pairing the nodes with the most free GPU with full
+    nodes of the same kind."""
     started = time.perf_counter()
     cluster = run.cluster
     waiting = sorted(run.pending)
+    improved = True
+    while improved:  # GPU that waits on CPU or memory first, while that pays
+        improved = False
+        for window in starved_windows(cluster, [run.arrivals[k] for k in waiting]):
+            left = budget_s - (time.perf_counter() - started)
+            if left <= 0:
+                break
+            before = cluster.allocated_milli
+            waiting = window_resolve(
+                run, waiting, window, backend, min(window_limit_s, left), move_weight
+            )
+            improved |= cluster.allocated_milli > before
     rounds = 0
     while time.perf_counter() - started < budget_s:
         windows = _windows(cluster, window_nodes, rounds)
@@ -657,8 +706,8 @@ def reoptimise(
             if left <= 0:
                 break
             before = cluster.allocated_milli
-            waiting = window_solve(
-                run, waiting, window, backend, min(window_limit_s, left), move_weight, movable=True
+            waiting = window_resolve(
+                run, waiting, window, backend, min(window_limit_s, left), move_weight
             )
             improved |= cluster.allocated_milli > before
         rounds += 1
@@ -717,6 +766,295 @@ def window_solve(
             cluster.place(k, arrivals[k], i, gpus)
         return waiting
     return sorted(untried + [k for k in tried if k not in cluster.placed])
+
+
+def window_resolve(
+    run: TraceRun,
+    waiting: list[int],
+    window: list[int],
+    backend: str,
+    time_limit_s: float,
+    move_weight: float,
+) -> list[int]:
+    """One exact MILP over a window of nodes, every pod there free to move and every
+    waiting pod free to come in, in configurations: per node, how many of its GPUs hold
+    each maximal multiset of share sizes (`gpu_configurations`) instead of which GPU holds
+    what. The GPUs of a node are alike once the window is emptied, so this drops their
+    symmetry, and its LP relaxation is the configuration LP, which the GPU-by-GPU model's
+    is not. Kept only if it places more milli-GPU; returns the pods still waiting."""
+    cluster = run.cluster
+    arrivals = run.arrivals
+    inside = set(window)
+    here = sorted(k for k, (i, _, _) in cluster.placed.items() if i in inside)
+    tried = _worth_trying(cluster, window, waiting, arrivals, movable=True)
+    if not tried:
+        return waiting
+    origin = {k: (cluster.placed[k][0], cluster.placed[k][1]) for k in here}
+    for k in here:
+        cluster.remove(k, arrivals[k])
+    built = _configuration_model(cluster, window, here, tried, arrivals, origin, move_weight)
+    solution = None
+    if built is not None:
+        lp, counts, layouts, start = built
+        solution = solve(lp, backend, SolveLimits(max(0.05, time_limit_s), 0.0), start)
+        run.solves += 1
+    if solution is not None and solution.values is not None:
+        x = {key: round(solution.values[c]) for key, c in counts.items()}
+        gained = sum(n * key[0][2] * key[0][3] for key, n in x.items()) - sum(
+            arrivals[k].total_gpu_milli for k in here
+        )
+        if gained > 0:
+            gpus = {
+                (i, j): round(solution.values[c])
+                for (i, j), c in layouts[1].items()
+                if round(solution.values[c]) > 0
+            }
+            if _configuration_apply(run, window, here, tried, x, gpus, layouts[0], origin):
+                return sorted(k for k in waiting if k not in cluster.placed)
+    for k in here:  # nothing better found: everything back where it was
+        i, was = origin[k]
+        cluster.place(k, arrivals[k], i, was)
+    return waiting
+
+
+Layouts = tuple[dict[int, list[tuple[int, ...]]], dict[tuple[int, int], int]]
+
+
+def _configuration_model(
+    cluster: TraceCluster,
+    window: list[int],
+    here: list[int],
+    tried: list[int],
+    arrivals: Sequence[TracePod],
+    origin: dict[int, tuple[int, tuple[int, ...]]],
+    move_weight: float,
+) -> tuple[LinearModel, dict[tuple[ShapeKey, int], int], Layouts, list[float]] | None:
+    """Columns: pods of a shape per node; GPUs of a node per share configuration; a bonus
+    per pod that stays on its node. The start is every pod where it was (always feasible).
+    None when a node's share sizes allow too many configurations."""
+    lp = LinearModel()
+    shapes: dict[ShapeKey, TracePod] = {}
+    here_count: Counter[ShapeKey] = Counter()
+    wait_count: Counter[ShapeKey] = Counter()
+    for k in here:
+        shapes[arrivals[k].shape] = arrivals[k]
+        here_count[arrivals[k].shape] += 1
+    for k in tried:
+        shapes[arrivals[k].shape] = arrivals[k]
+        wait_count[arrivals[k].shape] += 1
+    counts: dict[tuple[ShapeKey, int], int] = {}
+    configurations: dict[int, list[tuple[int, ...]]] = {}
+    gpu_cols: dict[tuple[int, int], int] = {}
+    start: dict[int, float] = {}
+    was_on: dict[int, list[int]] = defaultdict(list)
+    for k in here:
+        was_on[origin[k][0]].append(k)
+    per_shape: dict[ShapeKey, list[tuple[int, float]]] = defaultdict(list)
+    for i in window:
+        node = cluster.nodes[i]
+        tag = node.name
+        fitting = [key for key, pod in shapes.items() if cluster.fits_kind(i, pod)]
+        sizes = sorted(
+            {shapes[k].gpu_milli for k in fitting if 0 < shapes[k].gpu_milli < GPU_MILLI}
+        )
+        found = gpu_configurations(sizes, MAX_WINDOW_CONFIGURATIONS) if sizes else []
+        if sizes and not found:
+            return None
+        configurations[i] = found
+        whole: list[tuple[int, float]] = []
+        cpu: list[tuple[int, float]] = []
+        memory: list[tuple[int, float]] = []
+        slots: dict[int, list[tuple[int, float]]] = defaultdict(list)
+        stayed = Counter(arrivals[k].shape for k in was_on[i])
+        for key in fitting:
+            pod = shapes[key]
+            top = here_count[key] + wait_count[key]
+            if pod.cpu_milli:
+                top = min(top, node.cpu_milli // pod.cpu_milli)
+            if pod.num_gpu:
+                top = min(top, node.gpus * (GPU_MILLI // pod.gpu_milli) // pod.num_gpu)
+            c = lp.var(f"pods__{key}__{tag}", 0, top)
+            lp.add_cost(c, pod.total_gpu_milli / GPU_MILLI if pod.num_gpu else 1e-4)
+            counts[(key, i)] = c
+            start[c] = float(stayed[key])
+            per_shape[key].append((c, 1.0))
+            cpu.append((c, float(pod.cpu_milli)))
+            memory.append((c, float(pod.memory_mib)))
+            if pod.num_gpu and pod.gpu_milli < GPU_MILLI:
+                slots[pod.gpu_milli].append((c, 1.0))
+            elif pod.num_gpu:
+                whole.append((c, float(pod.num_gpu)))
+            if stayed[key] and move_weight:
+                t = lp.var(f"stays__{key}__{tag}", 0, stayed[key], cost=move_weight)
+                lp.row(f"stays__{key}__{tag}", [(t, 1.0), (c, -1.0)], upper=0)
+                start[t] = float(stayed[key])
+        used: list[tuple[int, float]] = []
+        for j, config in enumerate(found):
+            y = lp.var(f"gpus__{tag}__{j}", 0, node.gpus)
+            gpu_cols[(i, j)] = y
+            used.append((y, 1.0))
+            for size in set(config):
+                slots[size].append((y, -float(config.count(size))))
+        lp.row(f"gpus__{tag}", whole + used, upper=node.gpus)
+        for size, terms in slots.items():
+            lp.row(f"slots__{tag}__{size}", terms, upper=0)
+        lp.row(f"cpu__{tag}", cpu, upper=node.cpu_milli)
+        lp.row(f"memory__{tag}", memory, upper=node.memory_mib)
+        held: dict[int, list[int]] = defaultdict(list)
+        for k in was_on[i]:
+            pod = arrivals[k]
+            if pod.num_gpu and pod.gpu_milli < GPU_MILLI:
+                held[origin[k][1][0]].append(pod.gpu_milli)
+        for sizes_on_gpu in held.values():
+            j = next(
+                (
+                    j
+                    for j, config in enumerate(found)
+                    if all(config.count(s) >= sizes_on_gpu.count(s) for s in sizes_on_gpu)
+                ),
+                -1,
+            )
+            if j < 0:
+                return None
+            start[gpu_cols[(i, j)]] = start.get(gpu_cols[(i, j)], 0.0) + 1.0
+    for key in shapes:
+        lp.row(
+            f"arrived__{key}",
+            per_shape[key],
+            lower=here_count[key],
+            upper=here_count[key] + wait_count[key],
+        )
+    x = [start.get(c, 0.0) for c in range(lp.num_cols)]
+    return lp, counts, (configurations, gpu_cols), x
+
+
+def _configuration_apply(
+    run: TraceRun,
+    window: list[int],
+    here: list[int],
+    tried: list[int],
+    x: dict[tuple[ShapeKey, int], int],
+    gpus: dict[tuple[int, int], int],
+    configurations: dict[int, list[tuple[int, ...]]],
+    origin: dict[int, tuple[int, tuple[int, ...]]],
+) -> bool:
+    """Put pods where the solution says: a pod that was here stays on its node, and on its
+    GPU, where the solution allows; shares fill the slots of the chosen configurations.
+    All or nothing: False leaves the window empty."""
+    cluster = run.cluster
+    arrivals = run.arrivals
+    room = dict(x)
+    on: dict[int, list[int]] = defaultdict(list)
+    rest: list[int] = []
+    for k in here:
+        key = (arrivals[k].shape, origin[k][0])
+        if room.get(key, 0) > 0:
+            room[key] -= 1
+            on[origin[k][0]].append(k)
+        else:
+            rest.append(k)
+    for k in rest + tried:
+        i = next((i for i in window if room.get((arrivals[k].shape, i), 0) > 0), -1)
+        if i < 0:
+            if k in origin:
+                return False
+            continue
+        room[(arrivals[k].shape, i)] -= 1
+        on[i].append(k)
+    done: list[int] = []
+    for i in window:
+        plan = _gpus_of_node(cluster, i, on[i], gpus, configurations.get(i, []), arrivals, origin)
+        if plan is None:
+            break
+        for k, chosen in plan:
+            if not _fits_on(cluster, i, arrivals[k], chosen):
+                plan = None
+                break
+            cluster.place(k, arrivals[k], i, chosen)
+            done.append(k)
+        if plan is None:
+            break
+    else:
+        for k in here:
+            if origin[k] != (cluster.placed[k][0], cluster.placed[k][1]):
+                run.moves += 1
+        return True
+    for k in done:
+        cluster.remove(k, arrivals[k])
+    return False
+
+
+def _gpus_of_node(
+    cluster: TraceCluster,
+    i: int,
+    pods: list[int],
+    gpus: dict[tuple[int, int], int],
+    configurations: list[tuple[int, ...]],
+    arrivals: Sequence[TracePod],
+    origin: dict[int, tuple[int, tuple[int, ...]]],
+) -> list[tuple[int, tuple[int, ...]]] | None:
+    """The GPUs of node i for its pods: each chosen configuration on one GPU (a GPU whose
+    pods all stay keeps them), shares into its slots, whole-GPU pods on the GPUs left."""
+    instances: list[list[int]] = []  # slots still open, per configuration instance
+    for j, config in enumerate(configurations):
+        instances.extend(list(config) for _ in range(gpus.get((i, j), 0)))
+    bound_to: dict[int, int] = {}  # instance -> GPU
+    out: list[tuple[int, tuple[int, ...]]] = []
+    shares = [k for k in pods if arrivals[k].num_gpu and arrivals[k].gpu_milli < GPU_MILLI]
+    whole = [k for k in pods if arrivals[k].gpu_milli >= GPU_MILLI and arrivals[k].num_gpu]
+    out.extend((k, ()) for k in pods if not arrivals[k].num_gpu)
+    left: list[int] = []
+    stayed: dict[int, list[int]] = defaultdict(list)
+    for k in shares:
+        if k in origin and origin[k][0] == i:
+            stayed[origin[k][1][0]].append(k)
+        else:
+            left.append(k)
+    for g, group in sorted(stayed.items()):
+        sizes = [arrivals[k].gpu_milli for k in group]
+        m = next(
+            (
+                m
+                for m, open_ in enumerate(instances)
+                if m not in bound_to and all(open_.count(s) >= sizes.count(s) for s in sizes)
+            ),
+            -1,
+        )
+        if m < 0:
+            left.extend(group)
+            continue
+        bound_to[m] = g
+        for k in group:
+            instances[m].remove(arrivals[k].gpu_milli)
+            out.append((k, (g,)))
+    pending: list[tuple[int, int]] = []  # (pod, instance) for instances not yet on a GPU
+    for k in sorted(left, key=lambda k: -arrivals[k].gpu_milli):
+        size = arrivals[k].gpu_milli
+        m = next((m for m, open_ in enumerate(instances) if size in open_), -1)
+        if m < 0:
+            return None
+        instances[m].remove(size)
+        pending.append((k, m))
+    taken = set(bound_to.values())
+    for k in whole:  # whole-GPU pods keep their GPUs where no configuration took them
+        if k in origin and origin[k][0] == i and not taken & set(origin[k][1]):
+            out.append((k, origin[k][1]))
+            taken |= set(origin[k][1])
+    free = [g for g in range(cluster.nodes[i].gpus) if g not in taken]
+    for k, m in pending:
+        if m not in bound_to:
+            if not free:
+                return None
+            bound_to[m] = free.pop(0)
+        out.append((k, (bound_to[m],)))
+    for k in whole:
+        if any(p == k for p, _ in out):
+            continue
+        if len(free) < arrivals[k].num_gpu:
+            return None
+        out.append((k, tuple(free[: arrivals[k].num_gpu])))
+        free = free[arrivals[k].num_gpu :]
+    return out
 
 
 def _window_model(
@@ -857,6 +1195,8 @@ def allocation_bound(
         milli, cpu, mem, count = [], [], [], []
         items: dict[int, list[tuple[int, float]]] = defaultdict(list)
         packed: list[list[tuple[int, float]]] = [[] for _ in functions]
+        by_size: dict[int, list[tuple[int, float]]] = defaultdict(list)
+        whole: list[tuple[int, float]] = []
         for key, pod in example.items():
             if pod.models and node.flavor not in pod.models:
                 continue
@@ -875,11 +1215,16 @@ def allocation_bound(
                 count.append((x, float(pod.num_gpu)))
             if pod.gpu_milli >= GPU_MILLI and pod.num_gpu > 1:
                 items[pod.num_gpu].append((x, 1.0))
+            if pod.num_gpu and pod.gpu_milli < GPU_MILLI:
+                by_size[pod.gpu_milli].append((x, 1.0))
+            elif pod.num_gpu:
+                whole.append((x, float(pod.num_gpu)))
             if pod.num_gpu:
                 for f, terms in zip(functions, packed, strict=True):
                     terms.append((x, float(pod.num_gpu * f[min(pod.gpu_milli, GPU_MILLI)])))
         lp.row(f"gpu__{kid}", milli, upper=m * node.gpus * GPU_MILLI)
         lp.row(f"gpus__{kid}", count, upper=m * node.gpus)
+        _gpu_configuration_rows(lp, kid, m * node.gpus, by_size, whole)
         lp.row(f"cpu__{kid}", cpu, upper=m * node.cpu_milli)
         lp.row(f"memory__{kid}", mem, upper=m * node.memory_mib)
         for size in items:
@@ -892,6 +1237,61 @@ def allocation_bound(
     result = solve(lp, backend, SolveLimits(60.0, 0.0, relax=True))
     capacity = sum(n.gpus for n in nodes) * GPU_MILLI
     return min(1.0, (result.objective or capacity) / capacity)
+
+
+MAX_GPU_CONFIGURATIONS = 20_000
+MAX_WINDOW_CONFIGURATIONS = 3_000
+
+
+def _gpu_configuration_rows(
+    lp: LinearModel,
+    kid: int,
+    gpus: int,
+    by_size: dict[int, list[tuple[int, float]]],
+    whole: list[tuple[int, float]],
+) -> None:
+    """The configuration LP (Gilmore and Gomory) of one pool of GPUs: each GPU is given
+    whole, or holds one maximal multiset of the share sizes (`gpu_configurations`); the
+    shares of a size placed are at most the slots the chosen multisets offer. Any plan
+    induces such a choice (extend each GPU's shares to a maximal multiset), so the rows
+    are valid; they imply every dual feasible function row and also see which sizes can
+    really sit together. Skipped when the sizes allow too many multisets."""
+    sizes = sorted(by_size)
+    configurations = gpu_configurations(sizes, MAX_GPU_CONFIGURATIONS)
+    if not configurations:
+        return
+    used = [
+        lp.var(f"configuration__{kid}__{j}", 0, gpus, integer=False)
+        for j in range(len(configurations))
+    ]
+    lp.row(f"configurations__{kid}", whole + [(y, 1.0) for y in used], upper=gpus)
+    for s in sizes:
+        slots = [(y, -float(c.count(s))) for y, c in zip(used, configurations, strict=True)]
+        lp.row(f"slots__{kid}__{s}", by_size[s] + [t for t in slots if t[1]], upper=0)
+
+
+def gpu_configurations(sizes: Sequence[int], limit: int) -> list[tuple[int, ...]]:
+    """Every maximal multiset of `sizes` that fits one GPU (no size can be added), in
+    non-increasing order; empty when there are none or more than `limit`."""
+    ordered = sorted(set(sizes), reverse=True)
+    if not ordered:
+        return []
+    smallest = ordered[-1]
+    out: list[tuple[int, ...]] = []
+    stack: list[tuple[int, int, tuple[int, ...]]] = [(0, GPU_MILLI, ())]
+    while stack:
+        start, left, chosen = stack.pop()
+        if left < smallest:  # the smallest size is among the ones still allowed
+            out.append(chosen)
+            if len(out) > limit:
+                return []
+            continue
+        stack.extend(
+            (j, left - ordered[j], (*chosen, ordered[j]))
+            for j in range(start, len(ordered))
+            if ordered[j] <= left
+        )
+    return out
 
 
 def packing_functions(sizes: Sequence[int]) -> list[dict[int, int]]:
@@ -994,6 +1394,57 @@ def _fits_on(cluster: TraceCluster, i: int, pod: TracePod, gpus: tuple[int, ...]
     return all(
         0 <= g < len(cluster.gpu_free[i]) and cluster.gpu_free[i][g] >= pod.gpu_milli for g in gpus
     )
+
+
+def starved_windows(
+    cluster: TraceCluster, waiting: Sequence[TracePod], partners: int = 2
+) -> list[list[int]]:
+    """Windows for GPU that waits on CPU or memory: a node with a GPU hole some waiting
+    pod would fit but for the node's CPU or memory, with the nodes of its kind that have
+    the most CPU and memory to spare (moves between them can free what the hole needs).
+    Most such GPU first; each spare node joins one window."""
+    shapes = {p.shape: p for p in waiting if p.num_gpu}.values()
+    starved: list[tuple[int, int]] = []
+    for i, node in enumerate(cluster.nodes):
+        free = cluster.gpu_free[i]
+        whole = free.count(GPU_MILLI)
+        stuck = 0
+        for f in free:
+            if not f:
+                continue
+            could = [
+                p
+                for p in shapes
+                if (not p.models or node.flavor in p.models)
+                and (p.gpu_milli <= f if p.gpu_milli < GPU_MILLI else p.num_gpu <= whole)
+            ]
+            if could and not any(
+                p.cpu_milli <= cluster.cpu_free[i] and p.memory_mib <= cluster.memory_free[i]
+                for p in could
+            ):
+                stuck += f
+        if stuck:
+            starved.append((-stuck, i))
+    if not starved:
+        return []
+    chosen = {i for _, i in starved}
+    spare: dict[int, list[int]] = defaultdict(list)
+    for i, node in enumerate(cluster.nodes):
+        if i not in chosen and node.gpus:
+            spare[cluster.kind[i]].append(i)
+
+    def room(i: int) -> tuple[float, int]:
+        node = cluster.nodes[i]
+        share = cluster.cpu_free[i] / max(1, node.cpu_milli)
+        return (share + cluster.memory_free[i] / max(1, node.memory_mib), -i)
+
+    for members in spare.values():
+        members.sort(key=room)  # the most room last, where pop() takes it
+    windows = []
+    for _, i in sorted(starved):
+        pool = spare[cluster.kind[i]]
+        windows.append([i, *(pool.pop() for _ in range(min(partners, len(pool))))])
+    return windows
 
 
 def _windows(cluster: TraceCluster, size: int, rounds: int) -> list[list[int]]:

@@ -9,14 +9,20 @@ from engine.model import Node
 from engine.placement.check import check_plan
 from engine.placement.objective import stranded_gpu
 from engine.placement.trace import (
+    TraceCluster,
     TracePod,
+    TraceRun,
     Workload,
     allocation_bound,
     as_plan,
     commit_order,
+    gpu_configurations,
     packing_functions,
+    place_in_order,
+    reoptimise,
     run_batch,
     run_online,
+    starved_windows,
 )
 
 SIZES = [50, 110, 160, 190, 230, 320, 470, 500, 530, 650, 810, 1000]
@@ -41,6 +47,104 @@ def test_packing_functions_never_value_one_gpu_above_1000(items: list[int]) -> N
     for f in packing_functions(SIZES):
         assert sum(f[s] for s in fitting) <= 1000
         assert f[1000] == 1000
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from(SIZES[:-1]), min_size=1, max_size=8, unique=True))
+def test_every_fitting_multiset_lies_under_a_maximal_configuration(sizes: list[int]) -> None:
+    """What the configuration rows rest on: whatever shares fit one GPU, some listed
+    configuration holds at least as many of every size, and each listed one fits and is
+    maximal."""
+    configurations = gpu_configurations(sizes, 100_000)
+    smallest = min(sizes)
+    for c in configurations:
+        assert sum(c) <= 1000 and 1000 - sum(c) < smallest
+
+    def fitting(start: int, left: int) -> list[list[int]]:
+        out = [[]]
+        for j in range(start, len(sizes)):
+            if sizes[j] <= left:
+                out += [[sizes[j], *rest] for rest in fitting(j, left - sizes[j])]
+        return out
+
+    for multiset in fitting(0, 1000):
+        assert any(all(c.count(s) >= multiset.count(s) for s in multiset) for c in configurations)
+
+
+def _best_allocation(cluster: list[Node], arrivals: list[TracePod], keep: int) -> int | None:
+    """The most milli-GPU any plan places, by exhaustive search: every pod unplaced or on
+    some node's GPUs (a share on one GPU, a whole-GPU pod on a set of whole free GPUs),
+    CPU and memory per node; the first `keep` pods must be placed (None: impossible)."""
+    gpu = [[1000] * n.gpus for n in cluster]
+    cpu = [n.cpu_milli for n in cluster]
+    memory = [n.memory_mib for n in cluster]
+    best: list[int | None] = [None]
+
+    def place(k: int, total: int) -> None:
+        if k == len(arrivals):
+            if best[0] is None or total > best[0]:
+                best[0] = total
+            return
+        p = arrivals[k]
+        if k >= keep:
+            place(k + 1, total)
+        for i in range(len(cluster)):
+            if cpu[i] < p.cpu_milli or memory[i] < p.memory_mib:
+                continue
+            if p.num_gpu == 0:
+                options: list[tuple[int, ...]] = [()]
+            elif p.gpu_milli < 1000:
+                options = [(g,) for g, f in enumerate(gpu[i]) if f >= p.gpu_milli]
+            else:
+                free = [g for g, f in enumerate(gpu[i]) if f == 1000]
+                options = [tuple(free[: p.num_gpu])] if len(free) >= p.num_gpu else []
+            for gpus in options:
+                cpu[i] -= p.cpu_milli
+                memory[i] -= p.memory_mib
+                for g in gpus:
+                    gpu[i][g] -= p.gpu_milli
+                place(k + 1, total + p.total_gpu_milli)
+                cpu[i] += p.cpu_milli
+                memory[i] += p.memory_mib
+                for g in gpus:
+                    gpu[i][g] += p.gpu_milli
+
+    place(0, 0)
+    return best[0]
+
+
+@settings(max_examples=120, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.sampled_from([110, 160, 230, 320, 470, 650, 810, 1000]), st.integers(1, 2)),
+        min_size=1,
+        max_size=6,
+    ),
+    st.lists(st.integers(1, 3), min_size=1, max_size=2),
+    st.integers(0, 6),
+    st.sampled_from([4000, 8000, 16_000]),
+)
+def test_bound_is_above_every_plan_that_keeps_the_kept_pods(
+    shapes: list[tuple[int, int]], gpus: list[int], keep: int, node_cpu: int
+) -> None:
+    """Validity of allocation_bound (the pooled LP with packing and configuration rows):
+    never below the exact optimum of the same small instance, with and without pods that
+    must stay placed."""
+    arrivals = [
+        pod(f"p{k}", milli, gpus=count if milli == 1000 else 1, cpu=2000 * count)
+        for k, (milli, count) in enumerate(shapes)
+    ]
+    cluster = [Node(f"n{i}", "T4", g, node_cpu, 65_536) for i, g in enumerate(gpus)]
+    capacity = 1000 * sum(gpus)
+    keep = min(keep, len(arrivals))
+    best = _best_allocation(cluster, arrivals, keep)
+    assert best is not None or keep > 0
+    if best is not None:
+        bound = allocation_bound(cluster, arrivals, "highs", keep=arrivals[:keep])
+        assert bound * capacity >= best - 1e-6
+    free = _best_allocation(cluster, arrivals, 0)
+    assert free is not None
+    assert allocation_bound(cluster, arrivals, "highs") * capacity >= free - 1e-6
 
 
 def test_bound_counts_the_gpu_an_810_share_strands() -> None:
@@ -111,3 +215,92 @@ def test_commit_order_is_most_gpus_then_largest_share_then_constrained() -> None
     cpu = TracePod("cpu", 32_000, 1, 0, 0)
     ordered = sorted([cpu, share, pinned, one, eight], key=commit_order)
     assert [p.name for p in ordered] == ["eight", "one", "pinned", "share", "cpu"]
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(
+        st.sampled_from([160, 230, 250, 300, 400, 470, 500, 650, 1000]), min_size=1, max_size=9
+    )
+)
+def test_a_commit_places_at_least_what_either_order_places(sizes: list[int]) -> None:
+    """One commit of every pod: the batch plan holds at least as much GPU as placing the
+    commit hardest first, and as placing it in arrival order (it keeps the better, and
+    its windows only add)."""
+    pods = [pod(f"p{k}", s) for k, s in enumerate(sizes)]
+    cluster = nodes(1, gpus=2)
+    workload = Workload.of(pods, {"T4"})
+    placed = []
+    for order in (sorted(range(len(pods)), key=lambda k: (commit_order(pods[k]), k)), None):
+        c = TraceCluster.of(cluster, workload)
+        place_in_order(c, pods, order if order is not None else list(range(len(pods))))
+        placed.append(c.allocated_milli)
+    batch = run_batch(cluster, pods, workload, 1.0, "highs", commit=len(pods))
+    assert batch.cluster.allocated_milli >= max(placed)
+    instance, plan = as_plan(batch)
+    assert check_plan(instance, plan) == []
+
+
+def test_reoptimise_moves_a_cpu_heavy_pod_off_a_gpu_that_waits_on_cpu() -> None:
+    """Node a holds a 300 share that takes 6 of its 8 CPUs: its free 700 waits on CPU. Node
+    b holds a 700 share and has CPU to spare. A waiting 700 share of 3 CPUs fits neither;
+    moving the 300 share to b lets it in on a. The window is a with b, the node with room."""
+    cluster = [Node(name, "T4", 1, 8000, 65_536) for name in ("a", "b")]
+    pods = [pod("x", 300, cpu=6000), pod("y", 700, cpu=1000), pod("w", 700, cpu=3000)]
+    state = TraceCluster.of(cluster, Workload.of(pods, {"T4"}))
+    state.place(0, pods[0], 0, (0,))
+    state.place(1, pods[1], 1, (0,))
+    assert starved_windows(state, [pods[2]]) == [[0, 1]]
+    run = reoptimise(TraceRun(pods, state, [], pending=[2]), "highs", 10.0)
+    assert run.allocation == (300 + 700 + 700) / 2000
+    assert run.pending == [] and run.moves == 1
+    instance, plan = as_plan(run)
+    assert check_plan(instance, plan) == []
+
+
+def test_reoptimise_moves_a_share_to_another_gpu_to_make_room() -> None:
+    """One node, two GPUs: 300 + 300 on one and 400 on the other. A waiting 700 fits
+    neither hole (400, 600); moving one 300 next to the 400 opens 700 on the first."""
+    cluster = nodes(1, gpus=2)
+    pods = [pod("a", 300), pod("b", 300), pod("c", 400), pod("w", 700)]
+    state = TraceCluster.of(cluster, Workload.of(pods, {"T4"}))
+    state.place(0, pods[0], 0, (0,))
+    state.place(1, pods[1], 0, (0,))
+    state.place(2, pods[2], 0, (1,))
+    run = reoptimise(TraceRun(pods, state, [], pending=[3]), "highs", 10.0)
+    assert run.allocation == 1700 / 2000
+    assert run.pending == [] and run.moves == 1
+    instance, plan = as_plan(run)
+    assert check_plan(instance, plan) == []
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.sampled_from([110, 230, 320, 470, 650, 810, 1000]), st.integers(1, 2)),
+        min_size=2,
+        max_size=10,
+    ),
+    st.lists(st.integers(1, 3), min_size=1, max_size=2),
+)
+def test_reoptimise_keeps_every_running_pod_and_never_loses_gpu(
+    shapes: list[tuple[int, int]], gpus: list[int]
+) -> None:
+    """Whatever the arrivals: every pod running before re-optimisation still runs, the
+    allocation does not drop, nor pass the exact optimum of keeping them, and the plan
+    passes the checker."""
+    arrivals = [
+        pod(f"p{k}", milli, gpus=count if milli == 1000 else 1, cpu=3000 * count)
+        for k, (milli, count) in enumerate(shapes)
+    ]
+    cluster = [Node(f"n{i}", "T4", g, 8000, 65_536) for i, g in enumerate(gpus)]
+    run = run_online(cluster, arrivals, Workload.of(arrivals, {"T4"}), "fgd", 1.0)
+    running = sorted(run.cluster.placed)
+    before = run.cluster.allocated_milli
+    order = running + [k for k in range(len(arrivals)) if k not in running]
+    best = _best_allocation(cluster, [arrivals[k] for k in order], len(running))
+    run = reoptimise(run, "highs", 10.0)
+    assert set(running) <= set(run.cluster.placed)
+    assert before <= run.cluster.allocated_milli <= (best or 0)
+    instance, plan = as_plan(run)
+    assert check_plan(instance, plan) == []
