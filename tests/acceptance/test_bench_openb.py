@@ -1,0 +1,65 @@
+"""`gitsched bench openb` on a file of the trace's format: every mode, every plan checked,
+no figure above the bounds it is measured against."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+
+from tests.acceptance.conftest import gitsched
+
+NODE_HEADER = "sn,cpu_milli,memory_mib,gpu,model"
+POD_HEADER = (
+    "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,"
+    "creation_time,deletion_time,scheduled_time"
+)
+
+
+def write_trace(directory: Path) -> tuple[Path, Path]:
+    rng = random.Random(3)
+    nodes = [NODE_HEADER]
+    for i in range(12):
+        model, gpus = rng.choice([("V100M16", 8), ("T4", 2), ("P100", 4)])
+        nodes.append(f"node-{i:02d},{rng.choice([64000, 96000])},{262144},{gpus},{model}")
+    pods = [POD_HEADER]
+    for i in range(60):
+        kind = rng.random()
+        if kind < 0.4:  # a share of one GPU
+            gpu, milli, spec = 1, rng.choice([250, 500, 810, 190]), ""
+        elif kind < 0.8:
+            gpu, milli, spec = rng.choice([1, 2, 4]), 1000, rng.choice(["", "V100M16|P100"])
+        else:
+            gpu, milli, spec = 0, 0, ""
+        cpu = rng.choice([4000, 8000, 16000])
+        pods.append(f"pod-{i:03d},{cpu},{16384},{gpu},{milli},{spec},LS,Running,1,2,1")
+    node_file, pod_file = directory / "nodes.csv", directory / "pods.csv"
+    node_file.write_text("\n".join(nodes) + "\n")
+    pod_file.write_text("\n".join(pods) + "\n")
+    return node_file, pod_file
+
+
+@pytest.mark.parametrize("mode", ["online", "batch", "reoptimise"])
+def test_each_mode_stays_under_its_bounds_and_every_plan_is_checked(
+    tmp_path: Path, mode: str
+) -> None:
+    nodes, pods = write_trace(tmp_path)
+    run = gitsched(
+        "bench", "openb", "--nodes", str(nodes), "--pods", str(pods), "--seeds", "2",
+        "--mode", mode, "--commit", "10", "--budget", "2", "--format", "json", expect=0,
+    )  # fmt: skip
+    result = json.loads(run.stdout)
+    assert result["checked"] is True and result["mode"] == mode
+    assert [s["seed"] for s in result["seeds"]] == [42, 43]
+    eps = 1e-6
+    for seed in result["seeds"]:
+        assert seed["arrivals"] > 0
+        assert 0 < seed["gitsched"] <= seed["bound_kept"] + eps <= seed["bound"] + 2 * eps
+        assert seed["greedy"] <= seed["bound"] + eps
+        if mode == "reoptimise":
+            # It starts from the batch plan and never stops a running pod: it can only gain.
+            assert seed["start"] <= seed["gitsched"] + eps
+        else:
+            assert seed["start"] == seed["gitsched"]
