@@ -719,6 +719,12 @@ def _translate(error: BaseException, doing: str) -> EventLogError:
     """One of the log's errors for a Kafka client (or socket) error."""
     if isinstance(error, EventLogError):
         return error
+    underlying = error.__cause__ or error.__context__
+    if isinstance(error, SystemError) and underlying is not None:
+        # confluent-kafka can leave a client error pending while it calls back into
+        # Python (a delivery report after the producer was fenced): the next C call
+        # there fails with a SystemError chained to it (confluent-kafka-python#865).
+        return _translate(underlying, doing)
     if isinstance(error, _AppendTimeout):
         return LogUnavailable(f"{doing}: no answer from Kafka in time ({error})")
     if isinstance(error, KafkaException) and error.args and isinstance(error.args[0], KafkaError):
