@@ -683,24 +683,11 @@ def reoptimise(
     started = time.perf_counter()
     cluster = run.cluster
     waiting = sorted(run.pending)
-    improved = True
-    while improved:  # GPU that waits on CPU or memory first, while that pays
-        improved = False
-        for window in starved_windows(cluster, [run.arrivals[k] for k in waiting]):
-            left = budget_s - (time.perf_counter() - started)
-            if left <= 0:
-                break
-            before = cluster.allocated_milli
-            waiting = window_resolve(
-                run, waiting, window, backend, min(window_limit_s, left), move_weight
-            )
-            improved |= cluster.allocated_milli > before
-    rounds = 0
-    while time.perf_counter() - started < budget_s:
-        windows = _windows(cluster, window_nodes, rounds)
-        if not windows:
-            break
-        improved = False
+
+    def sweep(windows: Iterable[list[int]]) -> bool:
+        """Re-solve the windows in turn while the budget lasts; whether any placed more."""
+        nonlocal waiting
+        gained = False
         for window in windows:
             left = budget_s - (time.perf_counter() - started)
             if left <= 0:
@@ -709,7 +696,18 @@ def reoptimise(
             waiting = window_resolve(
                 run, waiting, window, backend, min(window_limit_s, left), move_weight
             )
-            improved |= cluster.allocated_milli > before
+            gained |= cluster.allocated_milli > before
+        return gained
+
+    # GPU that waits on CPU or memory first, again while that pays.
+    while sweep(starved_windows(cluster, [run.arrivals[k] for k in waiting])):
+        pass
+    rounds = 0
+    while time.perf_counter() - started < budget_s:
+        windows = _windows(cluster, window_nodes, rounds)
+        if not windows:
+            break
+        improved = sweep(windows)
         rounds += 1
         if not improved and rounds > 1:
             break
