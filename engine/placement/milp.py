@@ -946,14 +946,24 @@ def _can_take(packing: Packing, job: Job, replicas: tuple[ReplicaPlacement, ...]
     return ok
 
 
+def _chosen_flavor(jv: JobVars, values: tuple[float, ...]) -> tuple[str | None] | None:
+    """The flavor the solution gives the job, as a 1-tuple (its flavor may be None: any);
+    None when the job must have one and the solution chose none."""
+    flavor = next((f for f, c in jv.flavor.items() if _chosen(values, c)), None)
+    if flavor is None and jv.flavor and None not in jv.flavor:
+        return None
+    return (flavor,)
+
+
 def _follow_job(
     packing: Packing, model: PlacementModel, jv: JobVars, values: tuple[float, ...]
 ) -> Fit | None:
     """The replicas of a per-node solution, on exactly the nodes it names."""
     job = jv.job
-    flavor = next((f for f, c in jv.flavor.items() if _chosen(values, c)), None)
-    if flavor is None and jv.flavor and None not in jv.flavor:
+    picked = _chosen_flavor(jv, values)
+    if picked is None:
         return None
+    (flavor,) = picked
     whole_domain = set(jv.domain.values())
     counts: list[tuple[Node, int]] = []
     for cid, c in jv.per_class.items():
@@ -990,9 +1000,10 @@ def _realise_job(
 ) -> Fit | None:
     """Nodes and GPUs for a job the model places: in its domain, on its classes."""
     job = jv.job
-    flavor = next((f for f, c in jv.flavor.items() if _chosen(values, c)), None)
-    if flavor is None and jv.flavor and None not in jv.flavor:
+    picked = _chosen_flavor(jv, values)
+    if picked is None:
         return None
+    (flavor,) = picked
     count = _replicas(jv, values)
     if count <= 0:
         return None
