@@ -7,10 +7,10 @@ is either fully valid (a DesiredState) or rejected with all of its errors.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import policies
 import schemas
@@ -185,6 +185,9 @@ def _too_large(path: str, size: int, limits: Limits) -> SpecError:
     )
 
 
+K = TypeVar("K")
+V = TypeVar("V")
+
 # One file's documents that passed their schema, and every error of the file itself.
 _Parsed = tuple[tuple[Document, ...], tuple[SpecError, ...]]
 
@@ -201,6 +204,25 @@ def _parse_file(path: str, content: bytes, limits: Limits) -> _Parsed:
     return tuple(valid), tuple(all_errors)
 
 
+class _LastTwoLoads(Generic[K, V]):
+    """Values by key, made when first asked for; a load keeps what it and the load
+    before it used, and drops the rest."""
+
+    def __init__(self) -> None:
+        self._values: dict[K, V] = {}
+        self._last: set[K] = set()
+
+    def load(self, keys: Sequence[K], make: Callable[[list[K]], Mapping[K, V]]) -> list[V]:
+        missing = list(dict.fromkeys(k for k in keys if k not in self._values))
+        if missing:
+            self._values.update(make(missing))
+        used = set(keys)
+        keep = used | self._last
+        self._values = {k: v for k, v in self._values.items() if k in keep}
+        self._last = used
+        return [self._values[k] for k in keys]
+
+
 class SpecCache:
     """What a long-running reader of one repository keeps from commit to commit.
 
@@ -212,33 +234,17 @@ class SpecCache:
     """
 
     def __init__(self) -> None:
-        self._blobs: dict[str, bytes] = {}
-        self._files: dict[tuple[str, bytes, Limits], _Parsed] = {}
-        self._used_blobs: set[str] = set()
-        self._used_files: set[tuple[str, bytes, Limits]] = set()
+        self._blobs: _LastTwoLoads[str, bytes] = _LastTwoLoads()
+        self._files: _LastTwoLoads[tuple[str, bytes, Limits], _Parsed] = _LastTwoLoads()
 
     def blobs(self, repo: GitRepo, shas: Sequence[str]) -> dict[str, bytes]:
-        missing = [sha for sha in shas if sha not in self._blobs]
-        self._blobs.update(repo.read_blobs(missing) if missing else {})
-        used = set(shas)
-        keep = used | self._used_blobs
-        self._blobs = {sha: blob for sha, blob in self._blobs.items() if sha in keep}
-        self._used_blobs = used
-        return {sha: self._blobs[sha] for sha in shas}
+        return dict(zip(shas, self._blobs.load(shas, repo.read_blobs), strict=True))
 
     def parsed(self, files: Sequence[tuple[str, bytes]], limits: Limits) -> list[_Parsed]:
-        keys = [(path, content, limits) for path, content in files]
-        out = []
-        for key in keys:
-            found = self._files.get(key)
-            if found is None:
-                found = self._files[key] = _parse_file(key[0], key[1], limits)
-            out.append(found)
-        used = set(keys)
-        keep = used | self._used_files
-        self._files = {key: parsed for key, parsed in self._files.items() if key in keep}
-        self._used_files = used
-        return out
+        return self._files.load(
+            [(path, content, limits) for path, content in files],
+            lambda missing: {key: _parse_file(*key) for key in missing},
+        )
 
 
 def parse_files(
