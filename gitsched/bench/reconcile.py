@@ -13,6 +13,7 @@ incremental MILP solve, and the one append of the commit with its placement.
 from __future__ import annotations
 
 import json
+import os
 import random
 import statistics
 import subprocess
@@ -165,11 +166,11 @@ def _git(root: Path, *args: str) -> None:
         check=True,
         capture_output=True,
         env={
+            **os.environ,
             "GIT_AUTHOR_NAME": "bench",
             "GIT_AUTHOR_EMAIL": "bench@gitsched.invalid",
             "GIT_COMMITTER_NAME": "bench",
             "GIT_COMMITTER_EMAIL": "bench@gitsched.invalid",
-            "PATH": "/usr/bin:/bin:/usr/local/bin",
         },
     )
 
