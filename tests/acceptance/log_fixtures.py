@@ -1,8 +1,8 @@
 """Logs on both backends, a cluster repo with a long history, and reconcilers that die.
 
-A reconciler is killed in two ways. From outside: the test watches the log and
-sends SIGKILL once its last seq passes a mark (between transactions, or while
-the next one is being solved). From inside: run as
+A reconciler is killed in two ways. From outside: a paced reconciler notes the
+last seq of each append in a progress file, and the test sends SIGKILL once it
+passes a mark (between transactions, or while the next one is being solved). From inside: run as
 `python -m tests.acceptance.log_fixtures reconcile ...` with GITSCHED_TEST_DIE
 set, the process SIGKILLs itself at an exact point of its N-th write (with the
 batch written but not committed, or committed but not yet acknowledged), which
@@ -31,6 +31,8 @@ from tests.kafka_broker import bootstrap_from_env, check_broker, delete_topics, 
 
 # GITSCHED_TEST_DIE="WHEN:N": WHEN is before-commit or after-commit, N counts writes from 1.
 DIE_ENV = "GITSCHED_TEST_DIE"
+# With DIE_ENV="pace:MS", the file each append writes its last seq to.
+PROGRESS_ENV = "GITSCHED_TEST_PROGRESS"
 EXTRA_COMMITS = 36
 START = 1_763_900_000
 
@@ -225,15 +227,21 @@ def reconcile_args(repo: Path, url: str) -> tuple[str, ...]:
     return ("reconcile", str(repo), "--once", "--log", url)
 
 
-def start_dying(repo: Path, url: str, die: str) -> subprocess.Popen[str]:
+def start_dying(
+    repo: Path, url: str, die: str, progress: Path | None = None
+) -> subprocess.Popen[str]:
     """A reconciler that SIGKILLs itself at `die` (see DIE_ENV), or with `pace:MS`
-    one that pauses MS after each append, to be killed from outside."""
+    one that pauses MS after each append and writes its last seq to `progress`,
+    to be killed from outside."""
     from tests.acceptance.conftest import gitsched_env
 
+    extra = {DIE_ENV: die}
+    if progress is not None:
+        extra[PROGRESS_ENV] = str(progress)
     return subprocess.Popen(
         [sys.executable, "-m", "tests.acceptance.log_fixtures", *reconcile_args(repo, url)],
         cwd=Path(__file__).resolve().parents[2],
-        env=gitsched_env({DIE_ENV: die}),
+        env=gitsched_env(extra),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -252,13 +260,29 @@ def wait_killed(process: subprocess.Popen[str], what: str) -> None:
     )
 
 
+def _progress(path: Path) -> int:
+    try:
+        return int(path.read_text() or 0)
+    except (FileNotFoundError, ValueError):
+        return 0  # not written yet, or caught half-way through a write
+
+
 def kill_when_seq_passes(
-    process: subprocess.Popen[str], last_seq: Callable[[], int], mark: int, what: str
+    process: subprocess.Popen[str],
+    progress: Path,
+    last_seq: Callable[[], int],
+    mark: int,
+    what: str,
 ) -> int | None:
-    """SIGKILL `process` as soon as the log's last seq reaches `mark`; None if it finished first."""
+    """SIGKILL `process` (started with `progress`) as soon as an append of its takes the
+    log past `mark`; the log's last seq after the kill, or None if it finished first.
+
+    The process's own note is watched rather than the log: a reader catching up with
+    the log can lag a fast writer by many transactions on a loaded machine, and the
+    kill would land after the run's last write."""
     deadline = time.monotonic() + COMMAND_TIMEOUT_S
     while process.poll() is None:
-        if last_seq() >= mark:
+        if _progress(progress) >= mark:
             process.send_signal(signal.SIGKILL)
             process.communicate()
             return last_seq()
@@ -341,9 +365,10 @@ def as_json(value: Any) -> str:
     return json.dumps(value, indent=1, sort_keys=True)
 
 
-def _pace(ms: int) -> None:
-    """Patch the log backends so every append pauses `ms` after it returns, as a
-    reconciler waiting for the next commit would: a watcher gets to see each seq."""
+def _pace(ms: int, progress: Path) -> None:
+    """Patch the log backends so every append notes its last seq in `progress` and
+    pauses `ms` after it returns, as a reconciler waiting for the next commit would:
+    a watcher gets to see each seq."""
     import eventlog.kafka
     import eventlog.sqlite
 
@@ -352,6 +377,8 @@ def _pace(ms: int) -> None:
 
         def append(self: Any, *args: Any, _real: Any = real_append, **kwargs: Any) -> Any:
             stored = _real(self, *args, **kwargs)
+            if stored:
+                progress.write_text(str(stored[-1].seq))
             time.sleep(ms / 1000)
             return stored
 
@@ -364,7 +391,7 @@ if __name__ == "__main__":
         when, _, count = spec.partition(":")
         assert when in ("before-commit", "after-commit", "pace") and count.isdigit(), spec
         if when == "pace":
-            _pace(int(count))
+            _pace(int(count), Path(os.environ[PROGRESS_ENV]))
         else:
             _die_at(when, int(count))
     from gitsched.cli import main

@@ -57,7 +57,7 @@ def assert_as_clean(url: str, clean: Outcome) -> None:
 
 
 def test_killed_between_transactions_at_several_points(
-    long_history: Path, logs: LogFactory, clean: Outcome
+    long_history: Path, logs: LogFactory, clean: Outcome, tmp_path: Path
 ) -> None:
     url = logs.new_url()
     last_seq = logs.last_seq_reader(url)
@@ -67,8 +67,11 @@ def test_killed_between_transactions_at_several_points(
     for mark in marks:
         # Paced, so a fast writer cannot finish the history before the watcher sees
         # the mark; the SIGKILL still lands wherever the process happens to be.
-        process = start_dying(long_history, url, "pace:50")
-        seq = kill_when_seq_passes(process, last_seq, mark, f"reconcile (to be killed at {mark})")
+        progress = tmp_path / f"progress-{mark}"
+        process = start_dying(long_history, url, "pace:50", progress)
+        seq = kill_when_seq_passes(
+            process, progress, last_seq, mark, f"reconcile (to be killed at {mark})"
+        )
         if seq is None:
             assert process.returncode == 0
             break
