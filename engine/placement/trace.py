@@ -249,6 +249,18 @@ class TraceCluster:
     def capacity_milli(self) -> int:
         return sum(n.gpus for n in self.nodes) * GPU_MILLI
 
+    def free_split(self) -> tuple[int, int]:
+        """The free milli-GPU on GPUs that hold a share (remainders only a smaller
+        share can use), and on GPUs that hold nothing."""
+        partial = whole = 0
+        for free in self.gpu_free:
+            for f in free:
+                if f == GPU_MILLI:
+                    whole += f
+                else:
+                    partial += f
+        return partial, whole
+
     def fits(self, i: int, pod: TracePod) -> bool:
         node = self.nodes[i]
         if pod.models and node.flavor not in pod.models:

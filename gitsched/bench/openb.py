@@ -124,6 +124,7 @@ def _one_seed(args: tuple[Any, ...]) -> dict[str, Any]:
         nodes, arrivals, workload, demand, mode, policy, solver, commit, budget
     )
     base = run_greedy(nodes, arrivals, workload, demand, commit=commit if mode == "batch" else 1)
+    partial, whole = ours.cluster.free_split()
     problems = []
     for name, run in (("gitsched", ours), ("greedy", base)):
         instance, plan = as_plan(run)
@@ -133,6 +134,8 @@ def _one_seed(args: tuple[Any, ...]) -> dict[str, Any]:
         "seed": seed,
         "arrivals": len(arrivals),
         "gitsched": ours.allocation,
+        "free_in_shared_gpus": partial / ours.cluster.capacity_milli,
+        "free_whole_gpus": whole / ours.cluster.capacity_milli,
         "start": start,
         "greedy": base.allocation,
         "bound": allocation_bound(nodes, arrivals, solver),
@@ -293,6 +296,8 @@ def _summary(
                 "seed": r["seed"],
                 "arrivals": r["arrivals"],
                 "gitsched": pct(r["gitsched"]),
+                "free_in_shared_gpus": pct(r["free_in_shared_gpus"]),
+                "free_whole_gpus": pct(r["free_whole_gpus"]),
                 "start": pct(r["start"]),
                 "greedy": pct(r["greedy"]),
                 "bound": pct(r["bound"]),
@@ -306,6 +311,8 @@ def _summary(
         ],
         "mean": {
             "gitsched": pct(ours),
+            "free_in_shared_gpus": pct(statistics.mean(r["free_in_shared_gpus"] for r in results)),
+            "free_whole_gpus": pct(statistics.mean(r["free_whole_gpus"] for r in results)),
             "start": pct(statistics.mean(r["start"] for r in results)),
             "greedy": pct(base),
             "bound": pct(bound),
@@ -351,6 +358,10 @@ def _text(s: dict[str, Any]) -> str:
     lines.append(
         "bound: any plan of the arrivals; kept bound: any plan that keeps running every pod "
         "running before re-optimisation"
+    )
+    lines.append(
+        f"gitsched leaves {m['free_in_shared_gpus']:.2f}% of GPU free beside shares on part-used "
+        f"GPUs and {m['free_whole_gpus']:.2f}% in whole free GPUs"
     )
     lines.append(
         f"gitsched - greedy: {m['vs_greedy']:+.2f}; gitsched - bound: {m['vs_bound']:+.2f}; "

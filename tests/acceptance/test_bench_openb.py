@@ -58,6 +58,10 @@ def test_each_mode_stays_under_its_bounds_and_every_plan_is_checked(
         assert seed["arrivals"] > 0
         assert 0 < seed["gitsched"] <= seed["bound_kept"] + eps <= seed["bound"] + 2 * eps
         assert seed["greedy"] <= seed["bound"] + eps
+        # What is not allocated is free, on part-used GPUs or whole ones (rounded to 0.01).
+        free = seed["free_in_shared_gpus"] + seed["free_whole_gpus"]
+        assert seed["free_in_shared_gpus"] >= 0 and seed["free_whole_gpus"] >= 0
+        assert abs(seed["gitsched"] + free - 100) <= 0.02, seed
         if mode == "reoptimise":
             # It starts from the batch plan and never stops a running pod: it can only gain.
             assert seed["start"] <= seed["gitsched"] + eps

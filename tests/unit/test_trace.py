@@ -160,6 +160,16 @@ def test_bound_counts_the_gpu_an_810_share_strands() -> None:
     assert run.allocation <= kept + 1e-9
 
 
+def test_free_capacity_splits_into_remainders_beside_shares_and_whole_gpus() -> None:
+    pods = [pod("big", 810), pod("small", 160), pod("half", 500)]
+    run = run_online(nodes(2), pods, Workload.of(pods, {"T4"}), "fgd", 1.0)
+    partial, whole = run.cluster.free_split()
+    # 810 + 160 share a GPU (30 left), the 500 takes the other (500 left): none is whole.
+    assert (partial, whole) == (30 + 500, 0)
+    assert run.cluster.allocated_milli + partial + whole == run.cluster.capacity_milli
+    assert TraceCluster.of(nodes(2), run.cluster.workload).free_split() == (0, 2 * 1000)
+
+
 def test_bound_is_above_what_online_places() -> None:
     pods = [pod(f"p{i}", s) for i, s in enumerate([810, 160, 470, 470, 650, 320, 1000, 230])]
     cluster = nodes(2, gpus=2)
