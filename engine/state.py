@@ -1,7 +1,7 @@
 """The cluster's state as a fold over its events: `evolve(state, event) -> state`.
 
-Maps are persistent (pyrsistent), so each event costs O(log n) and a
-replay of a long log stays linear.
+Maps are persistent (immutables' HAMT, in C), so each event costs O(log n) and
+a replay of a long log stays linear; a replay folds every event through here.
 """
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
-from pyrsistent import PMap, pmap
+from immutables import Map
 
 from engine import events as ev
 from engine.model import ClusterSpec, CommitInfo, Finding, Job, Node, Placement, Policy, Queue
@@ -27,11 +27,11 @@ class Pending:
 class ClusterState:
     cluster: ClusterSpec | None = None
     policy: Policy = field(default_factory=Policy)
-    nodes: PMap[str, Node] = field(default_factory=pmap)
-    queues: PMap[str, Queue] = field(default_factory=pmap)
-    jobs: PMap[str, Job] = field(default_factory=pmap)
-    placements: PMap[str, Placement] = field(default_factory=pmap)
-    pending: PMap[str, Pending] = field(default_factory=pmap)
+    nodes: Map[str, Node] = field(default_factory=Map)
+    queues: Map[str, Queue] = field(default_factory=Map)
+    jobs: Map[str, Job] = field(default_factory=Map)
+    placements: Map[str, Placement] = field(default_factory=Map)
+    pending: Map[str, Pending] = field(default_factory=Map)
     last_commit: CommitInfo | None = None
     last_good_commit: CommitInfo | None = None
     last_rejection: tuple[Finding, ...] = ()
@@ -42,8 +42,24 @@ class ClusterState:
         return self.placements.get(job)
 
 
+_FIELDS = tuple(f.name for f in dataclasses.fields(ClusterState) if f.name != "events_applied")
+_new = object.__new__
+_set = object.__setattr__
+V = TypeVar("V")
+
+
 def _replace(state: ClusterState, **changes: Any) -> ClusterState:
-    return dataclasses.replace(state, events_applied=state.events_applied + 1, **changes)
+    """`dataclasses.replace`, counting the event: every event of a replay comes
+    through here, and the general function costs a few times as much."""
+    new = _new(ClusterState)
+    for name in _FIELDS:
+        _set(new, name, changes[name] if name in changes else getattr(state, name))
+    _set(new, "events_applied", state.events_applied + 1)
+    return new
+
+
+def _without(entries: Map[str, V], key: str) -> Map[str, V]:
+    return entries.delete(key) if key in entries else entries
 
 
 def _commit_applied(s: ClusterState, e: ev.CommitApplied) -> ClusterState:
@@ -67,7 +83,7 @@ def _node_registered(s: ClusterState, e: ev.NodeRegistered) -> ClusterState:
 
 
 def _node_removed(s: ClusterState, e: ev.NodeRemoved) -> ClusterState:
-    return _replace(s, nodes=s.nodes.discard(e.node), needs_placement=True)
+    return _replace(s, nodes=_without(s.nodes, e.node), needs_placement=True)
 
 
 def _node_state_changed(s: ClusterState, e: ev.NodeStateChanged) -> ClusterState:
@@ -84,7 +100,7 @@ def _queue_configured(s: ClusterState, e: ev.QueueConfigured) -> ClusterState:
 
 
 def _queue_removed(s: ClusterState, e: ev.QueueRemoved) -> ClusterState:
-    return _replace(s, queues=s.queues.discard(e.queue), needs_placement=True)
+    return _replace(s, queues=_without(s.queues, e.queue), needs_placement=True)
 
 
 def _job_submitted(s: ClusterState, e: ev.JobSubmitted) -> ClusterState:
@@ -98,9 +114,9 @@ def _job_changed(s: ClusterState, e: ev.JobChanged) -> ClusterState:
 def _job_gone(s: ClusterState, key: str) -> ClusterState:
     return _replace(
         s,
-        jobs=s.jobs.discard(key),
-        placements=s.placements.discard(key),
-        pending=s.pending.discard(key),
+        jobs=_without(s.jobs, key),
+        placements=_without(s.placements, key),
+        pending=_without(s.pending, key),
         needs_placement=True,
     )
 
@@ -116,14 +132,14 @@ def _job_finished(s: ClusterState, e: ev.JobFinished) -> ClusterState:
 def _placement_decided(s: ClusterState, e: ev.PlacementDecided) -> ClusterState:
     placement = Placement(job=e.job, flavor=e.flavor, replicas=e.replicas, started_at=e.at)
     return _replace(
-        s, placements=s.placements.set(e.job, placement), pending=s.pending.discard(e.job)
+        s, placements=s.placements.set(e.job, placement), pending=_without(s.pending, e.job)
     )
 
 
 def _job_preempted(s: ClusterState, e: ev.JobPreempted) -> ClusterState:
     return _replace(
         s,
-        placements=s.placements.discard(e.job),
+        placements=_without(s.placements, e.job),
         pending=s.pending.set(e.job, Pending(e.reason, "preempted")),
     )
 
@@ -131,7 +147,7 @@ def _job_preempted(s: ClusterState, e: ev.JobPreempted) -> ClusterState:
 def _job_pending(s: ClusterState, e: ev.JobPending) -> ClusterState:
     return _replace(
         s,
-        placements=s.placements.discard(e.job),
+        placements=_without(s.placements, e.job),
         pending=s.pending.set(e.job, Pending(e.reason, e.constraint)),
     )
 

@@ -161,6 +161,7 @@ def test_replaying_the_log_always_gives_the_same_state(history) -> None:  # type
         log.extend(events)
         state = fold(events, state)
     assert fold(log) == state
+    assert state.events_applied == len(log)
     decoded = [from_data(type(e), to_data(e)) for e in log]
     assert fold(decoded) == state
     assert set(state.placements) <= set(state.jobs)
