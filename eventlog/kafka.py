@@ -9,7 +9,6 @@ a pure-Python client spends as long again building and parsing records.
 from __future__ import annotations
 
 import contextlib
-import gc
 import logging
 import threading
 import time
@@ -47,6 +46,7 @@ from eventlog.base import (
     check_import,
     utc_now,
 )
+from eventlog.collector import collector_paused
 from eventlog.envelope import (
     GENESIS_HASH,
     NewEvent,
@@ -263,22 +263,18 @@ class KafkaEventLog(EventLog):
             if self._position(consumer) >= end:
                 return
             consumer.resume([self._partition])
-            # The events read are kept: a long replay would otherwise set off the
-            # cyclic collector again and again over an ever larger heap.
-            collecting = gc.isenabled()
-            gc.disable()
             try:
-                while (position := self._position(consumer)) < end:
-                    if time.monotonic() >= deadline:
-                        raise _AppendTimeout(f"reading {self._topic} up to offset {end}")
-                    # consume() waits until it has `wanted` records or its timeout ends;
-                    # commit markers take offsets but give no record, so the short
-                    # timeout is what ends the last call of a catch-up.
-                    wanted = min(10_000, end - position)
-                    self._ingest(consumer.consume(wanted, timeout=min(_s_left(deadline), 0.02)))
+                # The events read are kept, so the collector would only walk them.
+                with collector_paused():
+                    while (position := self._position(consumer)) < end:
+                        if time.monotonic() >= deadline:
+                            raise _AppendTimeout(f"reading {self._topic} up to offset {end}")
+                        # consume() waits until it has `wanted` records or its timeout
+                        # ends; commit markers take offsets but give no record, so the
+                        # short timeout is what ends the last call of a catch-up.
+                        wanted = min(10_000, end - position)
+                        self._ingest(consumer.consume(wanted, timeout=min(_s_left(deadline), 0.02)))
             finally:
-                if collecting:
-                    gc.enable()
                 # Idle, the reader fetches nothing: a long-polling fetch would hold up
                 # the offset queries queued behind it on the same connection.
                 consumer.pause([self._partition])

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from engine.state import ClusterState, evolve
 from eventlog.base import EventLog, LogCorrupted
 from eventlog.codec import decode
+from eventlog.collector import collector_paused
 from eventlog.envelope import GENESIS_HASH, ChainChecker
 
 
@@ -41,17 +42,18 @@ def replay(
         start.last_hash,
     )
     checker = ChainChecker(expect_first_seq=last_seq + 1, prev_hash=last_hash) if verify else None
-    for stored in log.read(last_seq, until_seq=until_seq):
-        if until_time is not None and stored.time > until_time:
-            break
-        if checker is not None:
-            broken = checker.check(stored)
-            if broken is not None:
-                raise LogCorrupted(
-                    f"the log was altered at seq {broken.seq}: {broken.reason}; "
-                    "run `gitsched audit verify`",
-                    seq=broken.seq,
-                )
-        state = evolve(state, decode(stored))
-        last_seq, last_time, last_hash = stored.seq, stored.time, stored.hash
+    with collector_paused():
+        for stored in log.read(last_seq, until_seq=until_seq):
+            if until_time is not None and stored.time > until_time:
+                break
+            if checker is not None:
+                broken = checker.check(stored)
+                if broken is not None:
+                    raise LogCorrupted(
+                        f"the log was altered at seq {broken.seq}: {broken.reason}; "
+                        "run `gitsched audit verify`",
+                        seq=broken.seq,
+                    )
+            state = evolve(state, decode(stored))
+            last_seq, last_time, last_hash = stored.seq, stored.time, stored.hash
     return Replayed(state, last_seq, last_time, last_hash)
