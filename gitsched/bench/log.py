@@ -29,7 +29,9 @@ from engine.model import CommitInfo, Job, ReplicaPlacement, Resources, TopologyR
 from eventlog import open_log
 from eventlog.base import EventLog, EventLogError
 from eventlog.codec import decode, encode
+from eventlog.collector import collector_paused
 from eventlog.envelope import NewEvent
+from eventlog.replay import replay
 from gitsched.options import fail, format_option
 from gitsched.render import table
 
@@ -52,6 +54,8 @@ class Result:
     append_p99_ms: float
     replay_s: float
     replay_per_s: float
+    fold_s: float
+    fold_per_s: float
 
 
 def synthetic_commits(events: int, jobs: int, run: str, seed: int = 7) -> Iterator[list[NewEvent]]:
@@ -168,6 +172,14 @@ def measure(url: str, events: int, jobs: int) -> Result:
         replay_s = time.perf_counter() - began
     if replayed != events:
         raise GitschedError(f"{url}: replay read {replayed} events, {events} were appended")
+    # The same again, folded into the cluster state: what `gitsched state` or a
+    # restarted reconciler does.
+    with open_log(url, create=False) as event_log:
+        began = time.perf_counter()
+        folded = replay(event_log).last_seq
+        fold_s = time.perf_counter() - began
+    if folded != events:
+        raise GitschedError(f"{url}: the fold reached seq {folded}, {events} were appended")
     ordered = sorted(latencies)
     return Result(
         log=url,
@@ -180,14 +192,18 @@ def measure(url: str, events: int, jobs: int) -> Result:
         append_p99_ms=ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))] * 1000,
         replay_s=replay_s,
         replay_per_s=events / replay_s,
+        fold_s=fold_s,
+        fold_per_s=events / fold_s,
     )
 
 
 def _replay(event_log: EventLog) -> int:
+    """Read and decode every event, as `replay` does before it folds them."""
     count = 0
-    for stored in event_log.read(0):
-        decode(stored)
-        count += 1
+    with collector_paused():
+        for stored in event_log.read(0):
+            decode(stored)
+            count += 1
     return count
 
 
@@ -246,8 +262,9 @@ def command(logs: tuple[str, ...], kafka: str | None, events: int, jobs: int, fm
     Appends EVENTS synthetic events one commit at a time, as the reconciler does
     (a commit of JOBS jobs and its placement decisions: one transaction of
     2 x JOBS + 2 events; acks=all and idempotence on Kafka), then replays them all
-    through a new instance (read + decode). Targets (issue #3): Kafka appends >= 20,000 events/s,
-    replay >= 100,000 events/s.
+    through a new instance (read + decode), and folds them into the cluster state
+    through another (FOLD: what `gitsched state` or a restarted reconciler does).
+    Targets (issue #3): Kafka appends >= 20,000 events/s, replay >= 100,000 events/s.
     """
     owned_topics: list[str] = []
     with tempfile.TemporaryDirectory(prefix="gitsched-bench-log-") as scratch:
@@ -288,6 +305,7 @@ def command(logs: tuple[str, ...], kafka: str | None, events: int, jobs: int, fm
                 "APPEND P50 MS",
                 "APPEND P99 MS",
                 "REPLAY EV/S",
+                "FOLD EV/S",
                 "TARGETS",
             ],
             [
@@ -299,6 +317,7 @@ def command(logs: tuple[str, ...], kafka: str | None, events: int, jobs: int, fm
                     f"{r.append_p50_ms:.2f}",
                     f"{r.append_p99_ms:.2f}",
                     f"{r.replay_per_s:,.0f}",
+                    f"{r.fold_per_s:,.0f}",
                     _verdict(r),
                 ]
                 for r in results

@@ -24,7 +24,8 @@ def test_one_append_per_commit_of_jobs_and_their_placements(tmp_path: Path) -> N
 
     [sqlite] = results(run.stdout).values()
     assert (sqlite["events"], sqlite["batch"]) == (230, 22)
-    assert float(str(sqlite["append_per_s"])) > 0 and float(str(sqlite["replay_per_s"])) > 0
+    for rate in ("append_per_s", "replay_per_s", "fold_per_s"):
+        assert float(str(sqlite[rate])) > 0, rate
     events = read_events(log)
     assert len(events) == 230
     # Every commit: 10 JobSubmitted, CommitApplied, 10 PlacementDecided, SolveCompleted, in
