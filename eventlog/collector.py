@@ -9,7 +9,7 @@ from contextlib import contextmanager
 
 @contextmanager
 def collector_paused() -> Iterator[None]:
-    """Run the block with the cyclic garbage collector off, as it was before after it.
+    """Run the block with the cyclic garbage collector off; leave it as it was found.
 
     A replay keeps nearly everything it allocates (events, the folded state), so each
     collection the allocations set off walks an ever larger heap for cycles that are
