@@ -187,6 +187,21 @@ def _apply_plan(state: ClusterState, intent: ApplyPlan) -> tuple[ev.Event, ...]:
     return tuple(out)
 
 
+def keep_waiting_reasons(
+    plan: PlacementPlan, state: ClusterState, changed: frozenset[str]
+) -> PlacementPlan:
+    """An incremental plan, which decided only the `changed` jobs, leaves the other
+    waiting jobs waiting: they keep the reason the last full solve gave them, so
+    `decide` appends no JobPending for them again."""
+    outcomes = []
+    for outcome in plan.outcomes:
+        known = state.pending.get(outcome.job)
+        if outcome.status is OutcomeStatus.PENDING and known and outcome.job not in changed:
+            outcome = dataclasses.replace(outcome, reason=known.reason, constraint=known.constraint)
+        outcomes.append(outcome)
+    return dataclasses.replace(plan, outcomes=tuple(outcomes))
+
+
 def placement_instance(state: ClusterState, now: str) -> PlacementInstance:
     """What the solver sees of the state: every job, node, queue, and what runs where."""
     return PlacementInstance(

@@ -12,10 +12,17 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from engine.core import ApplyCommit, ApplyPlan, RejectCommit, decide, placement_instance
+from engine.core import (
+    ApplyCommit,
+    ApplyPlan,
+    RejectCommit,
+    decide,
+    keep_waiting_reasons,
+    placement_instance,
+)
 from engine.events import CommitApplied, Event, JobChanged, JobSubmitted
 from engine.model import CommitInfo, Finding
-from engine.placement.plan import OutcomeStatus, PlacementPlan
+from engine.placement.plan import PlacementPlan
 from engine.placement.solvers import solve, solve_changed
 from engine.state import ClusterState, fold
 from eventlog.base import (
@@ -169,7 +176,7 @@ class Reconciler:
         ):
             plan = solve_changed(instance, changed, self.solver)
             if plan is not None:
-                plan = _keep_waiting_reasons(plan, state, changed)
+                plan = keep_waiting_reasons(plan, state, changed)
         if plan is None:
             plan = solve(instance, self.solver)
         report.plan = plan
@@ -227,20 +234,6 @@ def _changed_jobs(events: Sequence[Event]) -> frozenset[str] | None:
         elif not isinstance(event, CommitApplied):
             return None
     return frozenset(jobs)
-
-
-def _keep_waiting_reasons(
-    plan: PlacementPlan, state: ClusterState, changed: frozenset[str]
-) -> PlacementPlan:
-    """An incremental solve leaves unchanged waiting jobs waiting: they keep the
-    reason the last full solve gave, so no JobPending is appended for them again."""
-    outcomes = []
-    for outcome in plan.outcomes:
-        known = state.pending.get(outcome.job)
-        if outcome.status is OutcomeStatus.PENDING and known and outcome.job not in changed:
-            outcome = replace(outcome, reason=known.reason, constraint=known.constraint)
-        outcomes.append(outcome)
-    return replace(plan, outcomes=tuple(outcomes))
 
 
 @dataclass(frozen=True, slots=True)

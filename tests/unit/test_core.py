@@ -15,10 +15,12 @@ from engine.core import (
     DesiredState,
     RejectCommit,
     decide,
+    keep_waiting_reasons,
     placement_instance,
 )
 from engine.model import CommitInfo, Finding, NodeState, Policy
 from engine.placement.greedy import GreedyPlacer
+from engine.placement.plan import JobOutcome, OutcomeStatus
 from engine.state import ClusterState, fold
 from tests.unit.factories import CLUSTER, job, node, queue
 
@@ -107,6 +109,37 @@ def test_placement_events_fold_into_placements_and_pending() -> None:
         state, ApplyPlan(GreedyPlacer().solve(placement_instance(state, "t")), "s2", "t")
     )
     assert [type(e) for e in again] == [ev.SolveCompleted]
+
+
+def test_an_incremental_plan_keeps_the_reasons_of_waiting_jobs_it_did_not_decide() -> None:
+    jobs = [job("a", gpu=8), job("big", gpu=8, replicas=3), job("late", gpu=8, replicas=3)]
+    state = apply(ClusterState(), ApplyCommit(commit(1), desired(jobs[:2])))
+    plan = GreedyPlacer().solve(placement_instance(state, "t1"))
+    state = apply(state, ApplyPlan(plan, "s1", "t1"))
+    before = state.pending["q/big"]
+    state = apply(state, ApplyCommit(commit(2), desired(jobs)))
+    # An incremental plan: "big" waits as it did (the plan does not say why), "late" is new.
+    outcomes = [
+        dataclasses.replace(o, reason="waits as at the last solve", constraint="")
+        if o.job == "q/big"
+        else o
+        for o in plan.outcomes
+    ]
+    outcomes.append(
+        JobOutcome("q/late", OutcomeStatus.PENDING, reason="no room", constraint="capacity")
+    )
+    waits = dataclasses.replace(plan, outcomes=tuple(outcomes))
+    kept = keep_waiting_reasons(waits, state, frozenset({"q/late"}))
+    by_job = {o.job: o for o in kept.outcomes}
+    assert (by_job["q/big"].reason, by_job["q/big"].constraint) == (
+        before.reason,
+        before.constraint,
+    )
+    assert by_job["q/late"].reason == "no room"
+    assert by_job["q/a"] == next(o for o in plan.outcomes if o.job == "q/a")
+    # Only the job the plan decided gets a JobPending.
+    events = decide(state, ApplyPlan(kept, "s2", "t2"))
+    assert [e.job for e in events if isinstance(e, ev.JobPending)] == ["q/late"]
 
 
 def test_every_event_type_round_trips_through_the_codec() -> None:
