@@ -96,6 +96,10 @@ def already_imported(
 class EventLog(abc.ABC):
     """A cluster's totally ordered, append-only, hash-chained event log."""
 
+    # Whether `read` has already checked every event it yields against its chain
+    # (seq, link and content hash): a verifying replay then need not hash it again.
+    reads_checked: bool = False
+
     @abc.abstractmethod
     def append(self, events: Sequence[NewEvent], *, expected_last_seq: int) -> list[StoredEvent]:
         """Append `events` atomically after `expected_last_seq`.

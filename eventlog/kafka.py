@@ -131,6 +131,9 @@ class KafkaEventLog(EventLog):
     fenced: a process that wants to write again opens a new one.
     """
 
+    # Every record is checked as it is read (`_ingest`): seq, link and hash.
+    reads_checked = True
+
     def __init__(
         self,
         bootstrap_servers: list[str],

@@ -32,7 +32,8 @@ def replay(
     `since`, an earlier result of this function on the same log, is carried on
     from rather than read again: a long-running reader folds only what is new.
     With `verify`, the hash chain is checked on the way (a writer must never build
-    on a log that was altered); a break raises LogCorrupted naming its seq.
+    on a log that was altered; content hashes are recomputed unless the log checked
+    them as it read); a break raises LogCorrupted naming its seq.
     """
     start = since or Replayed(ClusterState(), 0, None)
     state, last_seq, last_time, last_hash = (
@@ -41,7 +42,13 @@ def replay(
         start.last_time,
         start.last_hash,
     )
-    checker = ChainChecker(expect_first_seq=last_seq + 1, prev_hash=last_hash) if verify else None
+    checker = (
+        ChainChecker(
+            expect_first_seq=last_seq + 1, prev_hash=last_hash, recompute=not log.reads_checked
+        )
+        if verify
+        else None
+    )
     with collector_paused():
         for stored in log.read(last_seq, until_seq=until_seq):
             if until_time is not None and stored.time > until_time:
