@@ -200,6 +200,7 @@ class QuotaLedger:
         self.usage: dict[tuple[str, str], int] = defaultdict(int)
         self.pool: dict[tuple[str, str], int] = defaultdict(int)
         self.members: dict[str, list[Queue]] = defaultdict(list)
+        self.touched: set[str] = set()  # queues whose usage changed (for the admission order)
         for q in self.queues.values():
             if q.cohort is None:
                 continue
@@ -263,10 +264,12 @@ class QuotaLedger:
     def add(self, queue: str, flavor: str | None, amount: int) -> None:
         if flavor is not None:
             self.usage[(queue, flavor)] += amount
+            self.touched.add(queue)
 
     def remove(self, queue: str, flavor: str | None, amount: int) -> None:
         if flavor is not None:
             self.usage[(queue, flavor)] -= amount
+            self.touched.add(queue)
 
     def borrowing(self, queue_name: str, flavor: str) -> bool:
         queue = self.queues.get(queue_name)
