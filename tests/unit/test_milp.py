@@ -15,9 +15,9 @@ from engine.placement.greedy import GreedyPlacer
 from engine.placement.linear import LinearModel, SolveLimits, solve
 from engine.placement.milp import MilpPlacer, incremental_start, realise
 from engine.placement.model import BuildOptions, build, warm_values
-from engine.placement.preemption import Rights
 from engine.placement.objective import fair_targets, plan_objective
 from engine.placement.plan import OutcomeStatus, PlacementInstance, PlacementPlan
+from engine.placement.preemption import Rights
 from engine.placement.solvers import placer
 from engine.placement.synth import SIZES, synth_instance, with_new_jobs
 from tests.unit.factories import instance, job, node, queue
