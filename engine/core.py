@@ -149,6 +149,7 @@ def _apply_plan(state: ClusterState, intent: ApplyPlan) -> tuple[ev.Event, ...]:
                     preempted_by=outcome.preempted_by,
                     lost_gpu_seconds=outcome.lost_gpu_seconds,
                     solve_id=intent.solve_id,
+                    rule=outcome.rule,
                 )
             )
         elif outcome.status is OutcomeStatus.PENDING:

@@ -131,12 +131,17 @@ class PlacementDecided(Event):
 
 @dataclass(frozen=True, slots=True)
 class JobPreempted(Event):
+    """A running job stopped. v2: `rule`, what allowed it (engine.placement.preemption.Rule:
+    within-queue, reclaim, place-gone; v1 events read as "unrecorded")."""
+
     type: ClassVar[str] = "JobPreempted"
+    schema_version: ClassVar[int] = 2
     job: str
     reason: str
     preempted_by: str | None
     lost_gpu_seconds: float
     solve_id: str
+    rule: str = ""
 
 
 @dataclass(frozen=True, slots=True)

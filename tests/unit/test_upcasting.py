@@ -66,7 +66,7 @@ def test_a_payload_of_the_wrong_shape_is_refused_with_the_path_to_the_bad_value(
             "solve_id": "s",
         },
     )
-    assert codec.decode(good) == ev.JobPreempted("q/a", "r", "q/b", 2.0, "s")
+    assert codec.decode(good) == ev.JobPreempted("q/a", "r", "q/b", 2.0, "s", "unrecorded")
     wrong = stored(
         "JobPreempted",
         1,
@@ -83,3 +83,24 @@ def test_a_payload_of_the_wrong_shape_is_refused_with_the_path_to_the_bad_value(
     missing = stored("JobPreempted", 1, {"job": "q/a"})
     with pytest.raises(LogCorrupted, match="missing required field"):
         codec.decode(missing)
+
+
+def test_a_stored_v1_job_preempted_reads_as_v2_with_its_rule_unrecorded() -> None:
+    """v2 records the rule that allowed a preemption; a v1 event never knew it."""
+    old = stored(
+        "JobPreempted",
+        1,
+        {
+            "job": "q/low",
+            "reason": "preempted by q/high (priority 900 > 100)",
+            "preempted_by": "q/high",
+            "lost_gpu_seconds": 0.0,
+            "solve_id": "s1",
+        },
+    )
+    event = codec.decode(old)
+    assert isinstance(event, ev.JobPreempted)
+    assert event.rule == "unrecorded" and event.preempted_by == "q/high"
+    assert ev.JobPreempted.schema_version == 2
+    new = codec.encode(event, id="x/1", actor="solver", cause="c")
+    assert new.schema_version == 2 and new.data["rule"] == "unrecorded"
