@@ -16,6 +16,7 @@ from audit.projection import (
     CHECK_ISOLATION,
     CHECK_LIMITS,
     CHECK_PREEMPTION,
+    CHECK_PREEMPTION_RULES,
     CHECK_RESIDENCY,
     CHECKS,
 )
@@ -32,6 +33,8 @@ DESCRIPTIONS = {
     "and no cohort borrows more than its members can lend",
     CHECK_APPROVAL: "every change to a team's queue (its quota) is approved by someone "
     "other than its author (SOC 2 CC8.1, change management)",
+    CHECK_PREEMPTION_RULES: "every preemption is one the quota and preemption rules allow "
+    "(within a queue, reclaim within a cohort, never to borrow), judged on the state at the time",
 }
 
 CHECKED_WHAT = {
@@ -40,6 +43,7 @@ CHECKED_WHAT = {
     CHECK_PREEMPTION: "preemptions",
     CHECK_LIMITS: "solves",
     CHECK_APPROVAL: "commits changing queues",
+    CHECK_PREEMPTION_RULES: "preemptions",
 }
 
 HEADERS = ["check", "seq", "time", "subject", "message", "evidence", "until_seq"]

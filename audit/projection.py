@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
 
+from audit import preemptions
 from engine.events import EVENT_TYPES
 from engine.model import GPU_MILLI
 from eventlog.codec import upcast
@@ -41,7 +42,15 @@ CHECK_RESIDENCY = "residency"
 CHECK_PREEMPTION = "non-preemptible"
 CHECK_LIMITS = "queue-limits"
 CHECK_APPROVAL = "quota-approval"
-CHECKS = (CHECK_ISOLATION, CHECK_RESIDENCY, CHECK_PREEMPTION, CHECK_LIMITS, CHECK_APPROVAL)
+CHECK_PREEMPTION_RULES = "preemption-rules"
+CHECKS = (
+    CHECK_ISOLATION,
+    CHECK_RESIDENCY,
+    CHECK_PREEMPTION,
+    CHECK_LIMITS,
+    CHECK_APPROVAL,
+    CHECK_PREEMPTION_RULES,
+)
 
 # Versioned facts for point-in-time queries: one row per stretch of seqs a fact held.
 KIND_NODE, KIND_QUEUE, KIND_PENDING, KIND_POLICY, KIND_CLUSTER = (
@@ -839,6 +848,16 @@ class Projector:
         s = self.state
         key = d["job"]
         reason = d.get("reason", "")
+        open_run = s.running.get(key)
+        if open_run is not None and key in s.jobs:
+            s.checked[CHECK_PREEMPTION_RULES] = s.checked.get(CHECK_PREEMPTION_RULES, 0) + 1
+            trouble = self._node_trouble(open_run) is not None
+            broken = preemptions.check(s, key, d, open_run, trouble)
+            if broken is not None:
+                message, evidence = broken
+                self._violation(
+                    CHECK_PREEMPTION_RULES, stored, key, message, [stored.seq, *evidence], batch
+                )
         run = self._close_interval(key, END_PREEMPTED, reason, stored, batch)
         self._open_version(
             KIND_PENDING,

@@ -31,6 +31,7 @@ from audit import compliance as compliance_query
 from audit import history, pointintime, usage
 from audit.store import AuditStore, catch_up, rebuild
 from engine.codec import to_data
+from engine.events import EVENT_TYPES
 from engine.model import (
     GPU_MILLI,
     ClusterSpec,
@@ -151,7 +152,14 @@ class Simulation:
         self.batches += 1
         prefix = f"synth/{self.batches}"
         batch = [
-            NewEvent(id=f"{prefix}/{i}", type=t, schema_version=1, data=d, actor=actor, cause=cause)
+            NewEvent(
+                id=f"{prefix}/{i}",
+                type=t,
+                schema_version=EVENT_TYPES[t].schema_version,
+                data=d,
+                actor=actor,
+                cause=cause,
+            )
             for i, (t, d) in enumerate(events)
         ]
         self.out.append((self.stamp, batch))
@@ -521,6 +529,7 @@ class Simulation:
                                 "preempted_by": None,
                                 "lost_gpu_seconds": 0.0,
                                 "solve_id": solve_id,
+                                "rule": "place-gone",
                             },
                         )
                     )
@@ -550,6 +559,7 @@ class Simulation:
                                 "preempted_by": job.key,
                                 "lost_gpu_seconds": 60.0,
                                 "solve_id": solve_id,
+                                "rule": "within-queue",
                             },
                         )
                     )

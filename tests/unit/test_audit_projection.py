@@ -297,7 +297,11 @@ def test_a_non_preemptible_job_preempted_is_a_violation_a_node_failure_is_not() 
     )
     with log.view() as store:
         found = violations(store)
-        assert [(c, s) for c, s, _ in found] == [("non-preemptible", "b/also")]
+        # Queues a and b share no cohort: no rule lets a/urgent preempt b/also either.
+        assert [(c, s) for c, s, _ in found] == [
+            ("preemption-rules", "b/also"),
+            ("non-preemptible", "b/also"),
+        ]
         assert seqs[0] in found[0][2]
         result = compliance_query.compliance(store)
         assert not result["ok"]
