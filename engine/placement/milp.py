@@ -526,6 +526,8 @@ def fix_settled_aux(model: PlacementModel, lower: list[float], upper: list[float
             value = max(0.0, param - used)
         elif kind == "touched":
             value = max(lower[col], float(math.ceil(used / param - 1e-9)))
+        elif kind == "over":
+            value = 1.0 if used > param + 1e-9 else 0.0
         else:  # "max"
             value = max((lower[c] for c, _ in terms), default=0.0)
         if lower[col] - INTEGRAL <= value <= upper[col] + INTEGRAL:

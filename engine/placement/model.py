@@ -51,7 +51,7 @@ from engine.placement.objective import (
     weights,
 )
 from engine.placement.plan import OutcomeStatus, PlacementInstance, PlacementPlan
-from engine.placement.preemption import Rights
+from engine.placement.preemption import Rights, over_limits
 
 HALF = GPU_MILLI // 2
 Terms = list[tuple[int, float]]
@@ -536,6 +536,7 @@ class Builder:
         self.kept_shares: dict[tuple[str, int], Terms] = defaultdict(list)
         self.share_cols: dict[tuple[str, int], int] = {}
         self.rights = Rights(instance)
+        self.own_claims: dict[tuple[str, str], list[Terms]] = defaultdict(list)
         self.weights = weights(instance)
         # Usage per queue, flavor and priority (GPUs): what fills nominal quota, in order.
         self.rank_terms: dict[tuple[str, str, int], Terms] = defaultdict(list)
@@ -631,6 +632,7 @@ class Builder:
             if (job.preemptible and self.options.moves) or not rj.keepable or moved_by_warm:
                 self.add_placement(jv, stop_cost - move_penalty(job, self.policy))
             parts = [(c, 1.0) for c in (jv.keep, jv.place) if c >= 0]
+            self._own_claim(job, rj.placement.flavor, parts)
             if parts:
                 if len(parts) > 1:
                     self.lp.row(f"run_once__{key}", parts, upper=1)
@@ -638,6 +640,44 @@ class Builder:
                 runs_in_warm = outcome is not None and outcome.running
                 if runs_in_warm and not self.rights.anyone_may(job):
                     self.lp.row(f"protected__{key}", parts, lower=1, upper=1)
+
+    def _own_claim(self, job: Job, flavor: str | None, parts: Terms) -> None:
+        """A running job only its own queue may claim (its queue does not borrow, so no
+        reclaim reaches it): it stops only for a job of its queue, and then the queue must
+        not borrow (never preempt to borrow) -- rows in `add_never_borrow`."""
+        if not parts or not job.preemptible or flavor is None:
+            return
+        ledger = self.rights.ledger
+        queue = self.queues.get(job.queue)
+        if queue is None or queue.cohort is None or queue.quota(flavor) is None:
+            return
+        if ledger.borrowing(job.queue, flavor) or over_limits(ledger, job.queue, flavor):
+            return
+        self.own_claims[(job.queue, flavor)].append(parts)
+
+    def add_never_borrow(self) -> None:
+        """If one of the jobs only its own queue may claim stops, the queue does not borrow:
+        usage - nominal <= M * borrows, and borrows <= keep + place of each such job."""
+        for (queue_name, flavor), claims in sorted(self.own_claims.items()):
+            queue = self.queues[queue_name]
+            fq = queue.quota(flavor)
+            assert fq is not None
+            terms = self.quota_terms.get((queue_name, flavor), [])
+            const = self.quota_const.get((queue_name, flavor), 0.0)
+            nominal = fq.nominal / GPU_MILLI
+            most = const + sum(v for _, v in terms if v > 0) - nominal
+            if most <= 0 or not terms:
+                continue
+            tag = f"{queue_name}__{flavor}"
+            b = self.lp.var(f"borrows__{tag}", 0, 1)
+            self.lp.row(f"borrows__{tag}", [*terms, (b, -most)], upper=nominal - const)
+            for i, parts in enumerate(claims):
+                self.lp.row(
+                    f"never_preempt_to_borrow__{tag}__{i}",
+                    [(b, 1.0)] + [(c, -v) for c, v in parts],
+                    upper=0,
+                )
+            self.aux.append((b, terms, const, "over", nominal))
 
     # -- placing a job anew -----------------------------------------------------------------
     def candidates(self, job: Job) -> dict[str | None, list[tuple[NodeClass, int]]]:
@@ -1249,6 +1289,7 @@ class Builder:
         for cls, rows in coarse:
             emit_class_rows(self.lp, cls, rows, frag, self.aux)
         self.add_quota()
+        self.add_never_borrow()
         if self.policy.fairness_weight:
             self.add_fairness()
         return self.model
@@ -1345,6 +1386,8 @@ def warm_values(
             x[col] = max(lp.col_lower[col], float(math.ceil(used / param - 1e-9)))
         elif kind == "max":
             x[col] = max((x[c] for c, _ in terms), default=0.0)
+        elif kind == "over":
+            x[col] = 1.0 if used > param + 1e-9 else 0.0
     return x
 
 
