@@ -484,3 +484,47 @@ def test_a_view_refuses_a_log_rewritten_under_it(tmp_path: Path) -> None:
         catch_up(EventList(other.events), store)
     with AuditStore(tmp_path / "audit.db") as store, pytest.raises(AuditError, match="another log"):
         catch_up(EventList(other.events[:3]), store)
+
+
+def test_a_preemption_the_rules_do_not_allow_fails_compliance() -> None:
+    """A hand-made log: a/high preempts a/low of its own queue (allowed), then a/urgent
+    "reclaims" b/keep although queue b borrows nothing and queue a is at its nominal
+    quota: a preemption to borrow, which the preemption-rules check fails."""
+    log = LogBuilder()
+    bootstrap(log, approvers=(LI,))
+    sha = submit(
+        log,
+        1,
+        job("low", queue="a", gpu=8, priority=100),
+        job("keep", queue="b", gpu=8, priority=100),
+    )
+    log.solve(1, sha, [placed("a/low", ("n1", 8)), placed("b/keep", ("n2", 8))])
+    sha = submit(log, 2, job("high", queue="a", gpu=8, priority=900))
+    log.solve(
+        2,
+        sha,
+        [
+            placed("a/high", ("n1", 8)),
+            ev.JobPreempted("a/low", "preempted by a/high", "a/high", 0.0, "s", "within-queue"),
+        ],
+    )
+    sha = submit(log, 3, job("urgent", queue="a", gpu=8, priority=900))
+    seqs = log.solve(
+        3,
+        sha,
+        [
+            ev.JobPreempted("b/keep", "queue a reclaims", "a/urgent", 0.0, "s", "reclaim"),
+            placed("a/urgent", ("n2", 8)),
+        ],
+    )
+    with log.view() as store:
+        found = violations(store)
+        assert [(c, s) for c, s, _ in found] == [("preemption-rules", "b/keep")]
+        assert seqs[0] in found[0][2]
+        result = compliance_query.compliance(store)
+        (v,) = result["violations"]
+        assert "queue b does not borrow" in v["message"]
+        checks = {c["check"]: c for c in result["checks"]}
+        assert checks["preemption-rules"]["checked"] == 2
+        assert checks["preemption-rules"]["status"] == "FAIL"
+        assert not result["ok"]
