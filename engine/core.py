@@ -210,7 +210,8 @@ def placement_instance(state: ClusterState, now: str) -> PlacementInstance:
         nodes=tuple(state.nodes[n] for n in sorted(state.nodes)),
         queues=tuple(state.queues[q] for q in sorted(state.queues)),
         jobs=tuple(state.jobs[j] for j in sorted(state.jobs)),
-        current=dict(state.placements),
+        # Sorted: a Map's order follows its keys' hashes, which change with PYTHONHASHSEED.
+        current=dict(sorted(state.placements.items())),
         policy=state.policy,
         now=now,
     )

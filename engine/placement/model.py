@@ -284,7 +284,7 @@ def running_jobs(
     nodes = {n.name: n for n in instance.nodes}
     warm_outcomes = {o.job: o for o in warm.outcomes}
     out: dict[str, RunningJob] = {}
-    for key, placement in instance.current.items():
+    for key, placement in sorted(instance.current.items()):  # columns in a fixed order
         job = jobs.get(key)
         if job is None:
             continue

@@ -79,7 +79,7 @@ def _small_terms_bound(instance: PlacementInstance) -> float:
     policy = instance.policy
     jobs = {j.key: j for j in instance.jobs}
     total = 1.0
-    for key in instance.current:
+    for key in sorted(instance.current):
         job = jobs.get(key)
         if job is not None:
             total += move_penalty(job, policy) + preemption_penalty(job, 3600.0 * 1e9, policy)

@@ -52,7 +52,7 @@ class Scenario:
     # job -> status, or (status, rule, preemptor) for a preempted job
     expect: dict[str, OutcomeStatus | tuple[OutcomeStatus, str, str]]
     gpus: dict[str, int] = field(default_factory=lambda: {"h100": 16})
-    policy: Policy = Policy()
+    policy: Policy = field(default_factory=Policy)
 
 
 def j(name: str, q: str, gpus: float, level: int, **kw: object) -> Job:
