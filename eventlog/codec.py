@@ -17,7 +17,6 @@ from eventlog.envelope import NewEvent, StoredEvent
 Upcaster = Callable[[dict[str, Any]], dict[str, Any]]
 
 
-
 def _job_preempted_v1(data: dict[str, Any]) -> dict[str, Any]:
     """v1 did not record what allowed the preemption."""
     return {**data, "rule": "unrecorded"}
