@@ -499,6 +499,7 @@ def plan_to_dict(plan: PullRequestPlan) -> dict[str, Any]:
                 "to": list(e.nodes_after),
                 "lost_gpu_hours": round(e.lost_gpu_seconds / 3600, 3),
                 "preempted_by": e.preempted_by,
+                "rule": e.rule or None,
             }
             for a in _ORDER
             for e in plan.of(a)

@@ -128,6 +128,7 @@ class JobEffect:
     lost_gpu_seconds: float = 0.0
     preempted_by: str | None = None
     previous_reason: str = ""
+    rule: str = ""  # what allowed a preemption (engine.placement.preemption.Rule)
 
 
 @dataclass(frozen=True, slots=True)
@@ -461,6 +462,7 @@ def _effects(
                     (),
                     o.lost_gpu_seconds,
                     o.preempted_by,
+                    rule=o.rule,
                 )
             )
         else:

@@ -234,7 +234,7 @@ class Packing:
             misses[0].constraint,
         )
 
-    def find_within_nominal(self, job: Job, flavor: str) -> Fit | Miss:
+    def find_within_nominal(self, job: Job, flavor: str | None) -> Fit | Miss:
         """A place on `flavor` that keeps the job's queue within its nominal quota."""
         return self._find_on_flavor(job, flavor, within_nominal=True)
 
@@ -494,7 +494,7 @@ class GreedyPlacer:
     @staticmethod
     def _victims(
         packing: Packing, job: Job, jobs: dict[str, Job]
-    ) -> tuple[Fit, list[tuple[Job, Rule, str]]] | None:
+    ) -> tuple[Fit, list[tuple[Job, Rule, str | None]]] | None:
         """The place and the victims that let `job` in under the rules (Kueue's minimal
         preemptions): per flavor, candidates in `victim_order`, each taken while the rule
         still allows it, until the job fits within its queue's nominal quota; then every
@@ -503,8 +503,6 @@ class GreedyPlacer:
         if queue is None:
             return None
         for flavor in eligible_flavors(job, queue):
-            if flavor is None:
-                continue
             found = GreedyPlacer._victims_on(packing, job, jobs, flavor)
             if found is not None:
                 return found
@@ -512,8 +510,9 @@ class GreedyPlacer:
 
     @staticmethod
     def _victims_on(
-        packing: Packing, job: Job, jobs: dict[str, Job], flavor: str
-    ) -> tuple[Fit, list[tuple[Job, Rule, str]]] | None:
+        packing: Packing, job: Job, jobs: dict[str, Job], flavor: str | None
+    ) -> tuple[Fit, list[tuple[Job, Rule, str | None]]] | None:
+        """Victims on one flavor (None: a CPU-only job, which preempts in its own queue)."""
         instance = packing.instance
         policy = instance.policy
         ledger = packing.ledger
@@ -527,7 +526,7 @@ class GreedyPlacer:
         for key in sorted(k for name in neighbours for k in packing.running_in[name]):
             fit = packing.running[key]
             other = jobs[key]
-            if other.queue != job.queue and fit.flavor != flavor:
+            if other.queue != job.queue and (flavor is None or fit.flavor != flavor):
                 continue  # reclaim frees quota and GPUs of the flavor the job needs
             if not isinstance(judge_jobs(policy, job, other, fit.flavor, ledger), Rule):
                 continue
@@ -548,7 +547,7 @@ class GreedyPlacer:
             return None  # not enough GPUs of the flavor even with every candidate gone
 
         def fits() -> Fit | None:
-            if packing.flavor_free[flavor] < need:
+            if need and packing.flavor_free[flavor] < need:
                 return None
             found = packing.find_within_nominal(job, flavor)
             return found if isinstance(found, Fit) else None
