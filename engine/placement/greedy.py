@@ -44,9 +44,12 @@ from engine.placement.plan import (
     SolveStats,
 )
 from engine.placement.preemption import (
+    Party,
     Rule,
     admission_order,
-    judge_jobs,
+    below_nominal,
+    judge,
+    party,
     reason_text,
     victim_order,
 )
@@ -84,10 +87,18 @@ class Packing:
         # Nodes with some GPU left: when the cluster is full, the only ones worth a look.
         self.open: set[str] = {n.name for n in instance.nodes if n.gpus > 0}
         self._domains: dict[tuple[object, ...], dict[str, list[Node]]] = {}
+        self._parties: dict[str, Party] = {}
         self.flavor_free: dict[str | None, int] = defaultdict(int)  # free milli-GPU per flavor
         for n in instance.nodes:
             if n.schedulable:
                 self.flavor_free[n.flavor] += n.gpus * GPU_MILLI
+
+    def party(self, job: Job) -> Party:
+        """The job as the preemption rules see it (cached: it depends on static fields)."""
+        found = self._parties.get(job.key)
+        if found is None:
+            found = self._parties[job.key] = party(job, self.queues)
+        return found
 
     def eligible_nodes(self, job: Job, flavor: str | None) -> list[Node]:
         """Nodes that could ever host a replica (cached: it depends only on static fields)."""
@@ -522,13 +533,31 @@ class GreedyPlacer:
             for q in packing.queues.values()
             if q.name == job.queue or (queue.cohort is not None and q.cohort == queue.cohort)
         ]
+        claimant = party(job, packing.queues)
+        # Whether the job's queue is below nominal, per flavor: looked up once per pass
+        # (it changes as victims of the own queue go).
+        facts: dict[str | None, bool] = {}
+
+        def rule_for(victim: Job, held: str | None) -> Rule | str:
+            if held not in facts:
+                facts[held] = below_nominal(ledger, job.queue, held)
+            below = facts[held]
+            borrows = held is not None and ledger.borrowing(victim.queue, held)
+            return judge(
+                policy,
+                claimant,
+                packing.party(victim),
+                victim_queue_borrows=borrows,
+                preemptor_queue_below_nominal=below,
+            )
+
         candidates: list[tuple[tuple[bool, int, float, float, str], Job]] = []
         for key in sorted(k for name in neighbours for k in packing.running_in[name]):
             fit = packing.running[key]
             other = jobs[key]
             if other.queue != job.queue and (flavor is None or fit.flavor != flavor):
                 continue  # reclaim frees quota and GPUs of the flavor the job needs
-            if not isinstance(judge_jobs(policy, job, other, fit.flavor, ledger), Rule):
+            if not isinstance(rule_for(other, fit.flavor), Rule):
                 continue
             was = instance.current.get(key)
             lost = lost_gpu_seconds(other, was, instance.now) if was else 0.0
@@ -557,7 +586,8 @@ class GreedyPlacer:
         for _, victim in candidates:
             fit = packing.running[victim.key]
             # Judged again: a queue that no longer borrows is not reclaimed from any more.
-            rule = judge_jobs(policy, job, victim, fit.flavor, ledger)
+            facts.clear()
+            rule = rule_for(victim, fit.flavor)
             if not isinstance(rule, Rule):
                 continue
             removed.append((victim, packing.release(victim), rule))
