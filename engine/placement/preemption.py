@@ -58,8 +58,9 @@ def judge(
     victim_queue_borrows: bool,
     preemptor_queue_below_nominal: bool,
 ) -> Rule | str:
-    """The rule that lets `preemptor` preempt `victim`, or why none does. The quota facts
-    are those of the flavor the victim holds, before the preemption."""
+    """The rule that lets `preemptor` preempt `victim`, or why none does (a Rule is a str
+    too: test the answer with isinstance(answer, Rule)). The quota facts are those of the
+    flavor the victim holds, before the preemption."""
     if not policy.preemption_enabled:
         return "preemption is disabled by the policy"
     if not victim.preemptible:
