@@ -409,7 +409,9 @@ def changes(
         click.echo(json.dumps(rows, indent=2))
         return
     shown = [
-        {k: v for k, v in r.items() if k != "effects"} | {"commit": r["commit"][:12]} for r in rows
+        {k: v for k, v in r.items() if k != "effects"}
+        | {"commit": r["commit"][:12], "approval": changes_query.approval_text(r["approval"])}
+        for r in rows
     ]
     emit_rows(shown, changes_query.HEADERS, fmt)
 
