@@ -173,3 +173,46 @@ def commit_approval(
         signed_required=signed,
     )
     return CommitApproval(checks, enforced)
+
+
+@dataclass(frozen=True, slots=True)
+class SignatureCheck:
+    """One signed approval the log records, asked of git again."""
+
+    seq: int
+    team: str
+    approver: str
+    commit: str
+    fingerprint: str
+    found: Signature
+
+    @property
+    def ok(self) -> bool:
+        return (
+            self.found.status is SignatureStatus.GOOD and self.found.fingerprint == self.fingerprint
+        )
+
+
+def recheck_signatures(
+    repo: GitRepo, recorded: Iterable[tuple[int, ApprovalChecked]]
+) -> list[SignatureCheck]:
+    """For every approval the log says was signed: does the commit, in this repository,
+    carry a valid signature by the key with the recorded fingerprint? (Whether that key
+    was the approver's, listed at the base, `audit compliance` checks from the log.)"""
+    checks: list[SignatureCheck] = []
+    seen: dict[str, Signature] = {}
+    for seq, event in recorded:
+        for a in event.approvals:
+            if not a.fingerprint:
+                continue
+            if a.commit not in seen:
+                if repo.has_revision(a.commit):
+                    seen[a.commit] = signature_of(repo, a.commit, "")
+                else:
+                    seen[a.commit] = Signature(
+                        SignatureStatus.BAD, detail="the commit is not in this repository"
+                    )
+            checks.append(
+                SignatureCheck(seq, event.team, a.approver, a.commit, a.fingerprint, seen[a.commit])
+            )
+    return checks
