@@ -401,3 +401,14 @@ def test_the_fresh_demo_passes_audit_compliance(tmp_path: Path) -> None:
     assert result["ok"], result["violations"]
     (approval,) = [c for c in result["checks"] if c["check"] == "quota-approval"]
     assert approval["checked"] >= 2 and approval["status"] == "PASS"
+
+
+def test_a_bad_key_in_owners_is_an_error_naming_file_and_line(tmp_path: Path) -> None:
+    repo = ClusterRepo(tmp_path / "cluster")
+    repo.write_all(MINIMAL_CLUSTER)
+    repo.write("teams/ml/OWNERS", "# ml\nana@ml.example\nkai@ml.example ssh-ed25519 !!notakey\n")
+    run = gitsched("validate", repo.path, expect=1)
+    assert (
+        "teams/ml/OWNERS:3: $: the ssh-ed25519 key of kai@ml.example is not a valid public key"
+        in run.stdout
+    )
