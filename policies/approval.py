@@ -113,13 +113,16 @@ class Vouch:
     """One claim that someone approved a change: a trailer, or a merge commit.
 
     `approver` is the e-mail a trailer names ("" for a merge: its signer approves);
-    `signature` is the carrying commit's, as git verified it (None: not checked).
+    `signature` is the carrying commit's, as git verified it (None: not checked);
+    `current` is False when the change goes on after the carrying commit (later
+    commits, or a merge commit's own edits): a signature covers only its own tree.
     """
 
     commit: str
     via: str  # "trailer" | "merge"
     approver: str = ""
     signature: Signature | None = None
+    current: bool = True
 
 
 def trailer_vouches(approvers: Iterable[str], commit: str = "") -> tuple[Vouch, ...]:
@@ -257,8 +260,14 @@ def judge_team(
                     "an author cannot approve their own change"
                 )
             continue  # missing_text names the owners who wrote the change
-        if signer == named and sig is not None:
+        if signer == named and sig is not None and (v.current or not signed_required):
             approvals.append(Approval(named, VIA_SIGNED_TRAILER, v.commit, sig.fingerprint))
+        elif signer == named:
+            refused.append(
+                f"{named}'s signed approval on {short} is stale: the change goes on after it "
+                "(later commits, or the merge commit's own edits), and a signature covers "
+                "only its own commit; sign again at the end, or sign the merge"
+            )
         elif not signed_required:
             approvals.append(Approval(named, VIA_TRAILER, v.commit))
         elif sig is None or sig.status is SignatureStatus.NONE:

@@ -26,7 +26,14 @@ from policies.approval import (
     check_approvals,
     email_of,
 )
-from reconciler.git import ChangeCommit, GitRepo, change_commits, verify_commit
+from reconciler.git import (
+    ChangeCommit,
+    GitRepo,
+    change_commits,
+    merge_edits,
+    tree_of,
+    verify_commit,
+)
 from reconciler.specs import LoadedSpecs, SpecCache, load_commit
 
 # ssh-keygen, through git: 'Good "git" signature for li@x with ED25519 key SHA256:...',
@@ -77,16 +84,32 @@ def change_authors(commits: Sequence[ChangeCommit]) -> tuple[str, ...]:
 
 
 def vouches_of(
-    repo: GitRepo, commits: Iterable[ChangeCommit], base_owners: Mapping[str, Sequence[Owner]]
+    repo: GitRepo,
+    commits: Sequence[ChangeCommit],
+    base_owners: Mapping[str, Sequence[Owner]],
+    head: str,
 ) -> tuple[Vouch, ...]:
-    """Every trailer and merge commit of a change; signatures checked when any owner has a key."""
+    """Every trailer and merge commit of a change whose last commit is `head`; signatures
+    checked when any owner has a key.
+
+    A trailer's commit is *current* when its tree is what the change ends with: `head`'s
+    own, or for a merge `head`, the merged branch's tip, with no edits in the merge itself.
+    """
     signers = allowed_signers(base_owners)
+    last = next((c for c in commits if c.sha == head), None)
+    final, edited = "", False
+    if last is not None and last.is_merge:
+        final = tree_of(repo, last.parents[1])
+        edited = any(c.approvers for c in commits if c.sha != head) and merge_edits(repo, head)
+    elif last is not None:
+        final = last.tree
     out: list[Vouch] = []
     for c in commits:
         if not c.approvers and not c.is_merge:
             continue
         signature = signature_of(repo, c.sha, signers) if signers else None
-        out.extend(Vouch(c.sha, "trailer", email_of(a), signature) for a in c.approvers)
+        current = c.sha == head or (c.tree == final and not edited)
+        out.extend(Vouch(c.sha, "trailer", email_of(a), signature, current) for a in c.approvers)
         if c.is_merge:
             out.append(Vouch(c.sha, "merge", "", signature))
     return tuple(out)
@@ -99,9 +122,11 @@ def team_approvals(
     base_queues: Mapping[str, Queue],
     head: LoadedSpecs,
     commits: Sequence[ChangeCommit],
+    head_sha: str,
     signed_required: bool,
 ) -> tuple[TeamApproval, ...]:
-    """The rule for a change made of `commits`, from `base` (its OWNERS) to `head`."""
+    """The rule for a change made of `commits` (the last `head_sha`), from `base` (its
+    OWNERS) to `head`."""
     base_owners = (base.owners or {}) if base is not None else {}
 
     def rule(vouches: Sequence[Vouch]) -> tuple[TeamApproval, ...]:
@@ -120,7 +145,7 @@ def team_approvals(
     checks = rule(())
     if all(c.unowned for c in checks):
         return checks  # nothing to approve, or bootstrap: no need to ask git for signatures
-    return rule(vouches_of(repo, commits, base_owners))
+    return rule(vouches_of(repo, commits, base_owners, head_sha))
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,6 +195,7 @@ def commit_approval(
         base_queues=state.queues,
         head=loaded,
         commits=commits_of_change(repo, commit.sha),
+        head_sha=commit.sha,
         signed_required=signed,
     )
     return CommitApproval(checks, enforced)

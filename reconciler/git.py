@@ -190,6 +190,7 @@ class ChangeCommit:
 
     sha: str
     parents: tuple[str, ...]
+    tree: str
     author_email: str
     approvers: tuple[str, ...]
     changes_files: bool  # False for an empty commit (e.g. one that only carries an approval)
@@ -205,6 +206,7 @@ def change_commits(repo: GitRepo, *revisions: str) -> list[ChangeCommit]:
         [
             "%H",
             "%P",
+            "%T",
             "%ae",
             "%(trailers:key=Approved-by,valueonly,separator=%x1d)",
             "%(trailers:key=Reviewed-by,valueonly,separator=%x1d)",
@@ -222,12 +224,24 @@ def change_commits(repo: GitRepo, *revisions: str) -> list[ChangeCommit]:
         record = record.strip("\n")
         if not record:
             continue
-        sha, parents, email, approved, reviewed = record.split(_FIELD)
+        sha, parents, tree, email, approved, reviewed = record.split(_FIELD)
         approvers = parse_trailer_people([*approved.split("\x1d"), *reviewed.split("\x1d")])
         found.append(
-            ChangeCommit(sha, tuple(parents.split()), email.lower(), approvers, sha in changing)
+            ChangeCommit(
+                sha, tuple(parents.split()), tree, email.lower(), approvers, sha in changing
+            )
         )
     return found
+
+
+def merge_edits(repo: GitRepo, sha: str) -> bool:
+    """Whether a merge commit changes files beyond what its parents bring (conflict
+    resolutions, or edits slipped into the merge): `git diff-tree --cc` is empty otherwise."""
+    return bool(repo._run("diff-tree", "--cc", "--name-only", "--no-commit-id", sha).strip())
+
+
+def tree_of(repo: GitRepo, rev: str) -> str:
+    return repo._run("rev-parse", f"{rev}^{{tree}}").strip()
 
 
 def verify_commit(repo: GitRepo, sha: str, allowed_signers: str) -> tuple[bool, str]:

@@ -353,6 +353,7 @@ def plan_change(
         commits=change_commits(repo, head_sha, f"^{base_sha}")
         if base_sha != head_sha
         else change_commits(repo, f"{head_sha}^!"),
+        head_sha=head_sha,
         signed_required=signed,
     )
     return dataclasses.replace(

@@ -412,3 +412,24 @@ def test_a_bad_key_in_owners_is_an_error_naming_file_and_line(tmp_path: Path) ->
         "teams/ml/OWNERS:3: $: the ssh-ed25519 key of kai@ml.example is not a valid public key"
         in run.stdout
     )
+
+
+def test_a_signed_approval_followed_by_more_changes_is_stale(
+    repo: SigningRepo, keys: dict[str, Key]
+) -> None:
+    git(repo.path, "checkout", "-q", "-b", "raise")
+    raise_ml(repo, 40)
+    repo.signed("ml: nominal 40", None)
+    repo.signed(
+        "Approve the ml raise",
+        keys["ana"],
+        author=ANA,
+        trailers=[("Approved-by", "Ana Souza <ana@ml.example>")],
+        allow_empty=True,
+    )
+    raise_ml(repo, 64)  # after ana signed: her signature does not cover this
+    repo.signed("ml: nominal 64 after all", None)
+    git(repo.path, "checkout", "-q", "main")
+    repo.merge("raise", None)
+    (message,) = reconcile(repo, expect=1)
+    assert "ana@ml.example's signed approval on" in message and "is stale" in message

@@ -322,3 +322,9 @@ def test_a_key_change_in_owners_is_a_change_that_needs_approval() -> None:
     )
     assert team.changes == ("changes the team's owners: changes the key of kai@vision.example",)
     assert not team.satisfied and "needs a signed approval" in team.missing_text()
+
+
+def test_a_signed_approval_the_change_goes_on_after_does_not_count() -> None:
+    stale = Vouch("a" * 40, "trailer", "kai@vision.example", signed(KAI_FP), current=False)
+    verdict = judge(stale)
+    assert verdict.approvals == () and "is stale" in verdict.refused[0]
