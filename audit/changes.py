@@ -81,7 +81,7 @@ def changes(store: AuditStore, *, team: str | None = None) -> list[dict[str, Any
                 "target": r["target"],
                 "team": r["team"],
                 "change": r["summary"],
-                "author": f"{r['author']} <{r['email']}>",
+                "author": _author(f"{r['author']} <{r['email']}>", r["email"], approval),
                 "approvers": [a for a in r["approvers"].split("\n") if a],
                 "approval": approval,
                 "merged": r["committed_at"],
@@ -91,6 +91,15 @@ def changes(store: AuditStore, *, team: str | None = None) -> list[dict[str, Any
             }
         )
     return out
+
+
+def _author(committed: str, email: str, approval: dict[str, Any] | None) -> str:
+    """Who wrote the change: for a merge, the authors of the commits it brought in
+    (the approval record's), with the commit's own author as the one who merged it."""
+    authors = list(approval.get("authors", ())) if approval else []
+    if not authors or email.lower() in authors:
+        return committed
+    return f"{', '.join(authors)} (merged by {committed})"
 
 
 def _caused_text(effects: list[dict[str, Any]]) -> str:

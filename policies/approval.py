@@ -76,11 +76,13 @@ def parse_owners(text: str) -> tuple[tuple[Owner, ...], tuple[tuple[int, str], .
         if at is None:
             owners.append(Owner(email_of(line)))
             continue
-        email = email_of(tokens[0])
+        # allowed-signers options (namespaces="git", valid-after=...) sit before the key
+        who = " ".join(t for t in tokens[:at] if "=" not in t)
+        email = email_of(who)
         key = " ".join(tokens[at : at + 2])
-        if "@" not in email or any(c in email for c in "*?,!"):
+        if "@" not in email or any(c in email for c in "*?,! "):
             problems.append(
-                (number, f"{tokens[0]!r} is not an e-mail: a key line is 'e-mail keytype key'")
+                (number, f"{who!r} is not an e-mail: a key line is 'e-mail keytype key'")
             )
         elif not key_fingerprint(key):
             problems.append((number, f"the {tokens[at]} key of {email} is not a valid public key"))

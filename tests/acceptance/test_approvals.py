@@ -371,6 +371,7 @@ def test_with_owner_approval_a_no_ff_merge_of_an_approved_branch_is_accepted_eve
     changes = gitsched("audit", "changes", "--repo", repo.path, "--format", "json").json()
     (change,) = [c for c in changes if c["commit"] == merge]
     assert change["approval"]["authors"] == ["priya@platform.example"]
+    assert change["author"] == "priya@platform.example (merged by Li Wei <li@nlp.example>)"
     assert [a["approver"] for a in change["approval"]["approvals"]] == ["ana@ml.example"]
 
 

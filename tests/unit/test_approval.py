@@ -209,6 +209,7 @@ def test_parse_owners_reads_e_mails_keys_and_names_the_bad_line() -> None:
         "Ana <ana@vision.example>\n"
         f"kai@vision.example {KAI_KEY} kai@laptop\n"
         f'li@nlp.example namespaces="git" {KAI_KEY}\n'
+        f"Sam Lee <sam@vision.example> {KAI_KEY}\n"
         "bob@vision.example ssh-ed25519 !!!\n"
         f"*@vision.example {KAI_KEY}\n"
     )
@@ -217,8 +218,9 @@ def test_parse_owners_reads_e_mails_keys_and_names_the_bad_line() -> None:
         Owner("ana@vision.example"),
         Owner("kai@vision.example", KAI_KEY),
         Owner("li@nlp.example", KAI_KEY),
+        Owner("sam@vision.example", KAI_KEY),
     )
-    assert [n for n, _ in problems] == [5, 6]
+    assert [n for n, _ in problems] == [6, 7]
     assert "the ssh-ed25519 key of bob@vision.example is not a valid public key" in problems[0][1]
     assert "is not an e-mail" in problems[1][1]
 
