@@ -31,8 +31,10 @@ DESCRIPTIONS = {
     "(a node failure, drain or removal is not a preemption)",
     CHECK_LIMITS: "after every solve, no queue uses more than nominal + borrowing limit "
     "and no cohort borrows more than its members can lend",
-    CHECK_APPROVAL: "every change to a team's queue (its quota) is approved by someone "
-    "other than its author (SOC 2 CC8.1, change management)",
+    CHECK_APPROVAL: "every change to a team's queue (its quota) or OWNERS is approved by an "
+    "owner of that team at the base, not its author, signed when the Policy requires it; "
+    "a team with no owners at the base (bootstrap) needs none; the reconciler's rule, "
+    "run on the log (SOC 2 CC8.1, change management)",
     CHECK_PREEMPTION_RULES: "every preemption is one the quota and preemption rules allow "
     "(within a queue, reclaim within a cohort, never to borrow), judged on the state at the time",
 }
@@ -42,7 +44,7 @@ CHECKED_WHAT = {
     CHECK_RESIDENCY: "placements with residency",
     CHECK_PREEMPTION: "preemptions",
     CHECK_LIMITS: "solves",
-    CHECK_APPROVAL: "commits changing queues",
+    CHECK_APPROVAL: "commits changing queues or OWNERS",
     CHECK_PREEMPTION_RULES: "preemptions",
 }
 

@@ -23,11 +23,12 @@ from typing import Any, Protocol
 
 from audit import preemptions
 from engine.events import EVENT_TYPES
-from engine.model import GPU_MILLI
+from engine.model import GPU_MILLI, Approval, Owner
 from eventlog.codec import upcast
 from eventlog.envelope import GENESIS_HASH
+from policies.approval import judge_team, recorded_vouches, trailer_vouches
 
-FORMAT_VERSION = "4"
+FORMAT_VERSION = "5"
 
 # How a placement interval started and ended; `history` shows them like sacct's State.
 START_ADMITTED, START_MOVED = "admitted", "moved"
@@ -275,6 +276,13 @@ class ProjectionState:
     priority_classes: list[Any] = field(default_factory=list)
     # changes of the commit being read, until its CommitApplied names author and approvers
     staged_changes: list[list[Any]] = field(default_factory=list)
+    # team -> its OWNERS as [e-mail, key] pairs, as the log last recorded them
+    owners: dict[str, list[list[str]]] = field(default_factory=dict)
+    # of the commit being read: its ApprovalChecked payloads, each team's OWNERS and the
+    # signed-approval rule as they were before it (its base)
+    staged_approvals: list[dict[str, Any]] = field(default_factory=list)
+    staged_owners_base: dict[str, list[list[str]]] = field(default_factory=dict)
+    staged_signed_base: bool | None = None
     effects_of: list[Any] | None = None  # [sha, commit seq] whose solve is being read
     touched: dict[str, list[int]] = field(
         default_factory=dict
@@ -347,6 +355,7 @@ class Batch:
     """
 
     __slots__ = (
+        "approvals",
         "changes",
         "checkpoint_marks",
         "checkpoints",
@@ -383,6 +392,7 @@ class Batch:
         self.marks: list[tuple[Any, ...]] = []
         self.commits: list[tuple[Any, ...]] = []
         self.changes: list[tuple[Any, ...]] = []
+        self.approvals: list[tuple[Any, ...]] = []
         self.effects: list[tuple[Any, ...]] = []
         self.violations: list[tuple[Any, ...]] = []
         self.violation_close: list[tuple[Any, ...]] = []
@@ -455,6 +465,22 @@ def queue_diff(old: dict[str, Any] | None, new: dict[str, Any] | None) -> str:
     return "; ".join(out) or "no effective change"
 
 
+def owners_diff(old: list[list[str]], new: list[list[str]]) -> str:
+    """What an OWNERS change did: who was added or removed, whose key changed."""
+    before: dict[str, str] = {e: k for e, k in old}
+    after: dict[str, str] = {e: k for e, k in new}
+    parts = [
+        f"owner {e} added" + (" with a key" if after[e] else "") for e in after if e not in before
+    ]
+    parts += [f"owner {e} removed" for e in before if e not in after]
+    parts += [
+        f"key of {e} " + ("added" if not before[e] else "removed" if not after[e] else "changed")
+        for e in after
+        if e in before and before[e] != after[e]
+    ]
+    return "; ".join(parts) or "no effective change"
+
+
 def dict_diff(old: dict[str, Any], new: dict[str, Any]) -> str:
     keys = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
     if not old:
@@ -488,6 +514,8 @@ class Projector:
             "NodeStateChanged": self._node_state_changed,
             "QueueConfigured": self._queue_configured,
             "QueueRemoved": self._queue_removed,
+            "OwnersChanged": self._owners_changed,
+            "ApprovalChecked": self._approval_checked,
             "JobSubmitted": self._job_submitted,
             "JobChanged": self._job_changed,
             "JobWithdrawn": self._job_withdrawn,
@@ -982,6 +1010,8 @@ class Projector:
         s = self.state
         policy = d["policy"]
         s.staged_changes.append([stored.seq, "policy", "policy", None, dict_diff(s.policy, policy)])
+        if s.staged_signed_base is None:
+            s.staged_signed_base = bool(s.policy.get("require_signed_approval"))
         s.policy = policy
         self._open_version(KIND_POLICY, "policy", stored, policy, batch)
 
@@ -1097,48 +1127,148 @@ class Projector:
             detail,
         )
 
+    def _owners_changed(self, stored: Envelope, d: dict[str, Any], batch: Batch) -> None:
+        s = self.state
+        team = d["team"]
+        old = s.owners.get(team, [])
+        new = [[o["email"], o.get("key", "")] for o in d["owners"]]
+        s.staged_owners_base.setdefault(team, old)
+        if new:
+            s.owners[team] = new
+        else:
+            s.owners.pop(team, None)
+        s.staged_changes.append([stored.seq, "owners", team, team, owners_diff(old, new)])
+
+    def _approval_checked(self, stored: Envelope, d: dict[str, Any], batch: Batch) -> None:
+        self.state.staged_approvals.append(d)
+
     def _commit_applied(self, stored: Envelope, d: dict[str, Any], batch: Batch) -> None:
         s = self.state
         commit = d["commit"]
         batch.commits.append(self._commit_row(stored, commit, True, int(d.get("changes", 0))))
         staged, s.staged_changes = s.staged_changes, []
+        records, s.staged_approvals = s.staged_approvals, []
+        owners_base, s.staged_owners_base = s.staged_owners_base, {}
+        signed_base, s.staged_signed_base = s.staged_signed_base, None
         s.effects_of = [commit["sha"], stored.seq] if staged else None
         for seq, kind, target, team, summary in staged:
             batch.changes.append((s.next_change, stored.seq, seq, kind, target, team, summary))
             s.next_change += 1
-        quota_changes = [c for c in staged if c[1] == "queue"]
-        if not quota_changes:
+        governed = [c for c in staged if c[1] in ("queue", "owners")]
+        if not governed:
             return
         s.checked[CHECK_APPROVAL] += 1
-        author = commit.get("author", "")
-        author_email = (commit.get("author_email") or "").lower()
-        others = [
-            a
-            for a in commit.get("approvers", ())
-            if email_of(a) not in (author_email, author.lower())
-            and person(a).split(" <")[0].strip().lower() != author.lower()
+        base = {t: people for t, people in {**s.owners, **owners_base}.items() if people}
+        signed = bool(signed_base) or bool(s.policy.get("require_signed_approval"))
+        by_team = {r["team"]: r for r in records}
+        for team in sorted({c[3] for c in governed if c[3]}):
+            evidence = [stored.seq] + [c[0] for c in governed if c[3] == team]
+            record = by_team.get(team)
+            self._judge_approval(stored, commit, team, base, record, signed, evidence, batch)
+
+    def _judge_approval(
+        self,
+        stored: Envelope,
+        commit: dict[str, Any],
+        team: str,
+        base: dict[str, list[list[str]]],
+        record: dict[str, Any] | None,
+        signed: bool,
+        evidence: list[int],
+        batch: Batch,
+    ) -> None:
+        """The reconciler's approval rule, run again on what the log holds: the team's
+        owners at the base from OwnersChanged, authors and approvals from ApprovalChecked
+        (for a log written before those, the commit's author and trailers)."""
+        owners = {t: [Owner(e, k) for e, k in people] for t, people in base.items()}
+        listed = owners.get(team, [])
+        if record is not None:
+            authors = [a.lower() for a in record.get("authors", ())]
+            recorded = [Approval(**a) for a in record.get("approvals", ())]
+            claims = recorded_vouches(recorded)
+            if not signed:
+                # the commit's own trailers, so the verdict says why those did not count
+                claims += trailer_vouches(commit.get("approvers", ()), commit["sha"])
+        else:
+            authors = [(commit.get("author_email") or "").lower()]
+            recorded = []
+            claims = trailer_vouches(commit.get("approvers", ()), commit["sha"])
+        verdict = judge_team(
+            team,
+            listed,
+            authors=authors,
+            vouches=claims,
+            signed_required=signed,
+            all_owners=owners,
+        )
+        emails = {o.email for o in listed}
+        counted = {a.approver for a in verdict.approvals}
+        shown = [
+            {
+                "approver": a.approver,
+                "owner_at_base": a.approver in emails,
+                "counted": a.approver in counted,
+                "via": a.via,
+                "commit": a.commit,
+                "fingerprint": a.fingerprint,
+            }
+            for a in verdict.approvals or recorded
         ]
-        if not others:
-            queues = sorted({c[2] for c in quota_changes})
-            approvers = list(commit.get("approvers", ()))
-            self._violation(
-                CHECK_APPROVAL,
-                stored,
-                ", ".join(queues),
-                f"quota change of {', '.join(queues)} in {commit['sha'][:12]} by {author} "
-                + (
-                    f"approved only by its author ({', '.join(approvers)})"
-                    if approvers
-                    else "has no approval"
+        named = {row["approver"] for row in shown}
+        for who in commit.get("approvers", ()):
+            email = email_of(who)
+            if email not in named:
+                named.add(email)
+                shown.append(
+                    {
+                        "approver": email,
+                        "owner_at_base": email in emails,
+                        "counted": email in counted,
+                        "via": "trailer",
+                        "commit": commit["sha"],
+                        "fingerprint": "",
+                    }
+                )
+        status = "bootstrap" if not listed else "approved" if verdict.approvals else "missing"
+        batch.approvals.append(
+            (
+                stored.seq,
+                team,
+                status,
+                _compact(
+                    {
+                        "authors": authors,
+                        "owners": sorted(emails),
+                        "approvals": shown,
+                        "refused": list(verdict.refused),
+                        "signed_required": signed,
+                    }
                 ),
-                [stored.seq] + [c[0] for c in quota_changes],
-                batch,
             )
+        )
+        if status != "missing":
+            return
+        who = ", ".join(authors) or "unknown"
+        reasons = "; ".join(verdict.refused)
+        self._violation(
+            CHECK_APPROVAL,
+            stored,
+            team,
+            f"change of team {team} in {commit['sha'][:12]} by {who} has no "
+            + ("signed " if signed else "")
+            + f"approval from an owner at the base ({', '.join(sorted(emails))})"
+            + (f": {reasons}" if reasons else ""),
+            evidence,
+            batch,
+        )
 
     def _commit_rejected(self, stored: Envelope, d: dict[str, Any], batch: Batch) -> None:
         s = self.state
         batch.commits.append(self._commit_row(stored, d["commit"], False, len(d.get("errors", ()))))
         s.staged_changes = []
+        s.staged_approvals = []
+        s.staged_owners_base = {}
+        s.staged_signed_base = None
         s.effects_of = None
 
     def _solve_completed(self, stored: Envelope, d: dict[str, Any], batch: Batch) -> None:

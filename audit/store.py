@@ -90,6 +90,10 @@ CREATE TABLE IF NOT EXISTS changes (
     id INTEGER PRIMARY KEY, commit_seq INTEGER NOT NULL, seq INTEGER NOT NULL,
     kind TEXT NOT NULL, target TEXT NOT NULL, team TEXT, summary TEXT NOT NULL
 );
+CREATE TABLE IF NOT EXISTS approvals (
+    commit_seq INTEGER NOT NULL, team TEXT NOT NULL, status TEXT NOT NULL, data TEXT NOT NULL,
+    PRIMARY KEY (commit_seq, team)
+) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS effects (
     commit_seq INTEGER NOT NULL, seq INTEGER NOT NULL, type TEXT NOT NULL, job TEXT NOT NULL,
     detail TEXT NOT NULL, PRIMARY KEY (commit_seq, seq)
@@ -149,6 +153,7 @@ _INSERTS: tuple[tuple[str, str, int, bool], ...] = (
     ("marks", "INSERT INTO marks", 2, True),
     ("commits", "INSERT INTO commits", 10, True),
     ("changes", "INSERT INTO changes", 7, False),
+    ("approvals", "INSERT INTO approvals", 4, False),
     ("effects", "INSERT INTO effects", 5, False),
     (
         "violations",

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from engine import events as ev
 from engine.model import (
@@ -17,6 +17,7 @@ from engine.model import (
     Finding,
     Job,
     Node,
+    Owner,
     Policy,
     Queue,
 )
@@ -33,12 +34,16 @@ class DesiredState:
     nodes: Mapping[str, Node]
     queues: Mapping[str, Queue]
     jobs: Mapping[str, Job]
+    # team -> its OWNERS file (teams/<team>/OWNERS), for teams that have one
+    owners: Mapping[str, tuple[Owner, ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
 class ApplyCommit:
     commit: CommitInfo
     desired: DesiredState
+    # the approval rule's inputs for each team whose queue or OWNERS the commit changes
+    approvals: tuple[ev.ApprovalChecked, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,7 +118,14 @@ def _apply_commit(state: ClusterState, intent: ApplyCommit) -> tuple[ev.Event, .
     for name in sorted(set(state.queues) - set(desired.queues)):
         out.append(ev.QueueRemoved(queue=name))
 
-    out.append(ev.CommitApplied(commit=intent.commit, changes=len(out)))
+    for team in sorted(set(state.owners) | set(desired.owners)):
+        owners = tuple(desired.owners.get(team, ()))
+        if state.owners.get(team, ()) != owners:
+            out.append(ev.OwnersChanged(team=team, owners=owners))
+
+    changes = len(out)
+    out.extend(intent.approvals)
+    out.append(ev.CommitApplied(commit=intent.commit, changes=changes))
     return tuple(out)
 
 

@@ -10,12 +10,14 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from engine.model import (
+    Approval,
     ClusterSpec,
     CommitInfo,
     Finding,
     Job,
     Node,
     NodeState,
+    Owner,
     Policy,
     Queue,
     ReplicaPlacement,
@@ -88,6 +90,32 @@ class QueueConfigured(Event):
 class QueueRemoved(Event):
     type: ClassVar[str] = "QueueRemoved"
     queue: str
+
+
+@dataclass(frozen=True, slots=True)
+class OwnersChanged(Event):
+    """A team's OWNERS (and their keys) as a commit left them; () when the file went away.
+
+    Recorded when they change, so who could approve a team's change at any commit is
+    in the log, not only in the repository.
+    """
+
+    type: ClassVar[str] = "OwnersChanged"
+    team: str
+    owners: tuple[Owner, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalChecked(Event):
+    """The approval rule's inputs for one team's change in the commit that follows:
+    who wrote the change (for a merge, the authors of the commits it brings in) and
+    the approvals that counted. Who the owners were comes from OwnersChanged, so
+    `audit compliance` re-runs the same rule from the log alone."""
+
+    type: ClassVar[str] = "ApprovalChecked"
+    team: str
+    authors: tuple[str, ...]
+    approvals: tuple[Approval, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,6 +215,8 @@ EVENT_TYPES: dict[str, type[Event]] = {
         NodeStateChanged,
         QueueConfigured,
         QueueRemoved,
+        OwnersChanged,
+        ApprovalChecked,
         JobSubmitted,
         JobChanged,
         JobWithdrawn,

@@ -213,6 +213,7 @@ class Policy:
     preempt_within_queue: PreemptionScope = PreemptionScope.LOWER_PRIORITY
     reclaim_within_cohort: PreemptionScope = PreemptionScope.ANY
     require_owner_approval: bool = False
+    require_signed_approval: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -238,6 +239,31 @@ class Placement:
     @property
     def gpu_milli(self) -> int:
         return sum(r.gpu_milli * len(r.gpus) for r in self.replicas)
+
+
+@dataclass(frozen=True, slots=True)
+class Owner:
+    """One line of teams/<team>/OWNERS: an e-mail and, for signed approvals, the owner's
+    public key in git's allowed-signers form ("ssh-ed25519 AAAA...", no comment)."""
+
+    email: str
+    key: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Approval:
+    """The evidence that an owner approved a change, as the approval rule accepted it.
+
+    `via` is "trailer" (an Approved-by/Reviewed-by trailer), "signed-trailer" (that
+    trailer on a commit the owner signed) or "signed-merge" (the owner's signed merge
+    commit); `commit` is the commit carrying it, `fingerprint` the signing key's
+    SHA256 fingerprint ("" when unsigned).
+    """
+
+    approver: str
+    via: str
+    commit: str
+    fingerprint: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -409,7 +409,9 @@ def changes(
         click.echo(json.dumps(rows, indent=2))
         return
     shown = [
-        {k: v for k, v in r.items() if k != "effects"} | {"commit": r["commit"][:12]} for r in rows
+        {k: v for k, v in r.items() if k != "effects"}
+        | {"commit": r["commit"][:12], "approval": changes_query.approval_text(r["approval"])}
+        for r in rows
     ]
     emit_rows(shown, changes_query.HEADERS, fmt)
 
@@ -483,11 +485,17 @@ def _evidence_text(evidence: list[Any]) -> str:
 @audit.command()
 @log_option
 @repo_opt
+@click.option(
+    "--signatures",
+    is_flag=True,
+    help="Also ask git, in --repo, to verify every signed approval the log records.",
+)
 @format_option("table", "csv", "json")
-def verify(log_url: str | None, repo: str, fmt: str) -> None:
+def verify(log_url: str | None, repo: str, signatures: bool, fmt: str) -> None:
     """Check the hash chain and seq continuity of the whole log. Exit 1 when broken."""
     with user_errors(), open_event_log(log_url, repo) as event_log:
         result = verify_log(event_log)
+        signed = _recheck_signatures(event_log, repo) if signatures and result.ok else None
         broken: dict[str, Any] | None = None
         if result.broken is not None:
             b = result.broken
@@ -505,10 +513,11 @@ def verify(log_url: str | None, repo: str, fmt: str) -> None:
         click.echo(
             json.dumps(
                 {
-                    "ok": result.ok,
+                    "ok": result.ok and not (signed and signed["failed"]),
                     "events": result.events,
                     "head": result.last_hash,
                     "broken": broken,
+                    **({"signatures": signed} if signed is not None else {}),
                 },
                 indent=2,
             )
@@ -531,7 +540,50 @@ def verify(log_url: str | None, repo: str, fmt: str) -> None:
     else:
         what = f" ({broken['type']} {broken['id']})" if broken["id"] else ""
         click.echo(f"BROKEN at seq {broken['seq']}{what}: {broken['reason']}")
-    sys.exit(EXIT_OK if result.ok else EXIT_INVALID)
+    if signed is not None and fmt != "json":
+        failed = signed["failed"]
+        click.echo(
+            f"signatures: {signed['checked']} signed approval(s) checked with git, "
+            + (f"{len(failed)} FAILED" if failed else "all verify")
+        )
+        for f in failed:
+            click.echo(
+                f"  FAILED seq {f['seq']}: {f['approver']}'s approval of team {f['team']} "
+                f"on {f['commit'][:12]}, recorded key {f['fingerprint']}: {f['found']}"
+            )
+    sys.exit(EXIT_OK if result.ok and not (signed and signed["failed"]) else EXIT_INVALID)
+
+
+def _recheck_signatures(event_log: EventLog, repo: str) -> dict[str, Any]:
+    """The log's signed approvals, verified again by git in `repo` (the CLI composes
+    the log and git: audit never imports the reconciler)."""
+    from engine.events import ApprovalChecked
+    from eventlog.codec import decode
+    from reconciler.approval import recheck_signatures
+    from reconciler.git import GitRepo
+
+    recorded = [
+        (stored.seq, event)
+        for stored in event_log.read(0)
+        if stored.type == ApprovalChecked.type
+        and isinstance(event := decode(stored), ApprovalChecked)
+    ]
+    checks = recheck_signatures(GitRepo(repo), recorded)
+    return {
+        "checked": len(checks),
+        "failed": [
+            {
+                "seq": c.seq,
+                "team": c.team,
+                "approver": c.approver,
+                "commit": c.commit,
+                "fingerprint": c.fingerprint,
+                "found": c.found.fingerprint or c.found.detail or str(c.found.status),
+            }
+            for c in checks
+            if not c.ok
+        ],
+    }
 
 
 # -- report ---------------------------------------------------------------------------------

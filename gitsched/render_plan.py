@@ -210,7 +210,11 @@ def approval_text(a: TeamApproval) -> str:
     if a.unowned:
         return f"{a.team} ({files}): no {owners_file(a.team)} at the base, no approval needed"
     if a.satisfied:
-        return f"{a.team} ({files}): approved by {', '.join(a.approved_by)}"
+        how = ", ".join(
+            f"{x.approver} ({x.via}{', key ' + x.fingerprint if x.fingerprint else ''})"
+            for x in a.approvals
+        )
+        return f"{a.team} ({files}): approved by {how or ', '.join(a.approved_by)}"
     return f"{a.team} ({files}): MISSING, {a.missing_text()}"
 
 
@@ -535,6 +539,19 @@ def plan_to_dict(plan: PullRequestPlan) -> dict[str, Any]:
                     "eligible": list(a.eligible),
                     "approved_by": list(a.approved_by),
                     "satisfied": a.satisfied,
+                    "bootstrap": a.unowned,
+                    "signed_required": a.signed_required,
+                    "authors": list(a.authors),
+                    "approvals": [
+                        {
+                            "approver": x.approver,
+                            "via": x.via,
+                            "commit": x.commit,
+                            "fingerprint": x.fingerprint,
+                        }
+                        for x in a.approvals
+                    ],
+                    "refused": list(a.refused),
                 }
                 for a in plan.approvals
             ],

@@ -20,7 +20,14 @@ from engine.core import (
     keep_waiting_reasons,
     placement_instance,
 )
-from engine.events import CommitApplied, Event, JobChanged, JobSubmitted
+from engine.events import (
+    ApprovalChecked,
+    CommitApplied,
+    Event,
+    JobChanged,
+    JobSubmitted,
+    OwnersChanged,
+)
 from engine.model import CommitInfo, Finding
 from engine.placement.plan import PlacementPlan
 from engine.placement.solvers import solve, solve_changed
@@ -36,7 +43,7 @@ from eventlog.base import (
 from eventlog.codec import encode
 from eventlog.envelope import canonical_json, format_time
 from eventlog.replay import Replayed, replay
-from reconciler.approval import missing_approvals
+from reconciler.approval import commit_approval
 from reconciler.git import GitRepo
 from reconciler.specs import SpecCache, load_commit, to_finding
 
@@ -126,7 +133,8 @@ class Reconciler:
             state = self._tip.state
             loaded = load_commit(self.repo, commit.sha, cache=self._specs)
             intent: ApplyCommit | RejectCommit
-            unapproved = missing_approvals(self.repo, state, commit, loaded, self._specs)
+            approval = commit_approval(self.repo, state, commit, loaded, self._specs)
+            unapproved = approval.findings
             if loaded.desired is None:
                 intent = RejectCommit(commit, tuple(to_finding(e) for e in loaded.errors))
                 log.info("commit %s rejected: %d error(s)", commit.sha[:12], len(loaded.errors))
@@ -134,7 +142,7 @@ class Reconciler:
                 intent = RejectCommit(commit, unapproved)
                 log.info("commit %s rejected: owner approval missing", commit.sha[:12])
             else:
-                intent = ApplyCommit(commit, loaded.desired)
+                intent = ApplyCommit(commit, loaded.desired, approval.records)
             events = decide(state, intent)
             groups = [_Group(events, commit.sha, commit.actor, commit.sha)]
             applied = fold(events, state)
@@ -231,7 +239,7 @@ def _changed_jobs(events: Sequence[Event]) -> frozenset[str] | None:
     for event in events:
         if isinstance(event, JobSubmitted | JobChanged):
             jobs.add(event.job.key)
-        elif not isinstance(event, CommitApplied):
+        elif not isinstance(event, CommitApplied | OwnersChanged | ApprovalChecked):
             return None
     return frozenset(jobs)
 

@@ -26,7 +26,7 @@ from eventlog.base import EventLog
 from eventlog.codec import decode
 from policies.approval import TeamApproval
 from reconciler.approval import team_approvals
-from reconciler.git import GitRepo
+from reconciler.git import GitRepo, change_commits
 from reconciler.specs import LoadedSpecs, load_commit
 from schemas import SpecError
 
@@ -46,6 +46,7 @@ POLICY_FIELD_NAMES = {
     "preempt_within_queue": "preemption.withinQueue",
     "reclaim_within_cohort": "preemption.reclaimWithinCohort",
     "require_owner_approval": "approval.requireOwnerApproval",
+    "require_signed_approval": "approval.requireSignedApproval",
 }
 
 
@@ -342,13 +343,19 @@ def plan_change(
     effects, kept = _effects(before, after, plan)
     after_placements = plan.placements() if plan is not None else dict(after.placements)
 
-    authors = tuple(dict.fromkeys(c.author_email for c in commits)) or (head_info.author_email,)
+    # The change as one merge of HEAD into BASE: every commit in BASE..HEAD (the rule a
+    # merge commit meets in the reconciler); HEAD itself when BASE is HEAD.
+    signed = before.policy.require_signed_approval or desired.policy.require_signed_approval
     approvals = team_approvals(
+        repo,
         base=base_loaded,
         base_queues=before.queues,
         head=head_loaded,
-        approvers=head_info.approvers,
-        authors=authors,
+        commits=change_commits(repo, head_sha, f"^{base_sha}")
+        if base_sha != head_sha
+        else change_commits(repo, f"{head_sha}^!"),
+        head_sha=head_sha,
+        signed_required=signed,
     )
     return dataclasses.replace(
         skeleton,
@@ -364,7 +371,8 @@ def plan_change(
         usage=_usage(before, after, after_placements),
         solve=plan.stats if plan is not None else None,
         approvals=approvals,
-        approval_enforced=before.policy.require_owner_approval
+        approval_enforced=signed
+        or before.policy.require_owner_approval
         or desired.policy.require_owner_approval,
     )
 

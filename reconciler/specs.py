@@ -25,6 +25,7 @@ from engine.model import (
     Job,
     Node,
     NodeState,
+    Owner,
     Policy,
     PreemptionScope,
     PriorityClass,
@@ -34,6 +35,7 @@ from engine.model import (
     TopologyRequirement,
     job_key,
 )
+from policies.approval import parse_owners
 from reconciler.git import GitRepo
 from schemas import Document, Limits, SpecError
 
@@ -56,7 +58,7 @@ class LoadedSpecs:
     desired: DesiredState | None
     errors: tuple[SpecError, ...]
     documents: tuple[Document, ...] = ()
-    owners: Mapping[str, tuple[str, ...]] | None = None
+    owners: Mapping[str, tuple[Owner, ...]] | None = None
 
 
 def is_spec_file(path: str) -> bool:
@@ -252,7 +254,7 @@ def parse_files(
 ) -> LoadedSpecs:
     errors: list[SpecError] = []
     valid: list[Document] = []
-    owners: dict[str, tuple[str, ...]] = {}
+    owners: dict[str, tuple[Owner, ...]] = {}
     specs: list[tuple[str, bytes]] = []
     for f in files:
         if f.problem is not None:
@@ -261,7 +263,9 @@ def parse_files(
         assert f.content is not None
         if is_owners_file(f.path):
             team = PurePosixPath(f.path).parts[1]
-            owners[team] = _parse_owners(f.content)
+            listed, problems = parse_owners(f.content.decode("utf-8", "replace"))
+            owners[team] = listed
+            errors.extend(SpecError(f.path, n, None, "$", m, "owners") for n, m in problems)
             continue
         if policies.place_of(f.path).area == "elsewhere":
             errors.append(
@@ -290,7 +294,7 @@ def parse_files(
     errors.extend(policies.check_repository(valid, merged))
     if not errors:
         try:
-            desired = build_desired(valid, merged)
+            desired = build_desired(valid, merged, owners)
         except _ModelError as e:
             errors.append(e.error)
         else:
@@ -300,13 +304,6 @@ def parse_files(
 
 def _error_order(e: SpecError) -> tuple[str, int, int, str]:
     return (e.file, e.line or 0, e.column or 0, e.message)
-
-
-def _parse_owners(content: bytes) -> tuple[str, ...]:
-    text = content.decode("utf-8", "replace")
-    return tuple(
-        line.split("#", 1)[0].strip() for line in text.splitlines() if line.split("#", 1)[0].strip()
-    )
 
 
 class _ModelError(Exception):
@@ -330,7 +327,11 @@ def _mib(gib: float) -> int:
     return round(gib * 1024)
 
 
-def build_desired(docs: Sequence[Document], merged_policy: Mapping[str, Any]) -> DesiredState:
+def build_desired(
+    docs: Sequence[Document],
+    merged_policy: Mapping[str, Any],
+    owners: Mapping[str, tuple[Owner, ...]] | None = None,
+) -> DesiredState:
     cluster_doc = next(d for d in docs if d.kind == "Cluster")
     cluster = _cluster(cluster_doc.data["spec"], cluster_doc.name or "cluster")
     nodes: dict[str, Node] = {}
@@ -370,7 +371,12 @@ def build_desired(docs: Sequence[Document], merged_policy: Mapping[str, Any]) ->
             job = _job(doc.name or "", spec, queue_name, cluster, doc.file)
             jobs[job.key] = job
     return DesiredState(
-        cluster=cluster, policy=_policy(merged_policy), nodes=nodes, queues=queues, jobs=jobs
+        cluster=cluster,
+        policy=_policy(merged_policy),
+        nodes=nodes,
+        queues=queues,
+        jobs=jobs,
+        owners={team: listed for team, listed in sorted((owners or {}).items()) if listed},
     )
 
 
@@ -500,6 +506,9 @@ def _policy(spec: Mapping[str, Any]) -> Policy:
         ),
         require_owner_approval=bool(
             approval.get("requireOwnerApproval", base.require_owner_approval)
+        ),
+        require_signed_approval=bool(
+            approval.get("requireSignedApproval", base.require_signed_approval)
         ),
     )
 

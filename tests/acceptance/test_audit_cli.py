@@ -100,9 +100,13 @@ def test_compliance_names_the_violations_and_their_events(audited: Path) -> None
     golden("compliance", result)
     failed = {c["check"] for c in result["checks"] if c["status"] == "FAIL"}
     assert failed == {"quota-approval"}
-    messages = [v["message"] for v in result["violations"]]
-    assert any("has no approval" in m for m in messages)
-    assert any("approved only by its author" in m for m in messages)
+    # the bootstrap commit creates the queues and OWNERS: nobody owned them at its base;
+    # priya's raise of ml's limit, approved by herself, is not approved by ml's owner
+    (violation,) = result["violations"]
+    assert violation["subject"] == "ml"
+    assert "has no approval from an owner at the base (ana@ml.example)" in violation["message"]
+    assert "priya@platform.example (trailer on" in violation["message"]
+    assert "is not in teams/ml/OWNERS" in violation["message"]
     for v in result["violations"]:
         assert all(e["type"] and e["id"] for e in v["evidence"]), v
     table = gitsched_cli("audit", "compliance", "--repo", audited, expect=1).stdout
@@ -206,13 +210,13 @@ def test_a_tampered_log_fails_verify_and_names_the_first_broken_event(audited: P
     gitsched_cli("audit", "history", "--team", "ml", "--repo", audited)  # the view reads it all
     tamper(
         log,
-        "UPDATE events SET data = replace(data, '\"gpu_milli\":1000', '\"gpu_milli\":100') WHERE seq = 22",
+        "UPDATE events SET data = replace(data, '\"gpu_milli\":1000', '\"gpu_milli\":100') WHERE seq = 23",
     )
     broken = gitsched_cli("audit", "verify", "--repo", audited, expect=1)
-    assert broken.stdout.startswith("BROKEN at seq 22 (PlacementDecided ")
+    assert broken.stdout.startswith("BROKEN at seq 23 (PlacementDecided ")
     assert "content does not match its hash" in broken.stdout
     data = gitsched_cli("audit", "verify", "--repo", audited, "--format", "json", expect=1).json()
-    assert data["broken"]["seq"] == 22 and data["broken"]["type"] and data["broken"]["id"]
+    assert data["broken"]["seq"] == 23 and data["broken"]["type"] and data["broken"]["id"]
 
 
 def test_a_deleted_event_is_a_gap_and_the_view_refuses_a_rewritten_log(audited: Path) -> None:

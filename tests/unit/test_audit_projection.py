@@ -19,7 +19,7 @@ from audit.pointintime import cluster_at, seq_at_time
 from audit.projection import ProjectionState
 from audit.store import AuditError, AuditStore, EventList, catch_up
 from engine import events as ev
-from engine.model import CommitInfo, Isolation, NodeState, Policy, ReplicaPlacement
+from engine.model import CommitInfo, Isolation, NodeState, Owner, Policy, ReplicaPlacement
 from eventlog.codec import decode_all, encode
 from eventlog.envelope import GENESIS_HASH, StoredEvent, format_time, seal_batch
 from tests.unit.factories import CLUSTER, job, node, queue
@@ -361,21 +361,28 @@ def test_a_queue_over_its_limits_is_one_episode_with_its_evidence() -> None:
         assert "uses 24 h100 GPUs; its limit is 16" in limits[0]["message"]
 
 
+OWNER_OF_A = "li@cv.example"
+
+
 @pytest.mark.parametrize(
     ("approvers", "violation"),
     [
-        ((), "has no approval"),
-        (("Priya Raman <priya@platform.example>",), "approved only by its author"),
-        (("priya raman <PRIYA@platform.example>",), "approved only by its author"),
+        ((), "has no approval from an owner at the base (li@cv.example)"),
+        (("Priya Raman <priya@platform.example>",), "is not in teams/a/OWNERS"),
+        (("priya raman <PRIYA@platform.example>",), "is not in teams/a/OWNERS"),
+        # a made-up outsider is not an owner: their trailer counts for nothing
+        (("Mallory <mallory@elsewhere.example>",), "is not in teams/a/OWNERS"),
         ((LI,), None),
         (("Priya Raman <priya@platform.example>", LI), None),
     ],
 )
-def test_every_quota_change_is_approved_by_someone_else(
+def test_every_quota_change_is_approved_by_an_owner_at_the_base(
     approvers: tuple[str, ...], violation: str | None
 ) -> None:
     log = LogBuilder()
-    bootstrap(log, approvers=(LI,))
+    bootstrap(log)
+    # the commit that gives team a its OWNERS: nobody owned it at its base (bootstrap)
+    log.commit(0.5, [ev.OwnersChanged("a", (Owner(OWNER_OF_A),))])
     log.commit(
         1,
         [ev.QueueConfigured(queue("a", cohort="c", quotas={"h100": (16, 8, None)}))],
@@ -387,8 +394,43 @@ def test_every_quota_change_is_approved_by_someone_else(
         if violation is None:
             assert found == []
         else:
-            assert len(found) == 1 and violation in found[0]["message"]
+            assert len(found) == 1 and violation in found[0]["message"], found
             assert found[0]["evidence"] == [log.events[-3].seq - 1, log.events[-3].seq]
+        rows = changes_query.changes(store, team="a")
+        assert rows[0]["approval"]["status"] == "bootstrap"
+        assert rows[-1]["approval"]["status"] == ("missing" if violation else "approved")
+
+
+def test_the_owners_of_a_change_are_those_at_its_base_not_those_it_adds() -> None:
+    log = LogBuilder()
+    bootstrap(log)
+    log.commit(0.5, [ev.OwnersChanged("a", (Owner(OWNER_OF_A),))])
+    # priya adds herself to OWNERS and raises the quota in the same commit, approving it
+    log.commit(
+        1,
+        [
+            ev.QueueConfigured(queue("a", cohort="c", quotas={"h100": (16, 8, None)})),
+            ev.OwnersChanged("a", (Owner(OWNER_OF_A), Owner("mallory@elsewhere.example"))),
+        ],
+        approvers=("Mallory <mallory@elsewhere.example>",),
+        author=("Ana Souza", "ana@ml.example"),
+    )
+    with log.view() as store:
+        (found,) = compliance_query.compliance(store)["violations"]
+        assert "team a" in found["message"] and "not in teams/a/OWNERS" in found["message"]
+        rows = changes_query.changes(store, team="a")
+        owners_row = [r for r in rows if r["kind"] == "owners"][-1]
+        assert owners_row["change"] == "owner mallory@elsewhere.example added"
+        assert owners_row["approval"]["approvals"] == [
+            {
+                "approver": "mallory@elsewhere.example",
+                "owner_at_base": False,
+                "counted": False,
+                "via": "trailer",
+                "commit": owners_row["commit"],
+                "fingerprint": "",
+            }
+        ]
 
 
 # -- changes --------------------------------------------------------------------------------
