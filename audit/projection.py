@@ -1318,7 +1318,9 @@ class UsageLedger:
         idle = unused if unused > 0 else 0
         days = batch.usage_days
         first, last = int(start // DAY), int(end // DAY)
-        if first == last or end == last * DAY:
+        if end == last * DAY:
+            last -= 1  # a segment that ends at 00:00:00 has no part of the day it ends on
+        if first == last:
             # Within one day: the common case.
             micros = round((end - start) * 1e6)
             key = (queue, team, flavor, first)

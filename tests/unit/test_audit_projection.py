@@ -264,6 +264,31 @@ def test_open_intervals_run_to_the_end_of_the_period() -> None:
         assert series == {"r": [4.0, 4.0]}
 
 
+def test_a_segment_ending_exactly_at_midnight_is_split_over_every_day_it_covers() -> None:
+    # Regression: a segment over several days that ended at 00:00:00 UTC was booked whole to
+    # its first day. r runs 8 GPUs from 14:00 on day 0 until 00:00 on day 3.
+    day0 = datetime(2025, 11, 16, tzinfo=UTC)
+    start = (day0 + timedelta(hours=14) - T0) / timedelta(hours=1)
+    end = (day0 + timedelta(days=3) - T0) / timedelta(hours=1)
+    log = LogBuilder()
+    bootstrap(log)
+    sha = submit(log, start, job("x", queue="r", gpu=8))
+    log.solve(start, sha, [placed("r/x", ("n1", 8))])
+    log.batch(end, [ev.JobFinished("r/x")], actor="kubernetes", cause="k8s")
+    log.batch(end + 30, [ev.JobFinished("r/none")], actor="kubernetes", cause="k8s")
+    with log.view() as store:
+        per_day = []
+        for d in range(4):
+            since = (day0 + timedelta(days=d)).timestamp()
+            per_day.append(rows_by(usage.by_team(store, since, since + 86_400.0), "team"))
+        assert [p["r"]["used_gpu_h"] for p in per_day] == [80.0, 192.0, 192.0, 0.0]
+        total = rows_by(usage.by_team(store, day0.timestamp(), ts(end + 30)), "team")
+        assert total["r"]["used_gpu_h"] == 464.0
+        # A window from between two events to between two others, its edges off the hour.
+        window = rows_by(usage.by_team(store, ts(start + 0.5), ts(end - 0.25)), "team")
+        assert window["r"]["used_gpu_h"] == 8 * (end - start - 0.75)
+
+
 # -- compliance -----------------------------------------------------------------------------
 
 
