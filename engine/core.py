@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 from engine import events as ev
 from engine.model import (
@@ -55,6 +56,28 @@ class ApplyPlan:
 
 
 Intent = ApplyCommit | RejectCommit | ApplyPlan
+
+
+def utc_time(text: str) -> str:
+    """An ISO-8601 time with any offset as the log writes times (UTC, microseconds, `Z`),
+    so it sorts as text; "" when `text` is not a time with an offset."""
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        return ""
+    if moment.tzinfo is None:
+        return ""
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def decision_time(commit: CommitInfo) -> str:
+    """'Now' for every decision made for `commit`: its committer date, when it was merged.
+
+    Never the clock: a commit reconciled a week late, planned before merge or replayed
+    is decided at the same moment, so `plan` and the reconciler agree and every time in
+    the log that follows from the commit is the commit's.
+    """
+    return utc_time(commit.committed_at)
 
 
 def decide(state: ClusterState, intent: Intent) -> tuple[ev.Event, ...]:

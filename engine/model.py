@@ -242,12 +242,18 @@ class Placement:
 
 @dataclass(frozen=True, slots=True)
 class CommitInfo:
+    """A commit as git records it: who wrote it and when (author), who merged it and when
+    (committer, `committed_at`). Times are ISO-8601 as git gives them, with their offset."""
+
     sha: str
     author: str
     author_email: str
     committed_at: str
     subject: str
     approvers: tuple[str, ...] = ()
+    authored_at: str = ""
+    committer: str = ""
+    committer_email: str = ""
 
     @property
     def actor(self) -> str:
