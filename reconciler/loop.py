@@ -115,8 +115,7 @@ class Reconciler:
         if tip.state.needs_placement and tip.state.last_commit is not None:
             # A log written before commits and their solves shared one append may
             # hold a commit without its solve: finish that solve first.
-            last = tip.state.last_commit
-            self._append([self._solve(tip.state, last, report)], report)
+            self._append([self._solve(tip.state, tip.state.last_commit, report)], report)
         state = self._tip.state
         last = state.last_commit.sha if state.last_commit else None
         for commit in self.repo.commits_since(self.branch, last):
