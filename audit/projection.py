@@ -22,11 +22,12 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from engine.events import EVENT_TYPES
-from engine.model import GPU_MILLI
+from engine.model import GPU_MILLI, utc_time
 from eventlog.codec import upcast
 from eventlog.envelope import GENESIS_HASH
+from eventlog.timeline import Timeline
 
-FORMAT_VERSION = "4"
+FORMAT_VERSION = "5"
 
 # How a placement interval started and ended; `history` shows them like sacct's State.
 START_ADMITTED, START_MOVED = "admitted", "moved"
@@ -81,6 +82,21 @@ class Envelope(Protocol):
     def hash(self) -> str: ...
 
 
+@dataclass(frozen=True, slots=True)
+class HeldEvent:
+    """A stored event the timeline held, as the fold reads it (an `Envelope`)."""
+
+    seq: int
+    type: str
+    schema_version: int
+    data: dict[str, Any]
+    time: str
+    actor: str
+    cause: str
+    prev_hash: str
+    hash: str
+
+
 class ProjectionError(Exception):
     """The log cannot be projected: a gap in seq, a broken link, an unknown event type."""
 
@@ -95,6 +111,13 @@ def email_of(who: str) -> str:
     if 0 <= start < end:
         return who[start + 1 : end].strip().lower()
     return who.strip().lower()
+
+
+def _who(name: str, email: str) -> str:
+    """`Name <email>`, or "" when git did not say (a commit logged before v2)."""
+    if not name and not email:
+        return ""
+    return f"{name} <{email}>"
 
 
 def gpus(milli: int | float) -> str:
@@ -272,6 +295,11 @@ class ProjectionState:
     )  # account key -> seqs since the last solve
     over_limit: dict[str, int] = field(default_factory=dict)  # limit key -> open violation id
     checked: dict[str, int] = field(default_factory=lambda: dict.fromkeys(CHECKS, 0))
+    # The fact timeline (eventlog.timeline): the append being read, and a commit's changes
+    # read before their commit stated its time, as [seq, type, schema_version, data, time,
+    # actor, cause, prev_hash, hash] (data upcast). `max_time` is the last fact time.
+    unit: list[str] = field(default_factory=lambda: ["", "", ""])
+    held: list[list[Any]] = field(default_factory=list)
 
     _TYPES: dict[str, Any] = dataclasses.field(
         default_factory=lambda: {
@@ -464,6 +492,10 @@ class Projector:
         self.usage: Usage = usage if usage is not None else UsageLedger(self.state)
         self._time = ""
         self._ts = 0.0
+        s = self.state
+        # Items: (stored event, upcast data), or a held event's plain values.
+        self._timeline: Timeline[Any] = Timeline(s.max_time, s.unit, s.held)
+        self._marked = s.max_time
         # Who runs on each dedicated node: what the isolation check needs to see.
         self._node_jobs: dict[str, set[str]] = {}
         for name, node in self.state.nodes.items():
@@ -508,8 +540,8 @@ class Projector:
         `convert` for a stream, its loop kept tight: a rebuild runs it a million times."""
         s = self.state
         dispatch = self._dispatch
-        marks = batch.marks
-        seq, hash_, time = s.seq, s.hash, self._time
+        timeline = self._timeline
+        seq, hash_ = s.seq, s.hash
         checkpoint = s.next_checkpoint
         count = batch.events
         try:
@@ -519,21 +551,34 @@ class Projector:
                 entry = dispatch.get(stored.type)
                 if entry is None:
                     raise ProjectionError(f"event {stored.seq} has unknown type {stored.type!r}")
-                handler, version = entry
+                version = entry[1]
                 data = stored.data
                 if stored.schema_version != version:
                     data = upcast(stored.type, stored.schema_version, data)
-                if stored.time != time:
-                    time = self._time = stored.time
-                    self._ts = epoch(time)
-                    if time > s.max_time:
-                        s.max_time = time
-                        marks.append((stored.seq, time))
-                handler(stored, data, batch)
                 seq = s.seq = stored.seq
                 hash_ = s.hash = stored.hash
+                pair = (stored, data)
+                released = timeline.add(
+                    pair, stored.type, data, stored.time, stored.cause, stored.actor
+                )
+                if timeline.held and timeline.held[-1] is pair:
+                    # Held until its commit: kept in the fold's state, as plain values.
+                    timeline.held[-1] = [
+                        seq,
+                        stored.type,
+                        version,
+                        data,
+                        stored.time,
+                        stored.actor,
+                        stored.cause,
+                        stored.prev_hash,
+                        hash_,
+                    ]
+                for item, time in released:
+                    self._apply(item, time, batch)
+                s.max_time = timeline.time
                 count += 1
-                if seq >= checkpoint:
+                if seq >= checkpoint and not timeline.held:
                     self.checkpoint(batch)
                     checkpoint = s.next_checkpoint
                 if count >= limit:
@@ -541,6 +586,22 @@ class Projector:
             return False
         finally:
             batch.events = count
+            s.held = timeline.held
+
+    def _apply(self, item: Any, time: str, batch: Batch) -> None:
+        """Fold one event at its fact time (`eventlog.timeline`)."""
+        if isinstance(item, list):
+            stored: Envelope = HeldEvent(*item)
+            data = item[3]
+        else:
+            stored, data = item
+        if time != self._time:
+            self._time = time
+            self._ts = epoch(time)
+            if time > self._marked:
+                self._marked = time
+                batch.marks.append((stored.seq, time))
+        self._dispatch[stored.type][0](stored, data, batch)
 
     def _refuse(self, stored: Envelope) -> None:
         s = self.state
@@ -588,7 +649,7 @@ class Projector:
             kind,
             key,
             stored.seq,
-            stored.time,
+            self._time,
             self._ts,
             data if isinstance(data, str) else _canonical(data),
         ]
@@ -597,7 +658,7 @@ class Projector:
         v = self.state.versions.pop(f"{kind}\x1f{key}", None)
         if v is not None:
             batch.versions.append(
-                (v[0], v[1], v[2], v[3], v[4], v[5], stored.seq, stored.time, self._ts, v[6])
+                (v[0], v[1], v[2], v[3], v[4], v[5], stored.seq, self._time, self._ts, v[6])
             )
 
     # -- placement intervals --------------------------------------------------------------
@@ -651,7 +712,7 @@ class Projector:
                 run.reason,
                 run.cause,
                 stored.seq,
-                stored.time,
+                self._time,
                 end,
                 kind,
                 reason,
@@ -701,7 +762,7 @@ class Projector:
         batch: Batch,
     ) -> None:
         self.usage.violation(
-            check, stored.seq, stored.time, subject, message, _compact(sorted(set(evidence))), batch
+            check, stored.seq, self._time, subject, message, _compact(sorted(set(evidence))), batch
         )
 
     def _placement_decided(self, stored: Envelope, d: dict[str, Any], batch: Batch) -> None:
@@ -740,7 +801,7 @@ class Projector:
             milli,
             nodes,
             stored.seq,
-            stored.time,
+            self._time,
             self._ts,
             START_MOVED if old is not None or action == START_MOVED else START_ADMITTED,
             reason,
@@ -897,7 +958,7 @@ class Projector:
         v = s.versions.pop(f"{KIND_PENDING}\x1f{key}", None)
         if v is not None:
             batch.versions.append(
-                (v[0], v[1], v[2], v[3], v[4], v[5], stored.seq, stored.time, self._ts, v[6])
+                (v[0], v[1], v[2], v[3], v[4], v[5], stored.seq, self._time, self._ts, v[6])
             )
         s.jobs.pop(key, None)
 
@@ -1072,10 +1133,12 @@ class Projector:
             commit.get("author", ""),
             commit.get("author_email", ""),
             "\n".join(commit.get("approvers", ())),
-            commit.get("committed_at", ""),
+            utc_time(commit.get("committed_at", "")),
             stored.time,
             commit.get("subject", ""),
             detail,
+            utc_time(commit.get("authored_at", "")),
+            _who(commit.get("committer", ""), commit.get("committer_email", "")),
         )
 
     def _commit_applied(self, stored: Envelope, d: dict[str, Any], batch: Batch) -> None:
@@ -1123,7 +1186,7 @@ class Projector:
         s.effects_of = None
 
     def _solve_completed(self, stored: Envelope, d: dict[str, Any], batch: Batch) -> None:
-        self.usage.solve(stored.seq, stored.time, batch)
+        self.usage.solve(stored.seq, self._time, batch)
 
 
 # A queue in force, as the usage ledger sees it: team, cohort, quotas (flavor -> [nominal,

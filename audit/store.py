@@ -84,7 +84,8 @@ CREATE TABLE IF NOT EXISTS marks (seq INTEGER PRIMARY KEY, time TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS commits (
     seq INTEGER PRIMARY KEY, sha TEXT NOT NULL, applied INTEGER NOT NULL, author TEXT NOT NULL,
     email TEXT NOT NULL, approvers TEXT NOT NULL, committed_at TEXT NOT NULL,
-    applied_time TEXT NOT NULL, subject TEXT NOT NULL, detail INTEGER NOT NULL
+    applied_time TEXT NOT NULL, subject TEXT NOT NULL, detail INTEGER NOT NULL,
+    authored_at TEXT NOT NULL, committer TEXT NOT NULL
 );
 CREATE TABLE IF NOT EXISTS changes (
     id INTEGER PRIMARY KEY, commit_seq INTEGER NOT NULL, seq INTEGER NOT NULL,
@@ -147,7 +148,7 @@ _INSERTS: tuple[tuple[str, str, int, bool], ...] = (
     ("segments", "INSERT INTO segments", 13, True),
     ("rates", "INSERT OR REPLACE INTO cohort_rates", 5, False),
     ("marks", "INSERT INTO marks", 2, True),
-    ("commits", "INSERT INTO commits", 10, True),
+    ("commits", "INSERT INTO commits", 12, True),
     ("changes", "INSERT INTO changes", 7, False),
     ("effects", "INSERT INTO effects", 5, False),
     (

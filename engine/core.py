@@ -9,7 +9,6 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
 
 from engine import events as ev
 from engine.model import (
@@ -20,6 +19,7 @@ from engine.model import (
     Node,
     Policy,
     Queue,
+    utc_time,
 )
 from engine.placement.plan import OutcomeStatus, PlacementInstance, PlacementPlan
 from engine.state import ClusterState
@@ -56,18 +56,6 @@ class ApplyPlan:
 
 
 Intent = ApplyCommit | RejectCommit | ApplyPlan
-
-
-def utc_time(text: str) -> str:
-    """An ISO-8601 time with any offset as the log writes times (UTC, microseconds, `Z`),
-    so it sorts as text; "" when `text` is not a time with an offset."""
-    try:
-        moment = datetime.fromisoformat(text)
-    except ValueError:
-        return ""
-    if moment.tzinfo is None:
-        return ""
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def decision_time(commit: CommitInfo) -> str:

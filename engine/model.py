@@ -7,6 +7,7 @@ used anywhere (milli-GPU, milli-CPU, MiB), so capacity sums are exact.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from enum import StrEnum
 
 GPU_MILLI = 1000
@@ -238,6 +239,18 @@ class Placement:
     @property
     def gpu_milli(self) -> int:
         return sum(r.gpu_milli * len(r.gpus) for r in self.replicas)
+
+
+def utc_time(text: str) -> str:
+    """An ISO-8601 time with any offset as the log writes times (UTC, microseconds, `Z`),
+    so it sorts as text; "" when `text` is not a time with an offset."""
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        return ""
+    if moment.tzinfo is None:
+        return ""
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 @dataclass(frozen=True, slots=True)

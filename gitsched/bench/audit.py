@@ -31,6 +31,7 @@ from audit import compliance as compliance_query
 from audit import history, pointintime, usage
 from audit.store import AuditStore, catch_up, rebuild
 from engine.codec import to_data
+from engine.events import EVENT_TYPES
 from engine.model import (
     GPU_MILLI,
     ClusterSpec,
@@ -151,7 +152,14 @@ class Simulation:
         self.batches += 1
         prefix = f"synth/{self.batches}"
         batch = [
-            NewEvent(id=f"{prefix}/{i}", type=t, schema_version=1, data=d, actor=actor, cause=cause)
+            NewEvent(
+                id=f"{prefix}/{i}",
+                type=t,
+                schema_version=EVENT_TYPES[t].schema_version,
+                data=d,
+                actor=actor,
+                cause=cause,
+            )
             for i, (t, d) in enumerate(events)
         ]
         self.out.append((self.stamp, batch))
@@ -171,6 +179,9 @@ class Simulation:
             "committed_at": self.stamp,
             "subject": subject,
             "approvers": list(approvers),
+            "authored_at": self.stamp,
+            "committer": author[0],
+            "committer_email": author[1],
         }
         events.append(("CommitApplied", {"commit": commit, "changes": len(events)}))
         actor = f"{author[0]} <{author[1]}>"
