@@ -505,3 +505,56 @@ def test_a_view_refuses_a_log_rewritten_under_it(tmp_path: Path) -> None:
         catch_up(EventList(other.events), store)
     with AuditStore(tmp_path / "audit.db") as store, pytest.raises(AuditError, match="another log"):
         catch_up(EventList(other.events[:3]), store)
+
+
+def test_a_commit_reconciled_late_counts_from_its_date_even_read_in_two_parts(
+    tmp_path: Path,
+) -> None:
+    # Merged at 1h, reconciled (appended) at 30h: its quota, its job and the job's placement
+    # take effect at 1h. The view is read once up to the middle of that append (its changes
+    # held in the saved fold state), then on: it answers as one read from the start.
+    log = LogBuilder()
+    bootstrap(log)
+    sha = f"{99:040x}"
+    info = CommitInfo(sha, *ANA, format_time(hours(1)), "late", ())
+    items: list[ev.Event] = [
+        ev.QueueConfigured(queue("a", cohort="c", quotas={"h100": (16, 8, None)})),
+        ev.JobSubmitted(job("x", queue="a", gpu=8)),
+        ev.CommitApplied(info, 2),
+    ]
+    late = placed("a/x", ("n1", 8))
+    late = ev.PlacementDecided(
+        late.job, late.flavor, late.replicas, late.action, late.reason, "s", format_time(hours(1))
+    )
+    done = ev.SolveCompleted("s", "greedy", "heuristic", 0.0, None, None, 0.0, 0, 0, 1, 0, 0, 0, 0)
+    first = len(log.events) + 1
+    log.events.extend(
+        seal_batch(
+            [encode(e, id=f"{sha}/{i}", actor=info.actor, cause=sha) for i, e in enumerate(items)]
+            + [
+                encode(e, id=f"{sha}/solve/{i}", actor="solver", cause=sha)
+                for i, e in enumerate([late, done])
+            ],
+            first_seq=first,
+            time=format_time(hours(30)),
+            prev_hash=log.events[-1].hash,
+        )
+    )
+    whole = log.view()
+    split_path = tmp_path / "split.db"
+    with AuditStore(split_path) as store:
+        catch_up(EventList(log.events[:first]), store)  # up to the queue change: held
+        assert store.load_state().held
+    with AuditStore(split_path) as store:
+        catch_up(EventList(log.events), store)
+        for view in (whole, store):
+            (interval,) = history.query(view, job="a/x")
+            assert interval.start == format_time(hours(1))
+            used = rows_by(usage.by_team(view, ts(0), ts(2)), "team")["a"]
+            assert used["used_gpu_h"] == 8.0 and used["quota_gpu_h"] == 24.0
+            at = cluster_at(view, seq_at_time(view, format_time(hours(1.5))))
+            assert [p["job"] for p in at["placements"]] == ["a/x"]
+            change = changes_query.changes(view, team="a")[-1]
+            assert change["merged"] == format_time(hours(1))
+            assert change["applied"] == format_time(hours(30))
+    whole.close()
