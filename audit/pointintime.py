@@ -12,7 +12,14 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from audit.projection import KIND_CLUSTER, KIND_NODE, KIND_PENDING, KIND_POLICY, KIND_QUEUE
+from audit.projection import (
+    KIND_CLUSTER,
+    KIND_NODE,
+    KIND_PENDING,
+    KIND_POLICY,
+    KIND_QUEUE,
+    epoch,
+)
 from audit.store import AuditStore, rows
 from engine.model import GPU_MILLI
 
@@ -138,6 +145,10 @@ def cluster_at(store: AuditStore, seq: int) -> dict[str, Any]:
                 "replicas": p["replicas"],
                 "since": p["start_time"],
                 "since_seq": p["start_seq"],
+                "queued": p["queued_time"] or None,
+                "wait_s": round(p["start_ts"] - epoch(p["queued_time"]), 6)
+                if p["queued_time"]
+                else None,
             }
             for p in placements
         ],

@@ -136,6 +136,8 @@ class JobInfo:
     priority: int
     priority_class: str
     seq: int
+    # When it last began waiting to be placed: its commit, or the end of its last interval.
+    waiting_since: str = ""
 
 
 @dataclass(slots=True)
@@ -158,6 +160,7 @@ class Running:
     kind: str
     reason: str
     cause: str
+    queued: str = ""  # when the job began waiting for this placement
 
     def row(self) -> tuple[Any, ...]:
         return (
@@ -618,7 +621,7 @@ class Projector:
         """The rows still open, for the sink to write with the offset."""
         s = self.state
         batch.open_placements = [
-            (*r.row(), None, None, None, None, None, None) for r in s.running.values()
+            (*r.row(), None, None, None, None, None, None, r.queued) for r in s.running.values()
         ]
         batch.open_versions = [
             (v[0], v[1], v[2], v[3], v[4], v[5], None, None, None, v[6])
@@ -717,6 +720,7 @@ class Projector:
                 kind,
                 reason,
                 stored.cause,
+                run.queued,
             )
         )
         if milli:
@@ -745,6 +749,9 @@ class Projector:
         for node in nodes:
             if node in node_jobs:
                 node_jobs[node].discard(job)
+        info = self.state.jobs.get(job)
+        if info is not None:
+            info.waiting_since = self._time  # placed again at once when it moves: no wait
         return run
 
     def _effect(self, stored: Envelope, job: str, detail: str, batch: Batch) -> None:
@@ -806,6 +813,7 @@ class Projector:
             START_MOVED if old is not None or action == START_MOVED else START_ADMITTED,
             reason,
             stored.cause,
+            job.waiting_since if job is not None and job.waiting_since else self._time,
         )
         if milli:
             day_key = (
@@ -962,7 +970,9 @@ class Projector:
             )
         s.jobs.pop(key, None)
 
-    def _job_info(self, stored: Envelope, job: dict[str, Any], user: str) -> JobInfo:
+    def _job_info(
+        self, stored: Envelope, job: dict[str, Any], user: str, waiting_since: str
+    ) -> JobInfo:
         return JobInfo(
             job["queue"],
             job["name"],
@@ -973,6 +983,7 @@ class Projector:
             int(job.get("priority", 0)),
             str(job.get("priority_class", "")),
             stored.seq,
+            waiting_since,
         )
 
     def _job_submitted(self, stored: Envelope, d: dict[str, Any], batch: Batch) -> None:
@@ -982,14 +993,19 @@ class Projector:
         user = self._people.get(actor)
         if user is None:
             user = self._people[actor] = person(actor)
-        self.state.jobs[key] = self._job_info(stored, job, user)
+        self.state.jobs[key] = self._job_info(stored, job, user, self._time)
 
     def _job_changed(self, stored: Envelope, d: dict[str, Any], batch: Batch) -> None:
         s = self.state
         job = d["job"]
         key = f"{job['queue']}/{job['name']}"
         old = s.jobs.get(key)
-        info = self._job_info(stored, job, old.user if old else person(stored.actor))
+        info = self._job_info(
+            stored,
+            job,
+            old.user if old else person(stored.actor),
+            old.waiting_since if old else self._time,
+        )
         s.jobs[key] = info
         fields = d.get("fields", ())
         if "priority" in fields or "priority_class" in fields:

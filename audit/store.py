@@ -40,7 +40,8 @@ _PLACEMENT_COLUMNS = """
     gpu_milli INTEGER NOT NULL, nodes TEXT NOT NULL,
     start_seq INTEGER NOT NULL, start_time TEXT NOT NULL, start_ts REAL NOT NULL,
     start_kind TEXT NOT NULL, start_reason TEXT NOT NULL, start_cause TEXT NOT NULL,
-    end_seq INTEGER, end_time TEXT, end_ts REAL, end_kind TEXT, end_reason TEXT, end_cause TEXT
+    end_seq INTEGER, end_time TEXT, end_ts REAL, end_kind TEXT, end_reason TEXT, end_cause TEXT,
+    queued_time TEXT NOT NULL
 """
 _VERSION_COLUMNS = """
     id INTEGER PRIMARY KEY, kind TEXT NOT NULL, key TEXT NOT NULL,
@@ -142,7 +143,7 @@ _MULTI_ROW = 128
 
 _INSERTS: tuple[tuple[str, str, int, bool], ...] = (
     # batch list, INSERT ... INTO table, row width, many rows a statement
-    ("placements", "INSERT INTO placements", 22, False),
+    ("placements", "INSERT INTO placements", 23, False),
     ("placement_nodes", "INSERT INTO placement_nodes", 2, True),
     ("versions", "INSERT INTO versions", 10, True),
     ("segments", "INSERT INTO segments", 13, True),
@@ -164,7 +165,7 @@ _UPDATES: tuple[tuple[str, str], ...] = (
     ("violation_close", "UPDATE violations SET end_seq=?, end_time=? WHERE id=?"),
 )
 _OPEN: tuple[tuple[str, str, int], ...] = (
-    ("open_placements", "open_placements", 22),
+    ("open_placements", "open_placements", 23),
     ("open_versions", "open_versions", 10),
     ("open_segments", "open_segments", 13),
 )

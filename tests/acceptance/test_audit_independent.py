@@ -154,6 +154,7 @@ class Placement:
     end: float | None
     gpus: float
     nodes: tuple[str, ...]
+    queued: float  # since when it waited: its commit, or the end of its last interval
 
 
 @dataclass
@@ -176,6 +177,7 @@ def fold_log(log_path: Path, dates: dict[str, int]) -> Fold:
     preempted, left pending, withdrawn or finished."""
     out = Fold()
     running: dict[str, Placement] = {}
+    waiting: dict[str, float] = {}
     with sqlite3.connect(log_path) as db:
         rows = db.execute("SELECT type, data, cause FROM events ORDER BY seq").fetchall()
     out.events = len(rows)
@@ -187,11 +189,14 @@ def fold_log(log_path: Path, dates: dict[str, int]) -> Fold:
             queue = data["queue"]
             nominal = sum(q["nominal"] for q in queue["quotas"]) / 1000
             out.quotas.setdefault(queue.get("team") or queue["name"], []).append((t, nominal))
+        if type_ == "JobSubmitted":
+            waiting[f"{data['job']['queue']}/{data['job']['name']}"] = t
         if type_ not in ENDS:
             continue
         job = data["job"]
         if job in running:
             running.pop(job).end = t
+            waiting[job] = t
         if type_ == "PlacementDecided":
             placement = Placement(
                 job,
@@ -200,6 +205,7 @@ def fold_log(log_path: Path, dates: dict[str, int]) -> Fold:
                 None,
                 sum(r["gpu_milli"] * len(r["gpus"]) for r in data["replicas"]) / 1000,
                 tuple(sorted({r["node"] for r in data["replicas"]})),
+                waiting[job],
             )
             running[job] = placement
             out.intervals.append(placement)
@@ -297,12 +303,20 @@ def check(history: History, rng: random.Random) -> Fold:
             want = used_gpu_h(fold, team, since, until)
             assert close(used, want), (team, iso(since), iso(until), used, want)
 
-    # Each job's placement intervals.
+    # Each job's placement intervals, and how long it waited for each.
     assert sorted(
-        (i["job"], i["start"], i["end"], i["gpus"], tuple(i["nodes"]))
+        (i["job"], i["start"], i["end"], i["gpus"], tuple(i["nodes"]), i["queued"], i["wait_s"])
         for i in cli.json("audit", "history", "--gpu-flavor", "h100-80g")
     ) == sorted(
-        (p.job, iso(p.start), None if p.end is None else iso(p.end), p.gpus, p.nodes)
+        (
+            p.job,
+            iso(p.start),
+            None if p.end is None else iso(p.end),
+            p.gpus,
+            p.nodes,
+            iso(p.queued),
+            p.start - p.queued,
+        )
         for p in fold.intervals
     )
 
