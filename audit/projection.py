@@ -25,7 +25,7 @@ from engine.events import EVENT_TYPES
 from engine.model import GPU_MILLI, utc_time
 from eventlog.codec import upcast
 from eventlog.envelope import GENESIS_HASH
-from eventlog.timeline import Timeline
+from eventlog.timeline import COMMIT_EVENTS, Timeline
 
 FORMAT_VERSION = "5"
 
@@ -299,10 +299,11 @@ class ProjectionState:
     over_limit: dict[str, int] = field(default_factory=dict)  # limit key -> open violation id
     checked: dict[str, int] = field(default_factory=lambda: dict.fromkeys(CHECKS, 0))
     # The fact timeline (eventlog.timeline): the append being read, and a commit's changes
-    # read before their commit stated its time, as [seq, type, schema_version, data, time,
-    # actor, cause, prev_hash, hash] (data upcast). `max_time` is the last fact time.
+    # read before their commit stated its time, as (stored event, upcast data, its version)
+    # or, once saved, [seq, type, schema_version, data, time, actor, cause, prev_hash,
+    # hash]. `max_time` is the last fact time.
     unit: list[str] = field(default_factory=lambda: ["", "", ""])
-    held: list[list[Any]] = field(default_factory=list)
+    held: list[Any] = field(default_factory=list)
 
     _TYPES: dict[str, Any] = dataclasses.field(
         default_factory=lambda: {
@@ -326,6 +327,8 @@ class ProjectionState:
             if f.name in self._TYPES:
                 names = _FIELD_NAMES[self._TYPES[f.name]]
                 value = {k: [getattr(v, n) for n in names] for k, v in value.items()}
+            elif f.name == "held":
+                value = [_held_values(item) for item in value]
             out[f.name] = value
         return json.dumps(out, separators=(",", ":"), sort_keys=True)
 
@@ -348,6 +351,24 @@ class ProjectionState:
         for name in USAGE_FIELDS:
             setattr(self, name, getattr(other, name))
         self.checked[CHECK_LIMITS] = other.checked[CHECK_LIMITS]
+
+
+def _held_values(item: Any) -> list[Any]:
+    """A held event as plain values, to save with the fold's state."""
+    if isinstance(item, list):
+        return item
+    stored, data, version = item
+    return [
+        stored.seq,
+        stored.type,
+        version,
+        data,
+        stored.time,
+        stored.actor,
+        stored.cause,
+        stored.prev_hash,
+        stored.hash,
+    ]
 
 
 # The fields of `ProjectionState` a `UsageLedger` keeps, besides its count in `checked`.
@@ -493,10 +514,11 @@ class Projector:
         """`usage`: where usage accounting goes; by default a `UsageLedger` on the same state."""
         self.state = state if state is not None else ProjectionState()
         self.usage: Usage = usage if usage is not None else UsageLedger(self.state)
-        self._time = ""
-        self._ts = 0.0
         s = self.state
-        # Items: (stored event, upcast data), or a held event's plain values.
+        # The fold's time: the last fact time it read.
+        self._time = s.max_time
+        self._ts = epoch(s.max_time) if s.max_time else 0.0
+        # Items: (stored event, upcast data, version), or a saved held event's plain values.
         self._timeline: Timeline[Any] = Timeline(s.max_time, s.unit, s.held)
         self._marked = s.max_time
         # Who runs on each dedicated node: what the isolation check needs to see.
@@ -544,6 +566,7 @@ class Projector:
         s = self.state
         dispatch = self._dispatch
         timeline = self._timeline
+        unit = timeline.unit  # the append being read: its time, cause and fact time
         seq, hash_ = s.seq, s.hash
         checkpoint = s.next_checkpoint
         count = batch.events
@@ -560,26 +583,18 @@ class Projector:
                     data = upcast(stored.type, stored.schema_version, data)
                 seq = s.seq = stored.seq
                 hash_ = s.hash = stored.hash
-                pair = (stored, data)
-                released = timeline.add(
-                    pair, stored.type, data, stored.time, stored.cause, stored.actor
-                )
-                if timeline.held and timeline.held[-1] is pair:
-                    # Held until its commit: kept in the fold's state, as plain values.
-                    timeline.held[-1] = [
-                        seq,
-                        stored.type,
-                        version,
-                        data,
-                        stored.time,
-                        stored.actor,
-                        stored.cause,
-                        stored.prev_hash,
-                        hash_,
-                    ]
-                for item, time in released:
-                    self._apply(item, time, batch)
-                s.max_time = timeline.time
+                type_ = stored.type
+                if (
+                    unit[2]
+                    and stored.time == unit[0]
+                    and stored.cause == unit[1]
+                    and type_ not in COMMIT_EVENTS
+                    and (type_ != "PlacementDecided" or data.get("at") == self._time)
+                ):
+                    # The rest of an append whose time is known, at that time: the common case.
+                    entry[0](stored, data, batch)
+                else:
+                    self._place_in_time(stored, data, version, batch)
                 count += 1
                 if seq >= checkpoint and not timeline.held:
                     self.checkpoint(batch)
@@ -591,20 +606,29 @@ class Projector:
             batch.events = count
             s.held = timeline.held
 
-    def _apply(self, item: Any, time: str, batch: Batch) -> None:
-        """Fold one event at its fact time (`eventlog.timeline`)."""
-        if isinstance(item, list):
-            stored: Envelope = HeldEvent(*item)
-            data = item[3]
-        else:
-            stored, data = item
-        if time != self._time:
-            self._time = time
-            self._ts = epoch(time)
-            if time > self._marked:
-                self._marked = time
-                batch.marks.append((stored.seq, time))
-        self._dispatch[stored.type][0](stored, data, batch)
+    def _place_in_time(
+        self, stored: Envelope, data: dict[str, Any], version: int, batch: Batch
+    ) -> None:
+        """Give an event its fact time (`eventlog.timeline`): fold it and whatever it releases,
+        or hold it until its commit states the time."""
+        timeline = self._timeline
+        dispatch = self._dispatch
+        for item, time in timeline.add(
+            (stored, data, version), stored.type, data, stored.time, stored.cause, stored.actor
+        ):
+            if item.__class__ is list:  # held, and saved with the fold's state
+                event: Envelope = HeldEvent(*item)
+                values = item[3]
+            else:
+                event, values, _ = item
+            if time != self._time:
+                self._time = time
+                self._ts = epoch(time)
+                if time > self._marked:
+                    self._marked = time
+                    batch.marks.append((event.seq, time))
+            dispatch[event.type][0](event, values, batch)
+        self.state.max_time = timeline.time
 
     def _refuse(self, stored: Envelope) -> None:
         s = self.state

@@ -244,6 +244,8 @@ class Placement:
 def utc_time(text: str) -> str:
     """An ISO-8601 time with any offset as the log writes times (UTC, microseconds, `Z`),
     so it sorts as text; "" when `text` is not a time with an offset."""
+    if len(text) == 27 and text[-1] == "Z" and text[19] == ".":
+        return text  # already in the log's format (a decision time, an append time)
     try:
         moment = datetime.fromisoformat(text)
     except ValueError:
