@@ -2,13 +2,14 @@
 
 The envelope's `time` says when an event was appended: the log's order. The fact an
 event records happened at its *fact time*: a commit's committer date (when it was
-merged) for `CommitApplied`/`CommitRejected`; a placement's decision time (`at`, its
-commit's committer date) for `PlacementDecided`; for every other event of the same
-append (the commit's changes before it, the solve after it) the first of those times
-in that append; and the append time for an append that states none. Fact times never
-go back: one dated before the fact logged ahead of it takes that fact's time, so the
-timeline is monotone in seq and "the cluster at time T" is always a prefix of the log.
-`state --at`, `audit at`, `audit history` and `audit usage` all read this timeline.
+merged) for `CommitApplied`/`CommitRejected` and for the commit's changes written
+before it in the same append; a placement's decision time (`at`, its commit's
+committer date) for `PlacementDecided`; for any other event, the time stated before
+it in its append (the solve after a commit takes the commit's), else its append time
+(a node agent's report). Fact times never go back: one dated before the fact logged
+ahead of it takes that fact's time, so the timeline is monotone in seq and "the
+cluster at time T" is always a prefix of the log. `state --at`, `audit at`, `audit
+history` and `audit usage` all read this timeline.
 """
 
 from __future__ import annotations
