@@ -1,7 +1,8 @@
 """`audit changes`: every change of queues, OWNERS, priorities and policies, with its provenance.
 
-For each: the commit, its author and approvers, when it was merged (the commit's
-date) and applied (when the log recorded it), and what it caused: the placement
+For each: the commit, its author and when they wrote it, its committer (who merged
+it) and approvers, when it was merged (the committer date, when it took effect) and
+applied (when the log recorded it), all in UTC, and what it caused: the placement
 events of the solve that followed it (admitted, moved, preempted, left pending).
 For a change to a team's queue or OWNERS, also the approval rule's verdict from the
 log: who wrote it, each approver, whether they were an owner at the base, and the
@@ -22,6 +23,7 @@ HEADERS = [
     "target",
     "change",
     "author",
+    "committer",
     "approvers",
     "approval",
     "merged",
@@ -37,7 +39,8 @@ def changes(store: AuditStore, *, team: str | None = None) -> list[dict[str, Any
     found = rows(
         store,
         "SELECT ch.commit_seq, ch.seq, ch.kind, ch.target, ch.team, ch.summary, c.sha, c.author, "
-        "c.email, c.approvers, c.committed_at, c.applied_time, c.subject FROM changes ch "
+        "c.email, c.approvers, c.committed_at, c.applied_time, c.subject, c.authored_at, "
+        "c.committer FROM changes ch "
         f"JOIN commits c ON c.seq = ch.commit_seq {where} ORDER BY ch.commit_seq, ch.seq, ch.id",
         params,
     )
@@ -82,6 +85,8 @@ def changes(store: AuditStore, *, team: str | None = None) -> list[dict[str, Any
                 "team": r["team"],
                 "change": r["summary"],
                 "author": _author(f"{r['author']} <{r['email']}>", r["email"], approval),
+                "authored": r["authored_at"] or None,
+                "committer": r["committer"] or None,
                 "approvers": [a for a in r["approvers"].split("\n") if a],
                 "approval": approval,
                 "merged": r["committed_at"],

@@ -19,6 +19,7 @@ from audit.projection import (
     END_PREEMPTED,
     END_STOPPED,
     END_WITHDRAWN,
+    epoch,
 )
 from audit.store import AuditStore, EventList, catch_up
 from audit.window import placement_window
@@ -46,7 +47,9 @@ HEADERS = [
     "replicas",
     "gpus",
     "flavor",
+    "queued",
     "start",
+    "wait_s",
     "end",
     "state",
     "start_reason",
@@ -74,6 +77,10 @@ class Interval(NamedTuple):
     cause: str
     end_cause: str | None
     gpu_hours: float | None
+    # When the job began waiting for this placement (its commit, or the end of its last
+    # interval) and how long it waited, in seconds (0 for a move).
+    queued: str = ""
+    wait_s: float | None = None
 
     @property
     def state(self) -> str:
@@ -89,6 +96,8 @@ class Interval(NamedTuple):
             "nodes": list(self.nodes),
             "replicas": self.replicas,
             "gpus": self.gpus,
+            "queued": self.queued or None,
+            "wait_s": self.wait_s,
             "start": self.start,
             "start_seq": self.start_seq,
             "start_kind": self.start_kind,
@@ -116,13 +125,14 @@ def _reason(kind: str, detail: str | None) -> str:
 _COLUMNS = (
     "p.id, p.job, p.queue, p.team, p.user, p.flavor, p.nodes, p.replicas, p.gpu_milli, "
     "p.start_time, p.start_seq, p.start_kind, p.start_reason, p.end_time, p.end_seq, p.end_kind, "
-    "p.end_reason, p.start_cause, p.end_cause, p.start_ts, p.end_ts"
+    "p.end_reason, p.start_cause, p.end_cause, p.start_ts, p.end_ts, p.queued_time"
 )
 
 
 def _interval(r: tuple[Any, ...]) -> Interval:
     (_, job, queue, team, user, flavor, nodes, replicas, milli, start, start_seq, start_kind,
-     start_reason, end, end_seq, end_kind, end_reason, cause, end_cause, start_ts, end_ts) = r  # fmt: skip
+     start_reason, end, end_seq, end_kind, end_reason, cause, end_cause, start_ts, end_ts,
+     queued) = r  # fmt: skip
     gpus = milli / GPU_MILLI
     return Interval(
         job,
@@ -144,6 +154,8 @@ def _interval(r: tuple[Any, ...]) -> Interval:
         cause,
         end_cause,
         None if end_ts is None else round(gpus * (end_ts - start_ts) / 3600.0, 6),
+        queued,
+        round(start_ts - epoch(queued), 6) if queued else None,
     )
 
 

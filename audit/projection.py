@@ -23,9 +23,10 @@ from typing import Any, Protocol
 
 from audit import preemptions
 from engine.events import EVENT_TYPES
-from engine.model import GPU_MILLI, Approval, Owner
+from engine.model import GPU_MILLI, Approval, Owner, utc_time
 from eventlog.codec import upcast
 from eventlog.envelope import GENESIS_HASH
+from eventlog.timeline import COMMIT_EVENTS, Timeline
 from policies.approval import judge_team, recorded_vouches, trailer_vouches
 
 FORMAT_VERSION = "5"
@@ -91,6 +92,21 @@ class Envelope(Protocol):
     def hash(self) -> str: ...
 
 
+@dataclass(frozen=True, slots=True)
+class HeldEvent:
+    """A stored event the timeline held, as the fold reads it (an `Envelope`)."""
+
+    seq: int
+    type: str
+    schema_version: int
+    data: dict[str, Any]
+    time: str
+    actor: str
+    cause: str
+    prev_hash: str
+    hash: str
+
+
 class ProjectionError(Exception):
     """The log cannot be projected: a gap in seq, a broken link, an unknown event type."""
 
@@ -105,6 +121,13 @@ def email_of(who: str) -> str:
     if 0 <= start < end:
         return who[start + 1 : end].strip().lower()
     return who.strip().lower()
+
+
+def _who(name: str, email: str) -> str:
+    """`Name <email>`, or "" when git did not say (a commit logged before v2)."""
+    if not name and not email:
+        return ""
+    return f"{name} <{email}>"
 
 
 def gpus(milli: int | float) -> str:
@@ -123,6 +146,8 @@ class JobInfo:
     priority: int
     priority_class: str
     seq: int
+    # When it last began waiting to be placed: its commit, or the end of its last interval.
+    waiting_since: str = ""
 
 
 @dataclass(slots=True)
@@ -145,6 +170,7 @@ class Running:
     kind: str
     reason: str
     cause: str
+    queued: str = ""  # when the job began waiting for this placement
 
     def row(self) -> tuple[Any, ...]:
         return (
@@ -289,6 +315,12 @@ class ProjectionState:
     )  # account key -> seqs since the last solve
     over_limit: dict[str, int] = field(default_factory=dict)  # limit key -> open violation id
     checked: dict[str, int] = field(default_factory=lambda: dict.fromkeys(CHECKS, 0))
+    # The fact timeline (eventlog.timeline): the append being read, and a commit's changes
+    # read before their commit stated its time, as (stored event, upcast data, its version)
+    # or, once saved, [seq, type, schema_version, data, time, actor, cause, prev_hash,
+    # hash]. `max_time` is the last fact time.
+    unit: list[str] = field(default_factory=lambda: ["", "", ""])
+    held: list[Any] = field(default_factory=list)
 
     _TYPES: dict[str, Any] = dataclasses.field(
         default_factory=lambda: {
@@ -312,6 +344,8 @@ class ProjectionState:
             if f.name in self._TYPES:
                 names = _FIELD_NAMES[self._TYPES[f.name]]
                 value = {k: [getattr(v, n) for n in names] for k, v in value.items()}
+            elif f.name == "held":
+                value = [_held_values(item) for item in value]
             out[f.name] = value
         return json.dumps(out, separators=(",", ":"), sort_keys=True)
 
@@ -334,6 +368,24 @@ class ProjectionState:
         for name in USAGE_FIELDS:
             setattr(self, name, getattr(other, name))
         self.checked[CHECK_LIMITS] = other.checked[CHECK_LIMITS]
+
+
+def _held_values(item: Any) -> list[Any]:
+    """A held event as plain values, to save with the fold's state."""
+    if isinstance(item, list):
+        return item
+    stored, data, version = item
+    return [
+        stored.seq,
+        stored.type,
+        version,
+        data,
+        stored.time,
+        stored.actor,
+        stored.cause,
+        stored.prev_hash,
+        stored.hash,
+    ]
 
 
 # The fields of `ProjectionState` a `UsageLedger` keeps, besides its count in `checked`.
@@ -497,8 +549,13 @@ class Projector:
         """`usage`: where usage accounting goes; by default a `UsageLedger` on the same state."""
         self.state = state if state is not None else ProjectionState()
         self.usage: Usage = usage if usage is not None else UsageLedger(self.state)
-        self._time = ""
-        self._ts = 0.0
+        s = self.state
+        # The fold's time: the last fact time it read.
+        self._time = s.max_time
+        self._ts = epoch(s.max_time) if s.max_time else 0.0
+        # Items: (stored event, upcast data, version), or a saved held event's plain values.
+        self._timeline: Timeline[Any] = Timeline(s.max_time, s.unit, s.held)
+        self._marked = s.max_time
         # Who runs on each dedicated node: what the isolation check needs to see.
         self._node_jobs: dict[str, set[str]] = {}
         for name, node in self.state.nodes.items():
@@ -545,8 +602,9 @@ class Projector:
         `convert` for a stream, its loop kept tight: a rebuild runs it a million times."""
         s = self.state
         dispatch = self._dispatch
-        marks = batch.marks
-        seq, hash_, time = s.seq, s.hash, self._time
+        timeline = self._timeline
+        unit = timeline.unit  # the append being read: its time, cause and fact time
+        seq, hash_ = s.seq, s.hash
         checkpoint = s.next_checkpoint
         count = batch.events
         try:
@@ -556,21 +614,26 @@ class Projector:
                 entry = dispatch.get(stored.type)
                 if entry is None:
                     raise ProjectionError(f"event {stored.seq} has unknown type {stored.type!r}")
-                handler, version = entry
+                version = entry[1]
                 data = stored.data
                 if stored.schema_version != version:
                     data = upcast(stored.type, stored.schema_version, data)
-                if stored.time != time:
-                    time = self._time = stored.time
-                    self._ts = epoch(time)
-                    if time > s.max_time:
-                        s.max_time = time
-                        marks.append((stored.seq, time))
-                handler(stored, data, batch)
                 seq = s.seq = stored.seq
                 hash_ = s.hash = stored.hash
+                type_ = stored.type
+                if (
+                    unit[2]
+                    and stored.time == unit[0]
+                    and stored.cause == unit[1]
+                    and type_ not in COMMIT_EVENTS
+                    and (type_ != "PlacementDecided" or data.get("at") == self._time)
+                ):
+                    # The rest of an append whose time is known, at that time: the common case.
+                    entry[0](stored, data, batch)
+                else:
+                    self._place_in_time(stored, data, version, batch)
                 count += 1
-                if seq >= checkpoint:
+                if seq >= checkpoint and not timeline.held:
                     self.checkpoint(batch)
                     checkpoint = s.next_checkpoint
                 if count >= limit:
@@ -578,6 +641,31 @@ class Projector:
             return False
         finally:
             batch.events = count
+            s.held = timeline.held
+
+    def _place_in_time(
+        self, stored: Envelope, data: dict[str, Any], version: int, batch: Batch
+    ) -> None:
+        """Give an event its fact time (`eventlog.timeline`): fold it and whatever it releases,
+        or hold it until its commit states the time."""
+        timeline = self._timeline
+        dispatch = self._dispatch
+        for item, time in timeline.add(
+            (stored, data, version), stored.type, data, stored.time, stored.cause, stored.actor
+        ):
+            if item.__class__ is list:  # held, and saved with the fold's state
+                event: Envelope = HeldEvent(*item)
+                values = item[3]
+            else:
+                event, values, _ = item
+            if time != self._time:
+                self._time = time
+                self._ts = epoch(time)
+                if time > self._marked:
+                    self._marked = time
+                    batch.marks.append((event.seq, time))
+            dispatch[event.type][0](event, values, batch)
+        self.state.max_time = timeline.time
 
     def _refuse(self, stored: Envelope) -> None:
         s = self.state
@@ -594,7 +682,7 @@ class Projector:
         """The rows still open, for the sink to write with the offset."""
         s = self.state
         batch.open_placements = [
-            (*r.row(), None, None, None, None, None, None) for r in s.running.values()
+            (*r.row(), None, None, None, None, None, None, r.queued) for r in s.running.values()
         ]
         batch.open_versions = [
             (v[0], v[1], v[2], v[3], v[4], v[5], None, None, None, v[6])
@@ -625,7 +713,7 @@ class Projector:
             kind,
             key,
             stored.seq,
-            stored.time,
+            self._time,
             self._ts,
             data if isinstance(data, str) else _canonical(data),
         ]
@@ -634,7 +722,7 @@ class Projector:
         v = self.state.versions.pop(f"{kind}\x1f{key}", None)
         if v is not None:
             batch.versions.append(
-                (v[0], v[1], v[2], v[3], v[4], v[5], stored.seq, stored.time, self._ts, v[6])
+                (v[0], v[1], v[2], v[3], v[4], v[5], stored.seq, self._time, self._ts, v[6])
             )
 
     # -- placement intervals --------------------------------------------------------------
@@ -688,11 +776,12 @@ class Projector:
                 run.reason,
                 run.cause,
                 stored.seq,
-                stored.time,
+                self._time,
                 end,
                 kind,
                 reason,
                 stored.cause,
+                run.queued,
             )
         )
         if milli:
@@ -721,6 +810,9 @@ class Projector:
         for node in nodes:
             if node in node_jobs:
                 node_jobs[node].discard(job)
+        info = self.state.jobs.get(job)
+        if info is not None:
+            info.waiting_since = self._time  # placed again at once when it moves: no wait
         return run
 
     def _effect(self, stored: Envelope, job: str, detail: str, batch: Batch) -> None:
@@ -738,7 +830,7 @@ class Projector:
         batch: Batch,
     ) -> None:
         self.usage.violation(
-            check, stored.seq, stored.time, subject, message, _compact(sorted(set(evidence))), batch
+            check, stored.seq, self._time, subject, message, _compact(sorted(set(evidence))), batch
         )
 
     def _placement_decided(self, stored: Envelope, d: dict[str, Any], batch: Batch) -> None:
@@ -777,11 +869,12 @@ class Projector:
             milli,
             nodes,
             stored.seq,
-            stored.time,
+            self._time,
             self._ts,
             START_MOVED if old is not None or action == START_MOVED else START_ADMITTED,
             reason,
             stored.cause,
+            job.waiting_since if job is not None and job.waiting_since else self._time,
         )
         if milli:
             day_key = (
@@ -944,11 +1037,13 @@ class Projector:
         v = s.versions.pop(f"{KIND_PENDING}\x1f{key}", None)
         if v is not None:
             batch.versions.append(
-                (v[0], v[1], v[2], v[3], v[4], v[5], stored.seq, stored.time, self._ts, v[6])
+                (v[0], v[1], v[2], v[3], v[4], v[5], stored.seq, self._time, self._ts, v[6])
             )
         s.jobs.pop(key, None)
 
-    def _job_info(self, stored: Envelope, job: dict[str, Any], user: str) -> JobInfo:
+    def _job_info(
+        self, stored: Envelope, job: dict[str, Any], user: str, waiting_since: str
+    ) -> JobInfo:
         return JobInfo(
             job["queue"],
             job["name"],
@@ -959,6 +1054,7 @@ class Projector:
             int(job.get("priority", 0)),
             str(job.get("priority_class", "")),
             stored.seq,
+            waiting_since,
         )
 
     def _job_submitted(self, stored: Envelope, d: dict[str, Any], batch: Batch) -> None:
@@ -968,14 +1064,19 @@ class Projector:
         user = self._people.get(actor)
         if user is None:
             user = self._people[actor] = person(actor)
-        self.state.jobs[key] = self._job_info(stored, job, user)
+        self.state.jobs[key] = self._job_info(stored, job, user, self._time)
 
     def _job_changed(self, stored: Envelope, d: dict[str, Any], batch: Batch) -> None:
         s = self.state
         job = d["job"]
         key = f"{job['queue']}/{job['name']}"
         old = s.jobs.get(key)
-        info = self._job_info(stored, job, old.user if old else person(stored.actor))
+        info = self._job_info(
+            stored,
+            job,
+            old.user if old else person(stored.actor),
+            old.waiting_since if old else self._time,
+        )
         s.jobs[key] = info
         fields = d.get("fields", ())
         if "priority" in fields or "priority_class" in fields:
@@ -1121,10 +1222,12 @@ class Projector:
             commit.get("author", ""),
             commit.get("author_email", ""),
             "\n".join(commit.get("approvers", ())),
-            commit.get("committed_at", ""),
+            utc_time(commit.get("committed_at", "")),
             stored.time,
             commit.get("subject", ""),
             detail,
+            utc_time(commit.get("authored_at", "")),
+            _who(commit.get("committer", ""), commit.get("committer_email", "")),
         )
 
     def _owners_changed(self, stored: Envelope, d: dict[str, Any], batch: Batch) -> None:
@@ -1272,7 +1375,7 @@ class Projector:
         s.effects_of = None
 
     def _solve_completed(self, stored: Envelope, d: dict[str, Any], batch: Batch) -> None:
-        self.usage.solve(stored.seq, stored.time, batch)
+        self.usage.solve(stored.seq, self._time, batch)
 
 
 # A queue in force, as the usage ledger sees it: team, cohort, quotas (flavor -> [nominal,
@@ -1467,7 +1570,9 @@ class UsageLedger:
         idle = unused if unused > 0 else 0
         days = batch.usage_days
         first, last = int(start // DAY), int(end // DAY)
-        if first == last or end == last * DAY:
+        if end == last * DAY:
+            last -= 1  # a segment that ends at 00:00:00 has no part of the day it ends on
+        if first == last:
             # Within one day: the common case.
             micros = round((end - start) * 1e6)
             key = (queue, team, flavor, first)

@@ -248,7 +248,7 @@ def render_report(
     before = (first_in or store.offset()[0] + 1) - 1
     seq_range = (before + 1, seq_before(store, until))
     commits = store.db.execute(
-        "SELECT SUM(applied), SUM(1 - applied) FROM commits WHERE applied_time >= ? AND applied_time <= ?",
+        "SELECT SUM(applied), SUM(1 - applied) FROM commits WHERE committed_at >= ? AND committed_at <= ?",
         (lo, hi),
     ).fetchone()
     intervals = history.query(store, since=since, until=until)
@@ -259,7 +259,7 @@ def render_report(
     preemptions = sum(
         1 for i in intervals if i.end_kind == "preempted" and i.end and lo <= i.end <= hi
     )
-    all_changes = [c for c in changes_query.changes(store) if lo <= c["applied"] <= hi]
+    all_changes = [c for c in changes_query.changes(store) if lo <= c["merged"] <= hi]
     result = compliance_query.compliance(store)
     violations = [v for v in result["violations"] if lo <= v["time"] <= hi]
     compliance_query.describe(log, violations, limit=200)

@@ -33,7 +33,7 @@ def iso(ts: float) -> str:
 
 
 def seq_before(store: AuditStore, ts: float) -> int:
-    """The last seq of the log's prefix recorded at or before `ts`."""
+    """The last seq of the log's prefix whose facts happened at or before `ts` (fact times)."""
     row = store.db.execute("SELECT MIN(seq) FROM marks WHERE time > ?", (iso(ts),)).fetchone()
     if row is None or row[0] is None:
         return store.offset()[0]

@@ -20,6 +20,7 @@ from engine.model import (
     Owner,
     Policy,
     Queue,
+    utc_time,
 )
 from engine.placement.plan import OutcomeStatus, PlacementInstance, PlacementPlan
 from engine.state import ClusterState
@@ -60,6 +61,16 @@ class ApplyPlan:
 
 
 Intent = ApplyCommit | RejectCommit | ApplyPlan
+
+
+def decision_time(commit: CommitInfo) -> str:
+    """'Now' for every decision made for `commit`: its committer date, when it was merged.
+
+    Never the clock: a commit reconciled a week late, planned before merge or replayed
+    is decided at the same moment, so `plan` and the reconciler agree and every time in
+    the log that follows from the commit is the commit's.
+    """
+    return utc_time(commit.committed_at)
 
 
 def decide(state: ClusterState, intent: Intent) -> tuple[ev.Event, ...]:

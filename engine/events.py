@@ -32,14 +32,20 @@ class Event:
 
 @dataclass(frozen=True, slots=True)
 class CommitApplied(Event):
+    """v2: the commit carries its author date and its committer (eventlog.codec upcasts v1)."""
+
     type: ClassVar[str] = "CommitApplied"
+    schema_version: ClassVar[int] = 2
     commit: CommitInfo
     changes: int
 
 
 @dataclass(frozen=True, slots=True)
 class CommitRejected(Event):
+    """v2: as CommitApplied v2."""
+
     type: ClassVar[str] = "CommitRejected"
+    schema_version: ClassVar[int] = 2
     commit: CommitInfo
     errors: tuple[Finding, ...]
 

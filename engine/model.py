@@ -7,6 +7,7 @@ used anywhere (milli-GPU, milli-CPU, MiB), so capacity sums are exact.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from enum import StrEnum
 
 GPU_MILLI = 1000
@@ -241,6 +242,20 @@ class Placement:
         return sum(r.gpu_milli * len(r.gpus) for r in self.replicas)
 
 
+def utc_time(text: str) -> str:
+    """An ISO-8601 time with any offset as the log writes times (UTC, microseconds, `Z`),
+    so it sorts as text; "" when `text` is not a time with an offset."""
+    if len(text) == 27 and text[-1] == "Z" and text[19] == ".":
+        return text  # already in the log's format (a decision time, an append time)
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        return ""
+    if moment.tzinfo is None:
+        return ""
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
 @dataclass(frozen=True, slots=True)
 class Owner:
     """One line of teams/<team>/OWNERS: an e-mail and, for signed approvals, the owner's
@@ -268,12 +283,18 @@ class Approval:
 
 @dataclass(frozen=True, slots=True)
 class CommitInfo:
+    """A commit as git records it: who wrote it and when (author), who merged it and when
+    (committer, `committed_at`). Times are ISO-8601 as git gives them, with their offset."""
+
     sha: str
     author: str
     author_email: str
     committed_at: str
     subject: str
     approvers: tuple[str, ...] = ()
+    authored_at: str = ""
+    committer: str = ""
+    committer_email: str = ""
 
     @property
     def actor(self) -> str:

@@ -28,6 +28,16 @@ UPCASTERS: dict[tuple[str, int], Upcaster] = {
 }
 
 
+def _commit_v1_to_v2(data: dict[str, Any]) -> dict[str, Any]:
+    """v1 commits did not record the author date or the committer: they are unknown ("")."""
+    commit = {"authored_at": "", "committer": "", "committer_email": "", **data["commit"]}
+    return {**data, "commit": commit}
+
+
+UPCASTERS[("CommitApplied", 1)] = _commit_v1_to_v2
+UPCASTERS[("CommitRejected", 1)] = _commit_v1_to_v2
+
+
 def encode(event: Event, *, id: str, actor: str, cause: str) -> NewEvent:
     return NewEvent(
         id=id,

@@ -11,8 +11,7 @@ from pathlib import Path
 import click
 
 from eventlog import open_log
-from eventlog.base import EventLog, LogConfigurationError, utc_now
-from eventlog.envelope import format_time
+from eventlog.base import EventLog, LogConfigurationError
 from eventlog.sqlite import sqlite_path_from_url
 from gitsched.config import resolve_log_url
 from gitsched.options import fail, format_option, log_option, user_errors
@@ -73,9 +72,7 @@ def plan(path: str, revisions: str, log_url: str | None, fmt: str, output: str |
         event_log = _open_for_reading(url, explicit=log_url is not None)
         name = "the log" if event_log is not None else f"the log at {url}"
         try:
-            result = plan_change(
-                repo, event_log, base, head, now=format_time(utc_now()), log_name=name
-            )
+            result = plan_change(repo, event_log, base, head, log_name=name)
         finally:
             if event_log is not None:
                 event_log.close()

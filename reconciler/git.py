@@ -111,6 +111,9 @@ class GitRepo:
                 "%ae",
                 "%cI",
                 "%s",
+                "%aI",
+                "%cn",
+                "%ce",
                 "%(trailers:key=Approved-by,valueonly,separator=%x1d)",
                 "%(trailers:key=Reviewed-by,valueonly,separator=%x1d)",
             ]
@@ -123,9 +126,14 @@ class GitRepo:
             record = record.strip("\n")
             if not record:
                 continue
-            sha, name, email, date, subject, approved, reviewed = record.split(_FIELD)
+            (sha, name, email, date, subject, authored, committer, committer_email, approved,
+             reviewed) = record.split(_FIELD)  # fmt: skip
             approvers = parse_trailer_people([*approved.split("\x1d"), *reviewed.split("\x1d")])
-            commits.append(CommitInfo(sha, name, email, date, subject, approvers))
+            commits.append(
+                CommitInfo(
+                    sha, name, email, date, subject, approvers, authored, committer, committer_email
+                )
+            )
         return commits
 
     def commits_since(self, branch: str, last_applied: str | None) -> list[CommitInfo]:

@@ -17,6 +17,7 @@ from engine.core import (
     ApplyPlan,
     RejectCommit,
     decide,
+    decision_time,
     keep_waiting_reasons,
     placement_instance,
 )
@@ -33,15 +34,13 @@ from engine.placement.plan import PlacementPlan
 from engine.placement.solvers import solve, solve_changed
 from engine.state import ClusterState, fold
 from eventlog.base import (
-    Clock,
     ConcurrencyConflict,
     DuplicateEvent,
     EventLog,
     LogCorrupted,
-    utc_now,
 )
 from eventlog.codec import encode
-from eventlog.envelope import canonical_json, format_time
+from eventlog.envelope import canonical_json
 from eventlog.replay import Replayed, replay
 from reconciler.approval import commit_approval
 from reconciler.git import GitRepo
@@ -93,13 +92,11 @@ class Reconciler:
         event_log: EventLog,
         *,
         branch: str = "main",
-        clock: Clock = utc_now,
         solver: str | None = None,
     ) -> None:
         self.repo = repo
         self.log = event_log
         self.branch = branch
-        self.clock = clock
         self.solver = solver
         # The log as this reconciler last knew it: a pass folds only what came after.
         self._tip: Replayed | None = None
@@ -125,8 +122,7 @@ class Reconciler:
         if tip.state.needs_placement and tip.state.last_commit is not None:
             # A log written before commits and their solves shared one append may
             # hold a commit without its solve: finish that solve first.
-            cause = tip.state.last_commit.sha
-            self._append([self._solve(tip.state, cause, report)], report)
+            self._append([self._solve(tip.state, tip.state.last_commit, report)], report)
         state = self._tip.state
         last = state.last_commit.sha if state.last_commit else None
         for commit in self.repo.commits_since(self.branch, last):
@@ -149,7 +145,7 @@ class Reconciler:
             if applied.needs_placement:
                 # The commit and the placement it leads to are one append: no reader
                 # ever sees a change the solver has not answered yet.
-                groups.append(self._solve(applied, commit.sha, report, _changed_jobs(events)))
+                groups.append(self._solve(applied, commit, report, _changed_jobs(events)))
             self._append(groups, report)
             report.commits.append(
                 CommitOutcome(
@@ -163,18 +159,20 @@ class Reconciler:
     def _solve(
         self,
         state: ClusterState,
-        cause: str,
+        commit: CommitInfo,
         report: ReconcileReport,
         changed: frozenset[str] | None = None,
     ) -> _Group:
-        """The solver's events for `state`, to append after what led to it.
+        """The solver's events for `state`, to append after `commit`, which led to it.
 
         When only a few jobs changed (`changed`) and others run, those jobs alone
         are placed (an incremental solve); anything else re-solves the cluster.
+        The solve is decided at the commit's time (`decision_time`), never the clock's.
         """
+        cause = commit.sha
         if state.cluster is None:
             return _Group((), f"{cause}/solve", SOLVER_ACTOR, cause)
-        now = format_time(self.clock())
+        now = decision_time(commit)
         instance = placement_instance(state, now)
         plan = None
         if (

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from engine import events as ev
-from engine.core import ApplyCommit, ApplyPlan, decide, placement_instance
+from engine.core import ApplyCommit, ApplyPlan, decide, decision_time, placement_instance
 from engine.errors import UsageError
 from engine.model import GPU_MILLI, CommitInfo, Placement, Policy, Queue
 from engine.placement.plan import OutcomeStatus, PlacementPlan, SolveStats
@@ -231,21 +231,21 @@ def _commit_info(repo: GitRepo, sha: str) -> CommitInfo:
     return commits[-1]
 
 
-def _settle(state: ClusterState, now: str, cause: str) -> ClusterState:
-    """Run the solve a reconciler would run after `state`'s last commit, if one is owed."""
+def _settle(state: ClusterState, cause: CommitInfo) -> ClusterState:
+    """Run the solve a reconciler would run after `state`'s last commit, if one is owed,
+    at that commit's time (as the reconciler does)."""
     if not state.needs_placement or state.cluster is None:
         return state
+    now = decision_time(cause)
     plan = solve(placement_instance(state, now))
-    return fold(decide(state, ApplyPlan(plan, solve_id=f"{cause}/plan", at=now)), state)
+    return fold(decide(state, ApplyPlan(plan, solve_id=f"{cause.sha}/plan", at=now)), state)
 
 
-def _simulate(
-    state: ClusterState, commit: CommitInfo, loaded: LoadedSpecs, now: str
-) -> ClusterState:
+def _simulate(state: ClusterState, commit: CommitInfo, loaded: LoadedSpecs) -> ClusterState:
     if loaded.desired is None:
         return state
     state = fold(decide(state, ApplyCommit(commit, loaded.desired)), state)
-    return _settle(state, now, commit.sha)
+    return _settle(state, commit)
 
 
 # -- the plan ------------------------------------------------------------------------------
@@ -257,7 +257,6 @@ def plan_change(
     base_rev: str | None,
     head_rev: str,
     *,
-    now: str,
     log_name: str = "the log",
 ) -> PullRequestPlan:
     """What applying HEAD would do, starting from the cluster as it is at BASE."""
@@ -284,16 +283,16 @@ def plan_change(
     stale: str | None = None
     newest = view.current.last_commit
     if applied is not None and base_sha == applied.sha:
-        baseline, before = Baseline.LOG, _settle(view.current, now, base_sha)
+        baseline, before = Baseline.LOG, _settle(view.current, base_info)
     elif applied is not None and newest is not None and base_sha == newest.sha:
         # The log's newest commit was rejected: the cluster still runs the last good one.
-        baseline, before = Baseline.LOG, _settle(view.current, now, base_sha)
+        baseline, before = Baseline.LOG, _settle(view.current, base_info)
         notes.append(
             f"base {base.short} was rejected by the reconciler; the cluster runs "
             f"{applied.short} ({applied.subject}), the last commit it applied"
         )
     elif applied is not None and view.at_base is not None:
-        baseline, before = Baseline.LOG_AT_BASE, _settle(view.at_base, now, base_sha)
+        baseline, before = Baseline.LOG_AT_BASE, _settle(view.at_base, base_info)
         stale = (
             f"base {base.short} is not the cluster's current commit: {log_name} has applied "
             f"{applied.short} ({applied.subject}) since. This plan starts from the placements "
@@ -302,7 +301,7 @@ def plan_change(
         )
     elif applied is not None:
         baseline = Baseline.SIMULATED
-        before = _simulate(view.current, base_info, base_loaded, now)
+        before = _simulate(view.current, base_info, base_loaded)
         stale = (
             f"base {base.short} has not been applied to the cluster: {log_name}'s last applied "
             f"commit is {applied.short} ({applied.subject}). The placements at {base.short} "
@@ -310,7 +309,7 @@ def plan_change(
         )
     else:
         baseline = Baseline.FRESH
-        before = _simulate(ClusterState(), base_info, base_loaded, now)
+        before = _simulate(ClusterState(), base_info, base_loaded)
         notes.append(
             f"{log_name} is empty or absent: the placements before are a fresh solve of "
             f"{base.short}, not what the cluster runs"
@@ -339,7 +338,11 @@ def plan_change(
 
     events = decide(before, ApplyCommit(head_info, desired))
     after = fold(events, before)
-    plan = solve(placement_instance(after, now)) if after.needs_placement else None
+    plan = (
+        solve(placement_instance(after, decision_time(head_info)))
+        if after.needs_placement
+        else None
+    )
     effects, kept = _effects(before, after, plan)
     after_placements = plan.placements() if plan is not None else dict(after.placements)
 

@@ -179,6 +179,9 @@ class Simulation:
             "committed_at": self.stamp,
             "subject": subject,
             "approvers": list(approvers),
+            "authored_at": self.stamp,
+            "committer": author[0],
+            "committer_email": author[1],
         }
         events.append(("CommitApplied", {"commit": commit, "changes": len(events)}))
         actor = f"{author[0]} <{author[1]}>"

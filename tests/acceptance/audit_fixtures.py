@@ -250,7 +250,7 @@ def build_audit_log(path: Path, steps: Sequence[Step] = HISTORY) -> Path:
         commit_step(repo, step, when)
         moment = when + timedelta(minutes=1)
         with SQLiteEventLog(log_path, clock=lambda m=moment: m) as event_log:
-            Reconciler(GitRepo(repo), event_log, clock=lambda m=moment: m).run_once()
+            Reconciler(GitRepo(repo), event_log).run_once()
     return repo
 
 

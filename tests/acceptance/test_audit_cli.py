@@ -129,7 +129,7 @@ def test_history_tells_why_each_interval_ended(audited: Path) -> None:
     ).stdout
     assert (
         csv.splitlines()[0]
-        == "job,user,nodes,replicas,gpus,flavor,start,end,state,start_reason,end_reason"
+        == "job,user,nodes,replicas,gpus,flavor,queued,start,wait_s,end,state,start_reason,end_reason"
     )
 
 

@@ -264,6 +264,31 @@ def test_open_intervals_run_to_the_end_of_the_period() -> None:
         assert series == {"r": [4.0, 4.0]}
 
 
+def test_a_segment_ending_exactly_at_midnight_is_split_over_every_day_it_covers() -> None:
+    # Regression: a segment over several days that ended at 00:00:00 UTC was booked whole to
+    # its first day. r runs 8 GPUs from 14:00 on day 0 until 00:00 on day 3.
+    day0 = datetime(2025, 11, 16, tzinfo=UTC)
+    start = (day0 + timedelta(hours=14) - T0) / timedelta(hours=1)
+    end = (day0 + timedelta(days=3) - T0) / timedelta(hours=1)
+    log = LogBuilder()
+    bootstrap(log)
+    sha = submit(log, start, job("x", queue="r", gpu=8))
+    log.solve(start, sha, [placed("r/x", ("n1", 8))])
+    log.batch(end, [ev.JobFinished("r/x")], actor="kubernetes", cause="k8s")
+    log.batch(end + 30, [ev.JobFinished("r/none")], actor="kubernetes", cause="k8s")
+    with log.view() as store:
+        per_day = []
+        for d in range(4):
+            since = (day0 + timedelta(days=d)).timestamp()
+            per_day.append(rows_by(usage.by_team(store, since, since + 86_400.0), "team"))
+        assert [p["r"]["used_gpu_h"] for p in per_day] == [80.0, 192.0, 192.0, 0.0]
+        total = rows_by(usage.by_team(store, day0.timestamp(), ts(end + 30)), "team")
+        assert total["r"]["used_gpu_h"] == 464.0
+        # A window from between two events to between two others, its edges off the hour.
+        window = rows_by(usage.by_team(store, ts(start + 0.5), ts(end - 0.25)), "team")
+        assert window["r"]["used_gpu_h"] == 8 * (end - start - 0.75)
+
+
 # -- compliance -----------------------------------------------------------------------------
 
 
@@ -570,3 +595,56 @@ def test_a_preemption_the_rules_do_not_allow_fails_compliance() -> None:
         assert checks["preemption-rules"]["checked"] == 2
         assert checks["preemption-rules"]["status"] == "FAIL"
         assert not result["ok"]
+
+
+def test_a_commit_reconciled_late_counts_from_its_date_even_read_in_two_parts(
+    tmp_path: Path,
+) -> None:
+    # Merged at 1h, reconciled (appended) at 30h: its quota, its job and the job's placement
+    # take effect at 1h. The view is read once up to the middle of that append (its changes
+    # held in the saved fold state), then on: it answers as one read from the start.
+    log = LogBuilder()
+    bootstrap(log)
+    sha = f"{99:040x}"
+    info = CommitInfo(sha, *ANA, format_time(hours(1)), "late", ())
+    items: list[ev.Event] = [
+        ev.QueueConfigured(queue("a", cohort="c", quotas={"h100": (16, 8, None)})),
+        ev.JobSubmitted(job("x", queue="a", gpu=8)),
+        ev.CommitApplied(info, 2),
+    ]
+    late = placed("a/x", ("n1", 8))
+    late = ev.PlacementDecided(
+        late.job, late.flavor, late.replicas, late.action, late.reason, "s", format_time(hours(1))
+    )
+    done = ev.SolveCompleted("s", "greedy", "heuristic", 0.0, None, None, 0.0, 0, 0, 1, 0, 0, 0, 0)
+    first = len(log.events) + 1
+    log.events.extend(
+        seal_batch(
+            [encode(e, id=f"{sha}/{i}", actor=info.actor, cause=sha) for i, e in enumerate(items)]
+            + [
+                encode(e, id=f"{sha}/solve/{i}", actor="solver", cause=sha)
+                for i, e in enumerate([late, done])
+            ],
+            first_seq=first,
+            time=format_time(hours(30)),
+            prev_hash=log.events[-1].hash,
+        )
+    )
+    whole = log.view()
+    split_path = tmp_path / "split.db"
+    with AuditStore(split_path) as store:
+        catch_up(EventList(log.events[:first]), store)  # up to the queue change: held
+        assert store.load_state().held
+    with AuditStore(split_path) as store:
+        catch_up(EventList(log.events), store)
+        for view in (whole, store):
+            (interval,) = history.query(view, job="a/x")
+            assert interval.start == format_time(hours(1))
+            used = rows_by(usage.by_team(view, ts(0), ts(2)), "team")["a"]
+            assert used["used_gpu_h"] == 8.0 and used["quota_gpu_h"] == 24.0
+            at = cluster_at(view, seq_at_time(view, format_time(hours(1.5))))
+            assert [p["job"] for p in at["placements"]] == ["a/x"]
+            change = changes_query.changes(view, team="a")[-1]
+            assert change["merged"] == format_time(hours(1))
+            assert change["applied"] == format_time(hours(30))
+    whole.close()

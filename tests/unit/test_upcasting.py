@@ -104,3 +104,28 @@ def test_a_stored_v1_job_preempted_reads_as_v2_with_its_rule_unrecorded() -> Non
     assert ev.JobPreempted.schema_version == 2
     new = codec.encode(event, id="x/1", actor="solver", cause="c")
     assert new.schema_version == 2 and new.data["rule"] == "unrecorded"
+
+
+def test_a_v1_commit_applied_reads_with_its_author_date_and_committer_unknown() -> None:
+    # As the log stored it before v2: the commit without author date or committer.
+    commit = {
+        "sha": "a" * 40,
+        "author": "Ana Souza",
+        "author_email": "ana@ml.example",
+        "committed_at": "2025-11-16T10:00:00+01:00",
+        "subject": "add job",
+        "approvers": ["Priya Raman <priya@platform.example>"],
+    }
+    event = codec.decode(stored("CommitApplied", 1, {"commit": commit, "changes": 3}))
+    assert isinstance(event, ev.CommitApplied)
+    assert event.changes == 3
+    assert event.commit.committed_at == "2025-11-16T10:00:00+01:00"
+    assert (event.commit.authored_at, event.commit.committer, event.commit.committer_email) == (
+        "",
+        "",
+        "",
+    )
+    rejected = codec.decode(stored("CommitRejected", 1, {"commit": commit, "errors": []}))
+    assert isinstance(rejected, ev.CommitRejected)
+    assert rejected.commit.approvers == ("Priya Raman <priya@platform.example>",)
+    assert rejected.commit.committer == ""
