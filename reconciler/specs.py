@@ -194,6 +194,19 @@ _Parsed = tuple[tuple[Document, ...], tuple[SpecError, ...]]
 
 def _parse_file(path: str, content: bytes, limits: Limits) -> _Parsed:
     docs, errors = schemas.parse_documents(content, path, limits)
+    if not content.strip() or (not docs and not errors):
+        # Read as "nothing here", an emptied file would silently withdraw what it defined.
+        return (), (
+            SpecError(
+                path,
+                None,
+                None,
+                "$",
+                "the file is empty (no YAML document, only whitespace or comments); to remove"
+                " what it defined (a job: to withdraw it), delete the file",
+                "empty",
+            ),
+        )
     all_errors = list(errors)
     valid = []
     for doc in docs:
