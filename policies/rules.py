@@ -368,6 +368,15 @@ def _check_queue(doc: Document, cluster: _Cluster | None) -> Iterator[SpecError]
             )
 
 
+def queue_owner(queue: Document) -> str | None:
+    """The team that owns a queue: the folder its file sits in (teams/<team>/queue.yaml).
+
+    Only that team's jobs (teams/<team>/jobs/) may submit to it, and only its OWNERS
+    approve changes to it; other teams reach its unused quota by borrowing in a cohort.
+    """
+    return place_of(queue.file).team
+
+
 def _job_queue(
     doc: Document,
     queues: Mapping[str, Document],
@@ -377,6 +386,7 @@ def _job_queue(
     """The Queue document a job goes to, reporting a missing one."""
     spec = _spec(doc)
     named = spec.get("queue")
+    team = place_of(doc.file).team
     if named is not None:
         found = queues.get(named)
         if found is None:
@@ -388,8 +398,17 @@ def _job_queue(
                     "reference",
                 )
             )
+        elif team is not None and queue_owner(found) != team:
+            errors.append(
+                doc.error(
+                    ("spec", "queue"),
+                    f"job '{_name(doc)}' of team '{team}' names queue '{named}', which team"
+                    f" '{queue_owner(found)}' owns ({found.file}); a team's jobs run on its own"
+                    f" queue (teams/{team}/queue.yaml) and borrow through its cohort",
+                    "ownership",
+                )
+            )
         return found
-    team = place_of(doc.file).team
     if team is None:
         return None  # a misplaced job: the layout error already says where it belongs
     found = team_queues.get(team)

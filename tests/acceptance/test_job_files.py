@@ -9,8 +9,10 @@ from tests.acceptance.conftest import (
     ANA,
     ClusterRepo,
     gitsched,
+    job_yaml,
     log_state,
     of_type,
+    queue_yaml,
     read_events,
 )
 
@@ -41,3 +43,24 @@ def test_deleting_the_file_withdraws_the_job(reconciled: ClusterRepo) -> None:
     gitsched("reconcile", "--once", reconciled.path, expect=0)
     assert of_type(read_events(reconciled.log_path), "JobWithdrawn")
     assert "ml/train" not in log_state(reconciled.log_path)["placements"]
+
+
+def test_a_job_may_not_run_on_another_teams_queue(reconciled: ClusterRepo) -> None:
+    reconciled.write("teams/infer/queue.yaml", queue_yaml("infer", nominal=8))
+    reconciled.commit("infer: a queue of its own")
+    reconciled.write("teams/ml/jobs/sneaky.yaml", job_yaml("sneaky", gpu=8, queue="infer"))
+    sneaky = reconciled.commit("ml: run on infer's quota", author=ANA)
+
+    run = gitsched("validate", reconciled.path, expect=1)
+    assert run.stdout.startswith(
+        "teams/ml/jobs/sneaky.yaml:8:3: $.spec.queue: job 'sneaky' of team 'ml' names queue"
+        " 'infer', which team 'infer' owns (teams/infer/queue.yaml)"
+    ), run.stdout
+
+    run = gitsched("reconcile", "--once", reconciled.path, expect=1)
+    assert f"REJECTED {sneaky[:12]}" in run.stdout
+    [rejected] = of_type(read_events(reconciled.log_path), "CommitRejected")
+    assert [(e["file"], e["line"], e["path"], e["code"]) for e in rejected.data["errors"]] == [
+        ("teams/ml/jobs/sneaky.yaml", 8, "$.spec.queue", "ownership")
+    ]
+    assert "ml/sneaky" not in log_state(reconciled.log_path)["placements"]
