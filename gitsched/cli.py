@@ -1,4 +1,4 @@
-"""The `gitsched` command. Exit codes: 0 ok, 1 invalid or rejected, 2 usage or internal error."""
+"""The `gitsched` command. Exit codes: gitsched/exit_codes.py (0 ok, 1 no, 2 error, 3 not found)."""
 
 from __future__ import annotations
 
@@ -13,15 +13,14 @@ import click
 
 from engine.errors import TemporaryError
 from eventlog import open_log
-from eventlog.base import LogUnavailable
+from eventlog.base import LogCorrupted, LogUnavailable
 from eventlog.envelope import format_time
 from eventlog.replay import replay
 from gitsched import __version__
 from gitsched.cli_audit import audit
 from gitsched.config import resolve_log_url
+from gitsched.exit_codes import EXIT_INVALID, EXIT_NOT_FOUND, EXIT_OK
 from gitsched.options import (
-    EXIT_INVALID,
-    EXIT_OK,
     LazyGroup,
     fail,
     format_option,
@@ -123,6 +122,14 @@ def report_text(report: ReconcileReport) -> str:
             lines.extend(f"    {f.format()}" for f in outcome.errors)
     if not report.commits:
         lines.append("up to date: no new commits")
+        newest = report.state.last_commit
+        if report.newest_rejected and newest is not None:
+            lines.append(
+                f"the newest commit {newest.sha[:12]} {newest.subject} stays REJECTED"
+                f" ({len(report.state.last_rejection)} error(s), `gitsched validate"
+                " --rev HEAD` lists them); the cluster runs the last good commit until"
+                " a new commit fixes it"
+            )
     lines.append(f"{report.events_appended} event(s) appended; log at seq {report.last_seq}")
     return "\n".join(lines)
 
@@ -200,7 +207,16 @@ def state(log_url: str | None, repo: str, seq: int | None, at_time: str | None, 
         fail("give --seq or --at, not both")
     until_time = _parse_time(at_time) if at_time else None
     with user_errors(), open_event_log(log_url, repo) as event_log:
-        replayed = replay(event_log, until_seq=seq, until_time=until_time)
+        last_seq = event_log.last_seq()
+        if seq is not None and seq > last_seq:
+            fail(
+                f"--seq {seq} is past the end of the log (its last seq is {last_seq})",
+                EXIT_NOT_FOUND,
+            )
+        try:
+            replayed = replay(event_log, until_seq=seq, until_time=until_time, verify=True)
+        except LogCorrupted as e:
+            fail(str(e), EXIT_INVALID)
     if fmt == "json":
         click.echo(json.dumps(state_to_dict(replayed.state, replayed.last_seq), indent=2))
     else:

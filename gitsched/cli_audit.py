@@ -30,14 +30,15 @@ from eventlog.base import EventLog, EventLogError
 from eventlog.envelope import format_time
 from eventlog.sqlite import sqlite_path_from_url
 from gitsched.config import DEFAULT_LOG_DIR, resolve_log_url
+from gitsched.exit_codes import EXIT_INVALID, EXIT_NOT_FOUND, EXIT_OK
 from gitsched.options import (
-    EXIT_INVALID,
-    EXIT_OK,
+    broken_chain_message,
     emit_rows,
     fail,
     format_option,
     log_option,
     open_event_log,
+    require_intact_chain,
     user_errors,
 )
 from gitsched.render import table
@@ -109,12 +110,19 @@ def _progress_bar() -> tuple[Progress, Callable[[], None]]:
 
 @contextmanager
 def view(
-    log_url: str | None, repo: str, db_path: str | None
+    log_url: str | None, repo: str, db_path: str | None, *, verify: bool = False
 ) -> Iterator[tuple[EventLog, AuditStore]]:
-    """The log and its audit view, caught up: what every query starts from."""
+    """The log and its audit view, caught up: what every query starts from.
+
+    With `verify`, the whole hash chain is checked first, and a broken one exits 1:
+    for the answers an auditor files as evidence (changes, compliance). Lookups
+    (history, at, usage) answer from the view, whose offset hash must still match.
+    """
     url = resolve_log_url(log_url, repo)
     path = Path(db_path) if db_path else default_db_path(url, repo)
     with user_errors(), open_event_log(log_url, repo) as event_log:
+        if verify:
+            require_intact_chain(event_log)
         progress, close = _progress_bar()
         try:
             store, _ = open_view(event_log, path, progress=progress)
@@ -196,6 +204,13 @@ def history(
         intervals = history_query.query(
             store, job=job, node=node, team=team, flavor=flavor, since=since_ts, until=until_ts
         )
+        missing = None
+        if not intervals:
+            missing = history_query.missing_subject(
+                store, job=job, node=node, team=team, flavor=flavor
+            )
+    if missing is not None:
+        fail(f"the log never saw {missing}", EXIT_NOT_FOUND)
     emit_rows([i.to_dict() for i in intervals], history_query.HEADERS, fmt)
 
 
@@ -229,7 +244,13 @@ def at(
             n = pointintime.seq_at_time(store, when)
         else:
             assert seq is not None
-            n = min(seq, store.offset()[0])
+            last_seq = store.offset()[0]
+            if seq > last_seq:
+                fail(
+                    f"--seq {seq} is past the end of the log (its last seq is {last_seq})",
+                    EXIT_NOT_FOUND,
+                )
+            n = seq
             event = next(iter(event_log.read(n - 1, until_seq=n)), None) if n else None
             when = event.time if event else None
         state = pointintime.cluster_at(store, n)
@@ -403,7 +424,7 @@ def changes(
     log_url: str | None, repo: str, db_path: str | None, team: str | None, fmt: str
 ) -> None:
     """Every change of queues, priorities and policies: who, approved by whom, when, and what it caused."""
-    with view(log_url, repo, db_path) as (_, store):
+    with view(log_url, repo, db_path, verify=True) as (_, store):
         rows = changes_query.changes(store, team=team)
     if fmt == "json":
         click.echo(json.dumps(rows, indent=2))
@@ -424,7 +445,7 @@ def changes(
 @format_option("table", "csv", "json")
 def compliance(log_url: str | None, repo: str, db_path: str | None, fmt: str) -> None:
     """Compliance checks with evidence. Exit 1 when any check finds a violation."""
-    with view(log_url, repo, db_path) as (event_log, store):
+    with view(log_url, repo, db_path, verify=True) as (event_log, store):
         result = compliance_query.compliance(store)
         compliance_query.describe(event_log, result["violations"])
     if fmt == "json":
@@ -588,3 +609,9 @@ def report(
         )
     Path(output).write_text(page, encoding="utf-8")
     click.echo(f"wrote {output} ({len(page) / 2**20:.1f} MiB)")
+    if verification.broken is not None:
+        # The page says so at its top; the exit code says so to whoever ran it.
+        fail(
+            broken_chain_message(verification.broken.seq, verification.broken.reason),
+            EXIT_INVALID,
+        )

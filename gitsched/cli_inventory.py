@@ -8,7 +8,11 @@ import sys
 import click
 import yaml
 
-from gitsched.options import EXIT_ERROR, fail, user_errors
+from gitsched.exit_codes import EXIT_ERROR
+from gitsched.options import (
+    fail,
+    user_errors,
+)
 from reconciler.nvml import node_document, read_gpus
 from schemas import Document, validate_document
 

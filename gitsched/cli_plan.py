@@ -15,6 +15,7 @@ from eventlog.base import EventLog, LogConfigurationError, utc_now
 from eventlog.envelope import format_time
 from eventlog.sqlite import sqlite_path_from_url
 from gitsched.config import resolve_log_url
+from gitsched.exit_codes import plan_exit_code
 from gitsched.options import fail, format_option, log_option, user_errors
 from gitsched.render_plan import RENDERERS, summary_line
 from reconciler.git import GitRepo
@@ -88,4 +89,4 @@ def plan(path: str, revisions: str, log_url: str | None, fmt: str, output: str |
         click.echo(summary_line(result))
     else:
         click.echo(rendered.rstrip("\n"))
-    sys.exit(result.exit_code)
+    sys.exit(plan_exit_code(result))

@@ -16,9 +16,8 @@ from engine.errors import GitschedError
 from eventlog import open_log
 from eventlog.base import EventLog, EventLogError
 from gitsched.config import resolve_log_url
+from gitsched.exit_codes import EXIT_ERROR, EXIT_INVALID
 from gitsched.render import table
-
-EXIT_OK, EXIT_INVALID, EXIT_ERROR = 0, 1, 2
 
 LOG_OPTION_HELP = (
     "Event log URL: sqlite:///relative.db, sqlite:////absolute.db or kafka://host:port/topic "
@@ -29,6 +28,23 @@ LOG_OPTION_HELP = (
 def fail(message: str, code: int = EXIT_ERROR) -> NoReturn:
     click.echo(f"gitsched: {message}", err=True)
     sys.exit(code)
+
+
+def broken_chain_message(seq: int, reason: str) -> str:
+    return (
+        f"the log's hash chain is broken at seq {seq}: {reason}; what it says cannot be"
+        " trusted (`gitsched audit verify` names the break)"
+    )
+
+
+def require_intact_chain(event_log: EventLog) -> None:
+    """Exit 1 with a message when the log's hash chain is broken: an auditor's answer
+    (a change, a state, a compliance result) from a tampered log would be a lie."""
+    from audit.verify import verify_log
+
+    broken = verify_log(event_log).broken
+    if broken is not None:
+        fail(broken_chain_message(broken.seq, broken.reason), EXIT_INVALID)
 
 
 @contextmanager

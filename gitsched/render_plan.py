@@ -15,6 +15,7 @@ from engine.model import GPU_MILLI, FlavorQuota, Queue
 from engine.placement.constraints import gpus_text
 from engine.placement.plan import SolveStats
 from gitsched import __version__
+from gitsched.exit_codes import plan_exit_code
 from gitsched.render import table
 from policies.approval import TeamApproval, owners_file
 from reconciler.plan import (
@@ -459,7 +460,7 @@ def plan_to_dict(plan: PullRequestPlan) -> dict[str, Any]:
     stats = plan.solve
     return {
         "summary": summary_line(plan),
-        "exit_code": plan.exit_code,
+        "exit_code": plan_exit_code(plan),
         "valid": plan.valid,
         "changed": plan.changed,
         "base": {"rev": plan.base.rev, "sha": plan.base.sha, "subject": plan.base.subject},

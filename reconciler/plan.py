@@ -30,8 +30,6 @@ from reconciler.git import GitRepo
 from reconciler.specs import LoadedSpecs, load_commit
 from schemas import SpecError
 
-EXIT_NO_CHANGE, EXIT_CHANGES, EXIT_INVALID = 0, 1, 2
-
 # Policy fields as the Policy YAML spells them, so a reviewer can find the line.
 POLICY_FIELD_NAMES = {
     "solver": "solver.name",
@@ -169,12 +167,6 @@ class PullRequestPlan:
     @property
     def changed(self) -> bool:
         return bool(self.spec_changes or self.policy_changes or self.approvals)
-
-    @property
-    def exit_code(self) -> int:
-        if self.errors:
-            return EXIT_INVALID
-        return EXIT_CHANGES if self.changed else EXIT_NO_CHANGE
 
     def of(self, action: Action) -> tuple[JobEffect, ...]:
         return tuple(e for e in self.effects if e.action is action)

@@ -228,8 +228,11 @@ def test_the_view_refuses_a_log_rewritten_after_it_was_read(audited: Path) -> No
     gitsched_cli("audit", "changes", "--repo", audited)
     last = gitsched_cli("audit", "verify", "--repo", audited, "--format", "json").json()["events"]
     tamper(audited / ".gitsched" / "log.db", f"UPDATE events SET hash = 'x' WHERE seq = {last}")
-    refused = gitsched_cli("audit", "changes", "--repo", audited, expect=2)
+    refused = gitsched_cli("audit", "history", "--team", "ml", "--repo", audited, expect=2)
     assert "rewritten" in refused.stderr and "rebuild" in refused.stderr
+    # Evidence (changes, compliance) checks the whole chain first, and calls it broken.
+    broken = gitsched_cli("audit", "changes", "--repo", audited, expect=1)
+    assert f"the log's hash chain is broken at seq {last}" in broken.stderr
 
 
 def test_mistakes_get_one_line_and_exit_2(audited: Path) -> None:
