@@ -95,7 +95,11 @@ def validate(path: str, rev: str | None, fmt: str) -> None:
     if fmt == "json":
         click.echo(
             json.dumps(
-                {"valid": not loaded.errors, "errors": [e.to_dict() for e in loaded.errors]},
+                {
+                    "valid": not loaded.errors,
+                    "errors": [e.to_dict() for e in loaded.errors],
+                    "warnings": [w.to_dict() for w in loaded.warnings],
+                },
                 indent=2,
             )
         )
@@ -103,6 +107,8 @@ def validate(path: str, rev: str | None, fmt: str) -> None:
         click.echo(_errors_text(loaded.errors))
     else:
         click.echo(f"valid: {len(loaded.documents)} documents")
+    for warning in loaded.warnings if fmt != "json" else ():
+        click.echo(f"warning: {warning.format()}")
     sys.exit(EXIT_INVALID if loaded.errors else EXIT_OK)
 
 

@@ -233,6 +233,9 @@ def plan_text(plan: PullRequestPlan) -> str:
         out += [f"  {e.format()}" for e in plan.errors]
         out += ["", f"{len(plan.errors)} error(s) in {files} file(s)"]
         return "\n".join(out)
+    if plan.warnings:
+        out += ["", "Warnings: valid, but can never run as written"]
+        out += [f"  {w.format()}" for w in plan.warnings]
 
     if plan.queue_changes or plan.policy_changes:
         out += ["", "Quota and policy changes"]
@@ -362,6 +365,17 @@ def plan_markdown(plan: PullRequestPlan) -> str:
         )
         return _footer(out, plan)
 
+    if plan.warnings:
+        out += _details(
+            f"⚠️ Warnings ({len(plan.warnings)})",
+            [
+                "Valid, but can never run as written (`gitsched validate` shows the same):",
+                "",
+                *_fence([w.format() for w in plan.warnings]),
+            ],
+            open_=True,
+        )
+
     if plan.queue_changes or plan.policy_changes:
         body: list[str] = []
         if plan.queue_changes:
@@ -471,6 +485,7 @@ def plan_to_dict(plan: PullRequestPlan) -> dict[str, Any]:
         "stale": plan.stale,
         "notes": list(plan.notes),
         "errors": [e.to_dict() for e in plan.errors],
+        "warnings": [w.to_dict() for w in plan.warnings],
         "spec_changes": [
             {"kind": c.kind, "name": c.name, "action": c.action, "detail": c.detail}
             for c in plan.spec_changes

@@ -149,6 +149,7 @@ class PullRequestPlan:
     stale: str | None = None
     notes: tuple[str, ...] = ()
     errors: tuple[SpecError, ...] = ()
+    warnings: tuple[SpecError, ...] = ()  # HEAD is valid, but some of it can never run
     spec_changes: tuple[SpecChange, ...] = ()
     queue_changes: tuple[QueueChange, ...] = ()
     policy_changes: tuple[FieldChange, ...] = ()
@@ -343,6 +344,7 @@ def plan_change(
     )
     return dataclasses.replace(
         skeleton,
+        warnings=head_loaded.warnings,
         spec_changes=tuple(_spec_changes(before, events)),
         queue_changes=tuple(
             QueueChange(name, before.queues.get(name), after.queues.get(name))
