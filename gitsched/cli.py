@@ -7,6 +7,7 @@ import logging
 import signal
 import sys
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 import click
@@ -150,9 +151,22 @@ def report_text(report: ReconcileReport) -> str:
 @click.option(
     "--interval", default=10.0, show_default=True, help="Seconds between passes when watching."
 )
+@click.option(
+    "--heartbeat",
+    default=300.0,
+    show_default=True,
+    help="When watching: seconds without news after which one line says it is still"
+    " watching (0: never).",
+)
 @click.option("--solver", help="Override the Policy's solver (greedy, highs, cbc).")
 def reconcile(
-    path: str, branch: str, log_url: str | None, once: bool, interval: float, solver: str | None
+    path: str,
+    branch: str,
+    log_url: str | None,
+    once: bool,
+    interval: float,
+    heartbeat: float,
+    solver: str | None,
 ) -> None:
     """Apply the branch's new commits to the log, then place every job.
 
@@ -167,11 +181,25 @@ def reconcile(
                 report = reconciler.run_once()
                 click.echo(report_text(report))
                 sys.exit(EXIT_INVALID if report.newest_rejected else EXIT_OK)
-            _watch(reconciler, interval)
+            _watch(reconciler, interval, heartbeat)
 
 
-def _watch(reconciler: Reconciler, interval: float) -> None:
+def heartbeat_text(report: ReconcileReport, branch: str, idle_s: float) -> str:
+    """One line for a watcher with nothing new to say, so its log shows it is alive."""
+    newest = report.state.last_commit
+    at = f"{newest.sha[:12]}" if newest is not None else "no commit yet"
+    line = (
+        f"{format_time(datetime.now(UTC))} watching {branch}: no new commits for"
+        f" {idle_s:.0f} s; at {at}, log seq {report.last_seq}"
+    )
+    if report.newest_rejected:
+        line += "; the newest commit stays REJECTED"
+    return line
+
+
+def _watch(reconciler: Reconciler, interval: float, heartbeat: float) -> None:
     stopping = False
+    last_news = time.monotonic()
 
     def stop(signum: int, frame: object) -> None:
         nonlocal stopping
@@ -191,6 +219,10 @@ def _watch(reconciler: Reconciler, interval: float) -> None:
         backoff = 1.0
         if report.commits:
             click.echo(report_text(report))
+            last_news = time.monotonic()
+        elif heartbeat > 0 and time.monotonic() - last_news >= heartbeat:
+            click.echo(heartbeat_text(report, reconciler.branch, time.monotonic() - last_news))
+            last_news = time.monotonic()
         deadline = time.monotonic() + interval
         while not stopping and time.monotonic() < deadline:
             time.sleep(0.2)
@@ -230,8 +262,6 @@ def state(log_url: str | None, repo: str, seq: int | None, at_time: str | None, 
 
 
 def _parse_time(text: str) -> str:
-    from datetime import UTC, datetime
-
     try:
         moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:

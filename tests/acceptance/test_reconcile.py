@@ -13,12 +13,14 @@ from tests.acceptance.conftest import (
     PRIYA,
     ClusterRepo,
     assert_chain_intact,
+    finish,
     git,
     gitsched,
     job_yaml,
     of_type,
     queue_yaml,
     read_events,
+    start_gitsched,
 )
 
 
@@ -349,3 +351,22 @@ def test_a_spec_cache_reads_only_changed_files_and_loads_what_a_fresh_read_loads
     assert cached_first == fresh_first and cached_second == fresh_second
     assert cached_second.desired is not None
     assert cached_second.desired.jobs["ml/b"].resources.gpu_milli == 4000
+
+
+def test_an_idle_watcher_says_it_is_alive(bootstrapped: ClusterRepo) -> None:
+    import signal
+
+    args = ("reconcile", bootstrapped.path, "--interval", "0.1", "--heartbeat", "0.3")
+    process = start_gitsched(*args)
+    assert process.stdout is not None
+    lines = []
+    for line in process.stdout:  # the first heartbeat comes after the first pass's report
+        lines.append(line)
+        if "watching main: no new commits" in line:
+            break
+    process.send_signal(signal.SIGTERM)
+    run = finish(process, args)
+    assert run.returncode == 0, run
+    assert lines[0].startswith(f"applied  {bootstrapped.head()[:12]}")
+    heartbeat = lines[-1]
+    assert f"at {bootstrapped.head()[:12]}, log seq " in heartbeat, heartbeat
