@@ -175,6 +175,12 @@ def reconcile(
     url = resolve_log_url(log_url, path)
     with user_errors():
         repo = GitRepo(path)
+        current = repo.checked_out_branch()
+        if current not in (None, branch) and not repo.has_revision(branch):
+            fail(
+                f"no branch {branch!r} in {path}; its checked-out branch is {current!r}:"
+                f" pass --branch {current}"
+            )
         with open_log(url) as event_log:
             reconciler = Reconciler(repo, event_log, branch=branch, solver=solver)
             if once:

@@ -370,3 +370,14 @@ def test_an_idle_watcher_says_it_is_alive(bootstrapped: ClusterRepo) -> None:
     assert lines[0].startswith(f"applied  {bootstrapped.head()[:12]}")
     heartbeat = lines[-1]
     assert f"at {bootstrapped.head()[:12]}, log seq " in heartbeat, heartbeat
+
+
+def test_a_master_branch_gets_a_hint_about_branch(bootstrapped: ClusterRepo) -> None:
+    git(bootstrapped.path, "branch", "-m", "main", "master")
+    run = gitsched("reconcile", "--once", bootstrapped.path, expect=2)
+    assert run.stderr == (
+        f"gitsched: no branch 'main' in {bootstrapped.path}; its checked-out branch is"
+        " 'master': pass --branch master\n"
+    )
+    assert not bootstrapped.log_path.exists()
+    gitsched("reconcile", "--once", bootstrapped.path, "--branch", "master", expect=0)
