@@ -122,3 +122,20 @@ def test_json_output_is_one_document_and_nothing_else(
     assert "Running HiGHS" not in run.output, str(run)
     if run.returncode == 0 or run.stdout:
         json.loads(run.stdout)  # the whole of stdout: one document, no banner before it
+
+
+def all_keys(value: object) -> set[str]:
+    if isinstance(value, dict):
+        return set(value) | {k for v in value.values() for k in all_keys(v)}
+    if isinstance(value, list):
+        return {k for v in value for k in all_keys(v)}
+    return set()
+
+
+def test_bench_synth_names_the_unit_of_every_gap_and_time() -> None:
+    run = gitsched("bench", "synth", "--size", "S", "--gap", "0.01", "--format", "json", expect=0)
+    result = json.loads(run.stdout)
+    assert result["policy"] == {"gap_tolerance_pct": 1.0, "time_limit_s": 60.0}
+    assert result["milp"]["gap_pct"] is not None and result["greedy"]["gap_pct"] is None
+    assert {"gap", "gap_tolerance", "better_by_percent", "phases"}.isdisjoint(all_keys(result))
+    assert set(result["phases_seconds"]) >= {"build", "solve"}
