@@ -32,6 +32,21 @@ def iso(ts: float) -> str:
     return format_time(datetime.fromtimestamp(ts, UTC))
 
 
+def period(
+    store: AuditStore, since: float | None, until: float | None, now: float
+) -> tuple[float, float]:
+    """The period usage and reports cover, one definition for both: from `since`, by
+    default the log's first event, to `until`, by default `now`; intervals still open
+    end there. An `until` after `now` is `now`: nothing is known about the future."""
+    end = min(until, now) if until is not None else now
+    if since is not None:
+        start = since
+    else:
+        first = store.db.execute("SELECT time FROM marks ORDER BY seq LIMIT 1").fetchone()
+        start = datetime.fromisoformat(first[0]).timestamp() if first else end
+    return start, end
+
+
 def seq_before(store: AuditStore, ts: float) -> int:
     """The last seq of the log's prefix recorded at or before `ts`."""
     row = store.db.execute("SELECT MIN(seq) FROM marks WHERE time > ?", (iso(ts),)).fetchone()

@@ -26,6 +26,7 @@ from audit import usage as usage_query
 from audit.store import AuditStore, CatchUp, Progress, open_view
 from audit.store import rebuild as rebuild_view
 from audit.verify import verify_log
+from audit.window import period
 from eventlog.base import EventLog, EventLogError
 from eventlog.envelope import format_time
 from eventlog.sqlite import sqlite_path_from_url
@@ -362,14 +363,13 @@ def _at_rows(state: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def _period(store: AuditStore, since: str | None, until: str | None) -> tuple[float, float]:
-    """--since defaults to the log's first event; --until to now (open intervals end there)."""
-    now = time.time()
-    end = min(parse_moment(until, "--until").timestamp(), now) if until else now
-    if since:
-        start = parse_moment(since, "--since").timestamp()
-    else:
-        first = store.db.execute("SELECT time FROM marks ORDER BY seq LIMIT 1").fetchone()
-        start = datetime.fromisoformat(first[0]).timestamp() if first else end
+    """--since and --until, defaulted as `audit.window.period` says (usage and report alike)."""
+    start, end = period(
+        store,
+        parse_moment(since, "--since").timestamp() if since else None,
+        parse_moment(until, "--until").timestamp() if until else None,
+        time.time(),
+    )
     if start > end:
         fail("--since is after --until")
     return start, end
@@ -582,25 +582,16 @@ def report(
     """One self-contained HTML report for an auditor (opens offline).
 
     Summary, utilisation per team over time, a Gantt chart of placements per node,
-    changes with provenance, compliance results. --since and --until default to
-    the log's first and last events, so the same log always gives the same report.
+    changes with provenance, compliance results. --since defaults to the log's
+    first event and --until to now, as for `audit usage` (one definition of the
+    period); with --until given, the same log always gives the same report.
     """
     from audit.report import render_report
 
     with view(log_url, repo, db_path) as (event_log, store):
-        first_last = store.db.execute("SELECT MIN(time), MAX(time) FROM marks").fetchone()
-        if first_last[0] is None:
+        if store.db.execute("SELECT 1 FROM marks LIMIT 1").fetchone() is None:
             fail("the log is empty: nothing to report")
-        start = (
-            parse_moment(since, "--since").timestamp()
-            if since
-            else datetime.fromisoformat(first_last[0]).timestamp()
-        )
-        end = (
-            parse_moment(until, "--until").timestamp()
-            if until
-            else datetime.fromisoformat(first_last[1]).timestamp()
-        )
+        start, end = _period(store, since, until)
         if start >= end:
             fail("--since must be before --until")
         verification = verify_log(event_log)
