@@ -27,6 +27,8 @@ from gitsched.options import (
     format_option,
     log_option,
     open_event_log,
+    repo_of,
+    repo_path,
     user_errors,
 )
 from gitsched.render import state_text, state_to_dict
@@ -78,15 +80,16 @@ def _errors_text(errors: tuple[SpecError, ...]) -> str:
 
 
 @main.command()
-@click.argument("path", type=click.Path(exists=True, file_okay=False), default=".")
+@repo_path
 @click.option("--rev", help="Validate this commit instead of the files on disk.")
 @format_option("text", "json")
-def validate(path: str, rev: str | None, fmt: str) -> None:
+def validate(path: str | None, repo_opt: str | None, rev: str | None, fmt: str) -> None:
     """Check every file of a cluster repo against the schemas and policies.
 
-    Reports every error at once with file, line and JSON path.
-    Exit 0 valid, 1 invalid, 2 usage or internal error.
+    Reports every error at once with file, line and JSON path, and warns about
+    what is valid but can never run. Exit 0 valid, 1 invalid, 2 usage or internal error.
     """
+    path = repo_of(path, repo_opt)
     with user_errors():
         if rev:
             repo = GitRepo(path)
@@ -142,7 +145,7 @@ def report_text(report: ReconcileReport) -> str:
 
 
 @main.command()
-@click.argument("path", type=click.Path(exists=True, file_okay=False), default=".")
+@repo_path
 @click.option("--branch", default="main", show_default=True, help="Branch to follow.")
 @log_option
 @click.option(
@@ -160,7 +163,8 @@ def report_text(report: ReconcileReport) -> str:
 )
 @click.option("--solver", help="Override the Policy's solver (greedy, highs, cbc).")
 def reconcile(
-    path: str,
+    path: str | None,
+    repo_opt: str | None,
     branch: str,
     log_url: str | None,
     once: bool,
@@ -170,16 +174,17 @@ def reconcile(
 ) -> None:
     """Apply the branch's new commits to the log, then place every job.
 
-    Exit 1 when the newest commit was rejected, else 0.
+    Exit 1 while the branch's newest commit stands rejected, else 0.
     """
+    path = repo_of(path, repo_opt)
     url = resolve_log_url(log_url, path)
     with user_errors():
         repo = GitRepo(path)
         current = repo.checked_out_branch()
         if current not in (None, branch) and not repo.has_revision(branch):
             fail(
-                f"no branch {branch!r} in {path}; its checked-out branch is {current!r}:"
-                f" pass --branch {current}"
+                f"unknown revision {branch!r} in {path}: no such branch; its checked-out"
+                f" branch is {current!r}: pass --branch {current}"
             )
         with open_log(url) as event_log:
             reconciler = Reconciler(repo, event_log, branch=branch, solver=solver)

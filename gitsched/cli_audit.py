@@ -183,7 +183,7 @@ def rebuild(log_url: str | None, repo: str, db_path: str | None) -> None:
 @click.option("--team", help="A team, or its queue.")
 @click.option("--gpu-flavor", "flavor", help="A GPU flavor.")
 @since_until
-@format_option("table", "csv", "json")
+@format_option("text", "csv", "json")
 def history(
     log_url: str | None,
     repo: str,
@@ -224,7 +224,7 @@ def history(
 @db_option
 @click.argument("moment", metavar="[TIME]", required=False)
 @click.option("--seq", type=int, help="Right after this event, instead of at a TIME.")
-@format_option("table", "csv", "json")
+@format_option("text", "csv", "json")
 def at(
     log_url: str | None,
     repo: str,
@@ -387,7 +387,7 @@ def _iso(ts: float) -> str:
     "--by", type=click.Choice(usage_query.BY), default="team", show_default=True, help="Group by."
 )
 @since_until
-@format_option("table", "csv", "json")
+@format_option("text", "csv", "json")
 def usage(
     log_url: str | None,
     repo: str,
@@ -406,7 +406,7 @@ def usage(
             json.dumps({"by": by, "since": _iso(start), "until": _iso(end), "rows": rows}, indent=2)
         )
         return
-    if fmt == "table":
+    if fmt == "text":
         click.echo(f"GPU-hours by {by}, {_iso(start)} .. {_iso(end)}")
     emit_rows(rows, usage_query.HEADERS[by], fmt)
 
@@ -419,7 +419,7 @@ def usage(
 @repo_opt
 @db_option
 @click.option("--team", help="Only changes to this team's queue and jobs.")
-@format_option("table", "csv", "json")
+@format_option("text", "csv", "json")
 def changes(
     log_url: str | None, repo: str, db_path: str | None, team: str | None, fmt: str
 ) -> None:
@@ -442,7 +442,7 @@ def changes(
 @log_option
 @repo_opt
 @db_option
-@format_option("table", "csv", "json")
+@format_option("text", "csv", "json")
 def compliance(log_url: str | None, repo: str, db_path: str | None, fmt: str) -> None:
     """Compliance checks with evidence. Exit 1 when any check finds a violation."""
     with view(log_url, repo, db_path, verify=True) as (event_log, store):
@@ -504,7 +504,7 @@ def _evidence_text(evidence: list[Any]) -> str:
 @audit.command()
 @log_option
 @repo_opt
-@format_option("table", "csv", "json")
+@format_option("text", "csv", "json")
 def verify(log_url: str | None, repo: str, fmt: str) -> None:
     """Check the hash chain and seq continuity of the whole log. Exit 1 when broken."""
     with user_errors(), open_event_log(log_url, repo) as event_log:

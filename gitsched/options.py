@@ -62,11 +62,23 @@ def log_option(f: Callable[..., Any]) -> Callable[..., Any]:
     )(f)
 
 
+# One --format vocabulary across the CLI: text (for people; the default), csv, json,
+# markdown, yaml where a command offers them. Earlier spellings stay accepted.
+FORMAT_ALIASES = {"table": "text"}
+
+
+class FormatChoice(click.Choice):  # type: ignore[type-arg]
+    """A format name, or an earlier spelling of one (`table` is `text`)."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        return super().convert(FORMAT_ALIASES.get(value, value), param, ctx)
+
+
 def format_option(*choices: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     return click.option(
         "--format",
         "fmt",
-        type=click.Choice(choices),
+        type=FormatChoice(choices),
         default=choices[0],
         show_default=True,
         help="Output format.",
@@ -76,6 +88,24 @@ def format_option(*choices: str) -> Callable[[Callable[..., Any]], Callable[...,
 def open_event_log(log_url: str | None, repo: str | None) -> EventLog:
     """An existing log, for commands that only read: a mistyped path is an error, not an empty cluster."""
     return open_log(resolve_log_url(log_url, repo), create=False)
+
+
+def repo_path(f: Callable[..., Any]) -> Callable[..., Any]:
+    """`--repo PATH`, the convention of every command, for commands that also take the
+    repo as their first argument (the earlier spelling): `repo_of` picks one."""
+    f = click.option(
+        "--repo",
+        "repo_opt",
+        type=click.Path(exists=True, file_okay=False),
+        help="The cluster repo (default: the current directory); also accepted as PATH.",
+    )(f)
+    return click.argument("path", required=False, type=click.Path(exists=True, file_okay=False))(f)
+
+
+def repo_of(path: str | None, repo_opt: str | None) -> str:
+    if path is not None and repo_opt is not None and path != repo_opt:
+        fail(f"give the repo once: PATH {path!r} or --repo {repo_opt!r}")
+    return path or repo_opt or "."
 
 
 def repo_option(f: Callable[..., Any]) -> Callable[..., Any]:

@@ -376,8 +376,8 @@ def test_a_master_branch_gets_a_hint_about_branch(bootstrapped: ClusterRepo) -> 
     git(bootstrapped.path, "branch", "-m", "main", "master")
     run = gitsched("reconcile", "--once", bootstrapped.path, expect=2)
     assert run.stderr == (
-        f"gitsched: no branch 'main' in {bootstrapped.path}; its checked-out branch is"
-        " 'master': pass --branch master\n"
+        f"gitsched: unknown revision 'main' in {bootstrapped.path}: no such branch; its"
+        " checked-out branch is 'master': pass --branch master\n"
     )
     assert not bootstrapped.log_path.exists()
     gitsched("reconcile", "--once", bootstrapped.path, "--branch", "master", expect=0)
