@@ -110,8 +110,9 @@ def _plotly_loader() -> str:
 
 
 def _script_safe(text: str) -> str:
-    """JSON inside <script>: a '</' in a job name must not end the script."""
-    return text.replace("</", "<\\/")
+    """JSON inside <script>: a '</' in a job name must not end the script. A '/' only
+    occurs inside JSON strings, where \\u002f means the same (as plotly's own HTML has it)."""
+    return text.replace("/", "\\u002f")
 
 
 def _figure_html(fig: go.Figure, div_id: str, height: int) -> str:

@@ -36,14 +36,19 @@ def period(
     store: AuditStore, since: float | None, until: float | None, now: float
 ) -> tuple[float, float]:
     """The period usage and reports cover, one definition for both: from `since`, by
-    default the log's first event, to `until`, by default `now`; intervals still open
-    end there. An `until` after `now` is `now`: nothing is known about the future."""
-    end = min(until, now) if until is not None else now
-    if since is not None:
-        start = since
+    default the log's first event, to `until`, by default its last event, so the same
+    log always gives the same answer; intervals still open end there. An `until` after
+    `now` is `now`: nothing is known about the future."""
+    first, last = store.db.execute("SELECT MIN(time), MAX(time) FROM marks").fetchone()
+    if until is not None:
+        end = min(until, now)
     else:
-        first = store.db.execute("SELECT time FROM marks ORDER BY seq LIMIT 1").fetchone()
-        start = datetime.fromisoformat(first[0]).timestamp() if first else end
+        end = min(datetime.fromisoformat(last).timestamp(), now) if last else now
+    start = (
+        since
+        if since is not None
+        else (datetime.fromisoformat(first).timestamp() if first else end)
+    )
     return start, end
 
 

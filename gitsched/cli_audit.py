@@ -582,9 +582,9 @@ def report(
     """One self-contained HTML report for an auditor (opens offline).
 
     Summary, utilisation per team over time, a Gantt chart of placements per node,
-    changes with provenance, compliance results. --since defaults to the log's
-    first event and --until to now, as for `audit usage` (one definition of the
-    period); with --until given, the same log always gives the same report.
+    changes with provenance, compliance results. --since and --until default to
+    the log's first and last events, as for `audit usage` (one definition of the
+    period), so the same log always gives the same report.
     """
     from audit.report import render_report
 

@@ -43,11 +43,11 @@ def test_the_gantt_shows_both_jobs_on_a_shared_node_with_their_names() -> None:
     assert {a.offset[0], b.offset[0]} == {-GANTT_ROW / 2, 0.0}  # one above the other
 
 
-def test_the_period_runs_from_the_first_event_to_now_unless_given() -> None:
+def test_the_period_runs_from_the_first_to_the_last_event_unless_given() -> None:
     with AuditStore(":memory:") as store:
         store.db.execute("INSERT INTO marks (seq, time) VALUES (1, '2025-11-16T09:00:00Z')")
         store.db.execute("INSERT INTO marks (seq, time) VALUES (2, '2025-11-16T10:00:00Z')")
         now = T0 + 48 * 3600
-        assert period(store, None, None, now) == (T0, now)
-        assert period(store, T0 + 60, T0 + 3600, now) == (T0 + 60, T0 + 3600)
+        assert period(store, None, None, now) == (T0, T0 + 3600)  # the same whenever asked
+        assert period(store, T0 + 60, T0 + 7200, now) == (T0 + 60, T0 + 7200)
         assert period(store, None, now + 3600, now) == (T0, now)  # not into the future
