@@ -271,3 +271,19 @@ def test_a_row_that_is_not_json_stops_the_view_with_one_line(audited: Path) -> N
     assert not list((audited / ".gitsched").glob("audit.db*"))  # no half-built view left
     broken = gitsched_cli("audit", "verify", "--repo", audited, expect=1)
     assert broken.stdout.startswith("BROKEN at seq 14")
+
+
+def test_usage_and_the_report_cover_the_same_default_period(audited: Path) -> None:
+    from datetime import datetime
+
+    from tests.acceptance.conftest import read_events
+
+    events = read_events(audited / ".gitsched" / "log.db")
+    usage = gitsched_cli("audit", "usage", "--repo", audited, "--format", "json").json()
+    first, last = (datetime.fromisoformat(e.time) for e in (events[0], events[-1]))
+    assert datetime.fromisoformat(usage["since"]) == first
+    assert datetime.fromisoformat(usage["until"]) == last  # the log's, not the clock's
+    page = audited.parent / "report.html"
+    gitsched_cli("audit", "report", "--repo", audited, "--output", page)
+    shown = f"Period {first:%Y-%m-%d %H:%M:%S} UTC to {last:%Y-%m-%d %H:%M:%S} UTC"
+    assert shown in page.read_text()
