@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from engine.core import DesiredState
 from engine.model import GPU_MILLI, Job, Node, NodeState
@@ -28,13 +28,15 @@ def fit_warnings(docs: Sequence[Document], desired: DesiredState) -> tuple[SpecE
     # Drained or failed nodes come back: "never" is judged on every node as if Ready.
     nodes = [dataclasses.replace(n, state=NodeState.READY) for n in desired.nodes.values()]
     capacity: dict[str, int] = defaultdict(int)
+    by_flavor: dict[str, list[Node]] = defaultdict(list)
     for node in nodes:
         if node.flavor is not None:
             capacity[node.flavor] += node.gpus
+            by_flavor[node.flavor].append(node)
     by_name = {(d.file, d.name): d for d in docs if d.kind == "Job"}
     for job in desired.jobs.values():
         doc = by_name.get((job.file, job.name))
-        found = _never_fits(job, desired, nodes, capacity) if doc is not None else None
+        found = _never_fits(job, desired, nodes, by_flavor, capacity) if doc is not None else None
         if doc is not None and found is not None:
             path, reason = found
             warnings.append(
@@ -47,7 +49,11 @@ def fit_warnings(docs: Sequence[Document], desired: DesiredState) -> tuple[SpecE
 
 
 def _never_fits(
-    job: Job, desired: DesiredState, nodes: Sequence[Node], capacity: dict[str, int]
+    job: Job,
+    desired: DesiredState,
+    nodes: Sequence[Node],
+    by_flavor: Mapping[str, Sequence[Node]],
+    capacity: Mapping[str, int],
 ) -> tuple[JsonPath, str] | None:
     flavors = eligible_flavors(job, desired.queues.get(job.queue))
     if not flavors:
@@ -61,18 +67,18 @@ def _never_fits(
         return ("spec", "gpuFlavors") if job.gpu_flavors else ("spec",), (
             f"no node has GPU flavor {' or '.join(str(f) for f in flavors)}"
         )
-    candidates = [
-        (node, flavor) for flavor in flavors for node in nodes if flavor in (None, node.flavor)
-    ]
-    reasons = [node_rejection(job, node, flavor) for node, flavor in candidates]
-    if candidates and all(reasons):
+    candidates = [(node, f) for f in flavors for node in (nodes if f is None else by_flavor[f])]
+    # Most jobs fit the first candidate: the search stops there.
+    if candidates and not any(node_rejection(job, n, f) is None for n, f in candidates):
         most = max((node for node, _ in candidates), key=lambda n: (n.gpus, n.cpu_milli))
         if job.resources.gpu_milli > most.gpus * GPU_MILLI:
             return ("spec", "resources", "gpu"), (
                 f"a replica asks for {gpus_text(job.resources.gpu_milli)} GPUs and the largest"
                 f" node it may use ({most.name}) has {most.gpus}"
             )
-        return ("spec",), f"no node can host one replica (for one: {reasons[0]})"
+        return ("spec",), (
+            f"no node can host one replica (for one: {node_rejection(job, *candidates[0])})"
+        )
     total = sum(capacity.get(f, 0) for f in flavors if f is not None) * GPU_MILLI
     if flavors != (None,) and job.smallest_gang * job.resources.gpu_milli > total:
         return ("spec", "replicas"), (
@@ -83,7 +89,7 @@ def _never_fits(
     return None
 
 
-def _quota_over_cluster(doc: Document, capacity: dict[str, int]) -> list[SpecError]:
+def _quota_over_cluster(doc: Document, capacity: Mapping[str, int]) -> list[SpecError]:
     spec = doc.data.get("spec") or {}
     out: list[SpecError] = []
     for index, quota in enumerate(spec.get("quotas", ())):

@@ -58,8 +58,14 @@ class LoadedSpecs:
     errors: tuple[SpecError, ...]
     documents: tuple[Document, ...] = ()
     owners: Mapping[str, tuple[str, ...]] | None = None
-    # Valid, but can never run as written (policies.fit): shown, never a reason to reject.
-    warnings: tuple[SpecError, ...] = ()
+
+    @property
+    def warnings(self) -> tuple[SpecError, ...]:
+        """Valid, but can never run as written (policies.fit): what `validate` and `plan`
+        show, never a reason to reject; worked out when asked, off the reconcile path."""
+        if self.desired is None:
+            return ()
+        return fit_warnings(self.documents, self.desired)
 
 
 def is_spec_file(path: str) -> bool:
@@ -322,8 +328,7 @@ def parse_files(
         except _ModelError as e:
             errors.append(e.error)
         else:
-            warnings = fit_warnings(valid, desired)
-            return LoadedSpecs(desired, (), tuple(valid), owners, warnings)
+            return LoadedSpecs(desired, (), tuple(valid), owners)
     return LoadedSpecs(None, tuple(sorted(errors, key=_error_order)), tuple(valid), owners)
 
 
