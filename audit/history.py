@@ -20,6 +20,10 @@ from audit.projection import (
     END_STOPPED,
     END_WITHDRAWN,
     epoch,
+    KIND_CLUSTER,
+    KIND_NODE,
+    KIND_PENDING,
+    KIND_QUEUE,
 )
 from audit.store import AuditStore, EventList, catch_up
 from audit.window import placement_window
@@ -230,6 +234,54 @@ def query(
     found += select("open_placements", "", [], "n.placement")
     found.sort(key=lambda r: (r[10], r[0]))
     return [_interval(r) for r in found]
+
+
+def missing_subject(
+    store: AuditStore,
+    *,
+    job: str | None = None,
+    node: str | None = None,
+    team: str | None = None,
+    flavor: str | None = None,
+) -> str | None:
+    """What a history query names that the log never saw ("job 'x'"), or None.
+
+    An empty answer about a job that ran nowhere is an answer; about a job nobody
+    ever submitted it is a typo, and says so.
+    """
+    db = store.db
+
+    def seen(sql: str, *params: str) -> bool:
+        return db.execute(sql + " LIMIT 1", params).fetchone() is not None
+
+    if job is not None:
+        column = "job" if "/" in job else "name"
+        like = job if "/" in job else f"%/{job}"
+        if not (
+            any(seen(f"SELECT 1 FROM {t} WHERE {column} = ?", job) for t in _INTERVAL_TABLES)
+            or seen("SELECT 1 FROM all_versions WHERE kind = ? AND key LIKE ?", KIND_PENDING, like)
+        ):
+            return f"job '{job}'"
+    if node is not None and not seen(
+        "SELECT 1 FROM all_versions WHERE kind = ? AND key = ?", KIND_NODE, node
+    ):
+        return f"node '{node}'"
+    if team is not None and not (
+        _has_team(store, team)
+        or seen("SELECT 1 FROM all_versions WHERE kind = ? AND key = ?", KIND_QUEUE, team)
+    ):
+        return f"team or queue '{team}'"
+    if flavor is not None and not seen(
+        "SELECT 1 FROM all_versions WHERE kind IN (?, ?) AND data LIKE ?",
+        KIND_NODE,
+        KIND_CLUSTER,
+        f'%"{flavor}"%',
+    ):
+        return f"GPU flavor '{flavor}'"
+    return None
+
+
+_INTERVAL_TABLES = ("placements", "open_placements")
 
 
 def _has_team(store: AuditStore, team: str) -> bool:

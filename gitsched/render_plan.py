@@ -15,6 +15,7 @@ from engine.model import GPU_MILLI, FlavorQuota, Queue
 from engine.placement.constraints import gpus_text
 from engine.placement.plan import SolveStats
 from gitsched import __version__
+from gitsched.exit_codes import plan_exit_code
 from gitsched.render import table
 from policies.approval import TeamApproval, owners_file
 from reconciler.plan import (
@@ -236,6 +237,9 @@ def plan_text(plan: PullRequestPlan) -> str:
         out += [f"  {e.format()}" for e in plan.errors]
         out += ["", f"{len(plan.errors)} error(s) in {files} file(s)"]
         return "\n".join(out)
+    if plan.warnings:
+        out += ["", "Warnings: valid, but can never run as written"]
+        out += [f"  {w.format()}" for w in plan.warnings]
 
     if plan.queue_changes or plan.policy_changes:
         out += ["", "Quota and policy changes"]
@@ -365,6 +369,17 @@ def plan_markdown(plan: PullRequestPlan) -> str:
         )
         return _footer(out, plan)
 
+    if plan.warnings:
+        out += _details(
+            f"⚠️ Warnings ({len(plan.warnings)})",
+            [
+                "Valid, but can never run as written (`gitsched validate` shows the same):",
+                "",
+                *_fence([w.format() for w in plan.warnings]),
+            ],
+            open_=True,
+        )
+
     if plan.queue_changes or plan.policy_changes:
         body: list[str] = []
         if plan.queue_changes:
@@ -463,7 +478,7 @@ def plan_to_dict(plan: PullRequestPlan) -> dict[str, Any]:
     stats = plan.solve
     return {
         "summary": summary_line(plan),
-        "exit_code": plan.exit_code,
+        "exit_code": plan_exit_code(plan),
         "valid": plan.valid,
         "changed": plan.changed,
         "base": {"rev": plan.base.rev, "sha": plan.base.sha, "subject": plan.base.subject},
@@ -474,6 +489,7 @@ def plan_to_dict(plan: PullRequestPlan) -> dict[str, Any]:
         "stale": plan.stale,
         "notes": list(plan.notes),
         "errors": [e.to_dict() for e in plan.errors],
+        "warnings": [w.to_dict() for w in plan.warnings],
         "spec_changes": [
             {"kind": c.kind, "name": c.name, "action": c.action, "detail": c.detail}
             for c in plan.spec_changes

@@ -94,6 +94,13 @@ class GitRepo:
             return False
         return True
 
+    def checked_out_branch(self) -> str | None:
+        """The branch HEAD points at ('master' in many older repos), or None when detached."""
+        try:
+            return self._run("symbolic-ref", "--quiet", "--short", "HEAD").strip() or None
+        except GitError:
+            return None
+
     def is_ancestor(self, older: str, newer: str) -> bool:
         done = subprocess.run(
             ["git", "-C", str(self.path), "merge-base", "--is-ancestor", older, newer],

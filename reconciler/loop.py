@@ -78,11 +78,10 @@ class ReconcileReport:
 
     @property
     def newest_rejected(self) -> bool:
-        """This run rejected the branch's newest commit (not one another writer built on)."""
-        if not self.commits or self.commits[-1].applied:
-            return False
-        newest = self.state.last_commit
-        return newest is None or newest.sha == self.commits[-1].commit.sha
+        """The log's newest commit, the branch's tip once a pass has read it, stands
+        rejected: whether this run rejected it or an earlier one did, the cluster is not
+        at the branch's tip until a new commit fixes it."""
+        return bool(self.state.last_rejection)
 
 
 class Reconciler:

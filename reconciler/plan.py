@@ -30,8 +30,6 @@ from reconciler.git import GitRepo, change_commits
 from reconciler.specs import LoadedSpecs, load_commit
 from schemas import SpecError
 
-EXIT_NO_CHANGE, EXIT_CHANGES, EXIT_INVALID = 0, 1, 2
-
 # Policy fields as the Policy YAML spells them, so a reviewer can find the line.
 POLICY_FIELD_NAMES = {
     "solver": "solver.name",
@@ -153,6 +151,7 @@ class PullRequestPlan:
     stale: str | None = None
     notes: tuple[str, ...] = ()
     errors: tuple[SpecError, ...] = ()
+    warnings: tuple[SpecError, ...] = ()  # HEAD is valid, but some of it can never run
     spec_changes: tuple[SpecChange, ...] = ()
     queue_changes: tuple[QueueChange, ...] = ()
     policy_changes: tuple[FieldChange, ...] = ()
@@ -171,12 +170,6 @@ class PullRequestPlan:
     @property
     def changed(self) -> bool:
         return bool(self.spec_changes or self.policy_changes or self.approvals)
-
-    @property
-    def exit_code(self) -> int:
-        if self.errors:
-            return EXIT_INVALID
-        return EXIT_CHANGES if self.changed else EXIT_NO_CHANGE
 
     def of(self, action: Action) -> tuple[JobEffect, ...]:
         return tuple(e for e in self.effects if e.action is action)
@@ -362,6 +355,7 @@ def plan_change(
     )
     return dataclasses.replace(
         skeleton,
+        warnings=head_loaded.warnings,
         spec_changes=tuple(_spec_changes(before, events)),
         queue_changes=tuple(
             QueueChange(name, before.queues.get(name), after.queues.get(name))

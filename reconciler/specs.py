@@ -36,6 +36,7 @@ from engine.model import (
     job_key,
 )
 from policies.approval import parse_owners
+from policies.fit import fit_warnings
 from reconciler.git import GitRepo
 from schemas import Document, Limits, SpecError
 
@@ -59,6 +60,14 @@ class LoadedSpecs:
     errors: tuple[SpecError, ...]
     documents: tuple[Document, ...] = ()
     owners: Mapping[str, tuple[Owner, ...]] | None = None
+
+    @property
+    def warnings(self) -> tuple[SpecError, ...]:
+        """Valid, but can never run as written (policies.fit): what `validate` and `plan`
+        show, never a reason to reject; worked out when asked, off the reconcile path."""
+        if self.desired is None:
+            return ()
+        return fit_warnings(self.documents, self.desired)
 
 
 def is_spec_file(path: str) -> bool:
@@ -190,20 +199,38 @@ def _too_large(path: str, size: int, limits: Limits) -> SpecError:
 K = TypeVar("K")
 V = TypeVar("V")
 
-# One file's documents that passed their schema, and every error of the file itself.
-_Parsed = tuple[tuple[Document, ...], tuple[SpecError, ...]]
+# One file's documents that passed their schema, those that did not (their references
+# are still checked), and every error of the file itself.
+_Parsed = tuple[tuple[Document, ...], tuple[Document, ...], tuple[SpecError, ...]]
 
 
 def _parse_file(path: str, content: bytes, limits: Limits) -> _Parsed:
     docs, errors = schemas.parse_documents(content, path, limits)
+    if not content.strip() or (not docs and not errors):
+        # Read as "nothing here", an emptied file would silently withdraw what it defined.
+        return (
+            (),
+            (),
+            (
+                SpecError(
+                    path,
+                    None,
+                    None,
+                    "$",
+                    "the file is empty (no YAML document, only whitespace or comments); to remove"
+                    " what it defined (a job: to withdraw it), delete the file",
+                    "empty",
+                ),
+            ),
+        )
     all_errors = list(errors)
-    valid = []
+    valid: list[Document] = []
+    invalid: list[Document] = []
     for doc in docs:
         doc_errors = schemas.validate_document(doc)
         all_errors.extend(doc_errors)
-        if not doc_errors:
-            valid.append(doc)
-    return tuple(valid), tuple(all_errors)
+        (invalid if doc_errors else valid).append(doc)
+    return tuple(valid), tuple(invalid), tuple(all_errors)
 
 
 class _LastTwoLoads(Generic[K, V]):
@@ -286,12 +313,19 @@ def parse_files(
         if cache is not None
         else [_parse_file(path, content, limits) for path, content in specs]
     )
-    for docs, file_errors in parsed:
+    invalid: list[Document] = []
+    for docs, broken_docs, file_errors in parsed:
         valid.extend(docs)
+        invalid.extend(broken_docs)
         errors.extend(file_errors)
     merged = policies.merge_policies([d for d in valid if d.kind == "Policy"])
-    # Cross-file rules run on every valid document even when others failed: one run, every error.
-    errors.extend(policies.check_repository(valid, merged))
+    # Cross-file rules run on every valid document even when others failed, and the
+    # references of those that failed their schema are checked too: one run, every error.
+    errors.extend(
+        policies.check_repository(
+            valid, merged, unchecked=invalid, broken_files={e.file for e in errors}
+        )
+    )
     if not errors:
         try:
             desired = build_desired(valid, merged, owners)

@@ -28,6 +28,11 @@ def gpus_text(milli: int) -> str:
     return f"{milli / GPU_MILLI:g}"
 
 
+def replicas_text(count: int) -> str:
+    """1 -> '1 replica', 3 -> '3 replicas'."""
+    return f"{count} replica" if count == 1 else f"{count} replicas"
+
+
 def eligible_flavors(job: Job, queue: Queue | None) -> tuple[str | None, ...]:
     """Flavors the job may run on: its own list, narrowed to what its queue has quota for.
 

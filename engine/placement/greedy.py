@@ -30,6 +30,7 @@ from engine.placement.constraints import (
     gpus_text,
     node_rejection,
     replica_shape_error,
+    replicas_text,
 )
 from engine.placement.objective import (
     broken_soft_constraints,
@@ -329,7 +330,7 @@ class Packing:
         need = count * job.resources.gpu_milli
         return Miss(
             f"needs {gpus_text(need)} × {flavor or 'CPU'} GPU ({count} × {gpus_text(job.resources.gpu_milli)}) "
-            f"in one {level}; the largest free {level} holds {best} of the {count} replicas",
+            f"in one {level}; the largest free {level} holds {best} of the {replicas_text(count)}",
             f"topology__{job.key}__{topo.level}",
         )
 
@@ -386,7 +387,7 @@ class Packing:
     ) -> Miss:
         fitting = len(rooms)
         return Miss(
-            f"needs {count} replicas of {gpus_text(job.resources.gpu_milli)} × {flavor or 'CPU'} "
+            f"needs {replicas_text(count)} of {gpus_text(job.resources.gpu_milli)} × {flavor or 'CPU'} "
             f"GPU; {fitting} eligible node(s) have room for one now",
             "capacity",
         )

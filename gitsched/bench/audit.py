@@ -46,6 +46,7 @@ from engine.model import (
 )
 from eventlog.envelope import GENESIS_HASH, NewEvent, StoredEvent, format_time, seal_batch
 from eventlog.sqlite import SQLiteEventLog
+from gitsched.options import format_option
 from gitsched.render import table
 
 START = datetime(2025, 10, 1, tzinfo=UTC)
@@ -709,9 +710,7 @@ def _percentiles(samples: list[float]) -> tuple[float, float]:
     help="Where the synthetic log (cached) and the audit view go.",
 )
 @click.option("--samples", default=200, show_default=True, help="Runs of each point query.")
-@click.option(
-    "--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True
-)
+@format_option("text", "json")
 def command(events: int, seed: int, work_dir: str, samples: int, fmt: str) -> None:
     """Audit views: rebuild rate (events/s) and p50/p99 latency of each query on a synthetic log."""
     directory = Path(work_dir)

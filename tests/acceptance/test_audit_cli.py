@@ -232,8 +232,11 @@ def test_the_view_refuses_a_log_rewritten_after_it_was_read(audited: Path) -> No
     gitsched_cli("audit", "changes", "--repo", audited)
     last = gitsched_cli("audit", "verify", "--repo", audited, "--format", "json").json()["events"]
     tamper(audited / ".gitsched" / "log.db", f"UPDATE events SET hash = 'x' WHERE seq = {last}")
-    refused = gitsched_cli("audit", "changes", "--repo", audited, expect=2)
+    refused = gitsched_cli("audit", "history", "--team", "ml", "--repo", audited, expect=2)
     assert "rewritten" in refused.stderr and "rebuild" in refused.stderr
+    # Evidence (changes, compliance) checks the whole chain first, and calls it broken.
+    broken = gitsched_cli("audit", "changes", "--repo", audited, expect=1)
+    assert f"the log's hash chain is broken at seq {last}" in broken.stderr
 
 
 def test_mistakes_get_one_line_and_exit_2(audited: Path) -> None:
@@ -272,3 +275,19 @@ def test_a_row_that_is_not_json_stops_the_view_with_one_line(audited: Path) -> N
     assert not list((audited / ".gitsched").glob("audit.db*"))  # no half-built view left
     broken = gitsched_cli("audit", "verify", "--repo", audited, expect=1)
     assert broken.stdout.startswith("BROKEN at seq 14")
+
+
+def test_usage_and_the_report_cover_the_same_default_period(audited: Path) -> None:
+    from datetime import datetime
+
+    from tests.acceptance.conftest import read_events
+
+    events = read_events(audited / ".gitsched" / "log.db")
+    usage = gitsched_cli("audit", "usage", "--repo", audited, "--format", "json").json()
+    first, last = (datetime.fromisoformat(e.time) for e in (events[0], events[-1]))
+    assert datetime.fromisoformat(usage["since"]) == first
+    assert datetime.fromisoformat(usage["until"]) == last  # the log's, not the clock's
+    page = audited.parent / "report.html"
+    gitsched_cli("audit", "report", "--repo", audited, "--output", page)
+    shown = f"Period {first:%Y-%m-%d %H:%M:%S} UTC to {last:%Y-%m-%d %H:%M:%S} UTC"
+    assert shown in page.read_text()

@@ -13,12 +13,14 @@ from tests.acceptance.conftest import (
     PRIYA,
     ClusterRepo,
     assert_chain_intact,
+    finish,
     git,
     gitsched,
     job_yaml,
     of_type,
     queue_yaml,
     read_events,
+    start_gitsched,
 )
 
 
@@ -390,3 +392,33 @@ def test_a_commit_records_author_date_and_committer_and_is_decided_at_its_commit
     (submitted,) = of_type(mine, "JobSubmitted")
     assert submitted.data["job"]["submitted_at"] == "2025-11-19T07:15:00-05:00"
     assert applied.time != placed.data["at"]  # the envelope keeps when it was appended
+
+
+def test_an_idle_watcher_says_it_is_alive(bootstrapped: ClusterRepo) -> None:
+    import signal
+
+    args = ("reconcile", bootstrapped.path, "--interval", "0.1", "--heartbeat", "0.3")
+    process = start_gitsched(*args)
+    assert process.stdout is not None
+    lines = []
+    for line in process.stdout:  # the first heartbeat comes after the first pass's report
+        lines.append(line)
+        if "watching main: no new commits" in line:
+            break
+    process.send_signal(signal.SIGTERM)
+    run = finish(process, args)
+    assert run.returncode == 0, run
+    assert lines[0].startswith(f"applied  {bootstrapped.head()[:12]}")
+    heartbeat = lines[-1]
+    assert f"at {bootstrapped.head()[:12]}, log seq " in heartbeat, heartbeat
+
+
+def test_a_master_branch_gets_a_hint_about_branch(bootstrapped: ClusterRepo) -> None:
+    git(bootstrapped.path, "branch", "-m", "main", "master")
+    run = gitsched("reconcile", "--once", bootstrapped.path, expect=2)
+    assert run.stderr == (
+        f"gitsched: unknown revision 'main' in {bootstrapped.path}: no such branch; its"
+        " checked-out branch is 'master': pass --branch master\n"
+    )
+    assert not bootstrapped.log_path.exists()
+    gitsched("reconcile", "--once", bootstrapped.path, "--branch", "master", expect=0)
