@@ -19,11 +19,11 @@ from audit.projection import (
     END_PREEMPTED,
     END_STOPPED,
     END_WITHDRAWN,
-    epoch,
     KIND_CLUSTER,
     KIND_NODE,
     KIND_PENDING,
     KIND_QUEUE,
+    epoch,
 )
 from audit.store import AuditStore, EventList, catch_up
 from audit.window import placement_window

@@ -282,9 +282,17 @@ def test_usage_and_the_report_cover_the_same_default_period(audited: Path) -> No
 
     from tests.acceptance.conftest import read_events
 
-    events = read_events(audited / ".gitsched" / "log.db")
+    from eventlog.timeline import Timeline
+
+    # The log's first and last facts, dated as every audit answer dates them.
+    timeline: Timeline[object] = Timeline()
+    facts = [
+        fact_time
+        for e in read_events(audited / ".gitsched" / "log.db")
+        for _, fact_time in timeline.add(e, e.type, e.data, e.time, e.cause, e.actor)
+    ]
     usage = gitsched_cli("audit", "usage", "--repo", audited, "--format", "json").json()
-    first, last = (datetime.fromisoformat(e.time) for e in (events[0], events[-1]))
+    first, last = (datetime.fromisoformat(t) for t in (facts[0], facts[-1]))
     assert datetime.fromisoformat(usage["since"]) == first
     assert datetime.fromisoformat(usage["until"]) == last  # the log's, not the clock's
     page = audited.parent / "report.html"
