@@ -9,6 +9,7 @@ from eventlog.base import EventLog, LogCorrupted
 from eventlog.codec import decode
 from eventlog.collector import collector_paused
 from eventlog.envelope import GENESIS_HASH, ChainChecker
+from eventlog.snapshot import load_snapshot, write_snapshot
 
 
 @dataclass(frozen=True, slots=True)
@@ -17,6 +18,13 @@ class Replayed:
     last_seq: int
     last_time: str | None
     last_hash: str = GENESIS_HASH
+    # The latest event time up to last_seq (times come from writers' clocks, which
+    # may step back): a snapshot of this fold serves reads up to any later time.
+    max_time: str | None = None
+    # The seq of the snapshot the fold started from (0: the log's first event), and
+    # why newer snapshots were not used.
+    from_snapshot: int = 0
+    snapshot_problems: tuple[str, ...] = ()
 
 
 def replay(
@@ -26,21 +34,42 @@ def replay(
     until_seq: int | None = None,
     until_time: str | None = None,
     verify: bool = False,
+    use_snapshots: bool = True,
 ) -> Replayed:
     """The state after every event with seq <= until_seq and time <= until_time.
 
     `since`, an earlier result of this function on the same log, is carried on
     from rather than read again: a long-running reader folds only what is new.
+    Without it, the fold starts from the newest snapshot the log keeps that passes
+    its checks (see eventlog.snapshot), unless `use_snapshots` is off.
     With `verify`, the hash chain is checked on the way (a writer must never build
     on a log that was altered; content hashes are recomputed unless the log checked
-    them as it read); a break raises LogCorrupted naming its seq.
+    them as it read); a break raises LogCorrupted naming its seq. From a snapshot,
+    the chain is checked from the snapshot's head on.
     """
-    start = since or Replayed(ClusterState(), 0, None)
-    state, last_seq, last_time, last_hash = (
+    problems: list[str] = []
+    start = since
+    if start is None and use_snapshots and (store := log.snapshots()) is not None:
+        loaded = load_snapshot(
+            log, store, until_seq=until_seq, until_time=until_time, problems=problems
+        )
+        if loaded is not None:
+            info = loaded.info
+            start = Replayed(
+                loaded.state,
+                info.seq,
+                info.last_time,
+                info.head_hash,
+                info.max_time,
+                from_snapshot=info.seq,
+            )
+    start = start or Replayed(ClusterState(), 0, None)
+    state, last_seq, last_time, last_hash, max_time = (
         start.state,
         start.last_seq,
         start.last_time,
         start.last_hash,
+        start.max_time,
     )
     checker = (
         ChainChecker(
@@ -51,7 +80,8 @@ def replay(
     )
     with collector_paused():
         for stored in log.read(last_seq, until_seq=until_seq):
-            if until_time is not None and stored.time > until_time:
+            time = stored.time
+            if until_time is not None and time > until_time:
                 break
             if checker is not None:
                 broken = checker.check(stored)
@@ -62,5 +92,31 @@ def replay(
                         seq=broken.seq,
                     )
             state = evolve(state, decode(stored))
-            last_seq, last_time, last_hash = stored.seq, stored.time, stored.hash
-    return Replayed(state, last_seq, last_time, last_hash)
+            last_seq, last_time, last_hash = stored.seq, time, stored.hash
+            if max_time is None or time > max_time:
+                max_time = time
+    return Replayed(
+        state,
+        last_seq,
+        last_time,
+        last_hash,
+        max_time,
+        from_snapshot=start.from_snapshot,
+        snapshot_problems=tuple(problems) or start.snapshot_problems,
+    )
+
+
+def snapshot(log: EventLog, replayed: Replayed) -> bool:
+    """Keep `replayed` (a fold of `log`) as a snapshot; False when the log keeps none."""
+    store = log.snapshots()
+    if store is None or replayed.last_seq == 0 or replayed.last_time is None:
+        return False
+    write_snapshot(
+        store,
+        replayed.state,
+        seq=replayed.last_seq,
+        head_hash=replayed.last_hash,
+        last_time=replayed.last_time,
+        max_time=replayed.max_time or replayed.last_time,
+    )
+    return True
