@@ -18,7 +18,7 @@ from eventlog.envelope import format_time
 from eventlog.replay import replay
 from gitsched import __version__
 from gitsched.cli_audit import audit
-from gitsched.config import resolve_log_url
+from gitsched.config import resolve_log_url, snapshot_dir
 from gitsched.options import (
     EXIT_INVALID,
     EXIT_OK,
@@ -31,7 +31,7 @@ from gitsched.options import (
 )
 from gitsched.render import state_text, state_to_dict
 from reconciler.git import GitRepo
-from reconciler.loop import Reconciler, ReconcileReport
+from reconciler.loop import SNAPSHOT_EVERY, Reconciler, ReconcileReport
 from reconciler.specs import load_commit, load_worktree
 from schemas import SpecError
 
@@ -138,8 +138,24 @@ def report_text(report: ReconcileReport) -> str:
     "--interval", default=10.0, show_default=True, help="Seconds between passes when watching."
 )
 @click.option("--solver", help="Override the Policy's solver (greedy, highs, cbc).")
+@click.option(
+    "--snapshot-every",
+    envvar="GITSCHED_SNAPSHOT_EVERY",
+    show_envvar=True,
+    default=SNAPSHOT_EVERY,
+    show_default=True,
+    type=click.IntRange(min=0),
+    help="Snapshot the folded state after this many new events, so a restart replays at "
+    "most that many (0: never).",
+)
 def reconcile(
-    path: str, branch: str, log_url: str | None, once: bool, interval: float, solver: str | None
+    path: str,
+    branch: str,
+    log_url: str | None,
+    once: bool,
+    interval: float,
+    solver: str | None,
+    snapshot_every: int,
 ) -> None:
     """Apply the branch's new commits to the log, then place every job.
 
@@ -148,8 +164,10 @@ def reconcile(
     url = resolve_log_url(log_url, path)
     with user_errors():
         repo = GitRepo(path)
-        with open_log(url) as event_log:
-            reconciler = Reconciler(repo, event_log, branch=branch, solver=solver)
+        with open_log(url, snapshot_dir=snapshot_dir(path)) as event_log:
+            reconciler = Reconciler(
+                repo, event_log, branch=branch, solver=solver, snapshot_every=snapshot_every
+            )
             if once:
                 report = reconciler.run_once()
                 click.echo(report_text(report))
@@ -201,6 +219,8 @@ def state(log_url: str | None, repo: str, seq: int | None, at_time: str | None, 
     until_time = _parse_time(at_time) if at_time else None
     with user_errors(), open_event_log(log_url, repo) as event_log:
         replayed = replay(event_log, until_seq=seq, until_time=until_time)
+    for problem in replayed.snapshot_problems:
+        click.echo(f"gitsched: warning: {problem}", err=True)
     if fmt == "json":
         click.echo(json.dumps(state_to_dict(replayed.state, replayed.last_seq), indent=2))
     else:
