@@ -18,9 +18,6 @@ class Replayed:
     last_seq: int
     last_time: str | None
     last_hash: str = GENESIS_HASH
-    # The latest event time up to last_seq (times come from writers' clocks, which
-    # may step back): a snapshot of this fold serves reads up to any later time.
-    max_time: str | None = None
     # The seq of the snapshot the fold started from (0: the log's first event), and
     # why newer snapshots were not used.
     from_snapshot: int = 0
@@ -41,7 +38,8 @@ def replay(
     `since`, an earlier result of this function on the same log, is carried on
     from rather than read again: a long-running reader folds only what is new.
     Without it, the fold starts from the newest snapshot the log keeps that passes
-    its checks (see eventlog.snapshot), unless `use_snapshots` is off.
+    its checks (see eventlog.snapshot), unless `use_snapshots` is off or the read
+    stops at a time (a snapshot does not hold the fact timeline `until_time` reads).
     With `verify`, the hash chain is checked on the way (a writer must never build
     on a log that was altered; content hashes are recomputed unless the log checked
     them as it read); a break raises LogCorrupted naming its seq. From a snapshot,
@@ -49,10 +47,13 @@ def replay(
     """
     problems: list[str] = []
     start = since
-    if start is None and use_snapshots and (store := log.snapshots()) is not None:
-        loaded = load_snapshot(
-            log, store, until_seq=until_seq, until_time=until_time, problems=problems
-        )
+    if (
+        start is None
+        and use_snapshots
+        and until_time is None
+        and (store := log.snapshots()) is not None
+    ):
+        loaded = load_snapshot(log, store, until_seq=until_seq, problems=problems)
         if loaded is not None:
             info = loaded.info
             start = Replayed(
@@ -60,16 +61,14 @@ def replay(
                 info.seq,
                 info.last_time,
                 info.head_hash,
-                info.max_time,
                 from_snapshot=info.seq,
             )
     start = start or Replayed(ClusterState(), 0, None)
-    state, last_seq, last_time, last_hash, max_time = (
+    state, last_seq, last_time, last_hash = (
         start.state,
         start.last_seq,
         start.last_time,
         start.last_hash,
-        start.max_time,
     )
     checker = (
         ChainChecker(
@@ -93,14 +92,11 @@ def replay(
                     )
             state = evolve(state, decode(stored))
             last_seq, last_time, last_hash = stored.seq, time, stored.hash
-            if max_time is None or time > max_time:
-                max_time = time
     return Replayed(
         state,
         last_seq,
         last_time,
         last_hash,
-        max_time,
         from_snapshot=start.from_snapshot,
         snapshot_problems=tuple(problems) or start.snapshot_problems,
     )
@@ -117,6 +113,5 @@ def snapshot(log: EventLog, replayed: Replayed) -> bool:
         seq=replayed.last_seq,
         head_hash=replayed.last_hash,
         last_time=replayed.last_time,
-        max_time=replayed.max_time or replayed.last_time,
     )
     return True

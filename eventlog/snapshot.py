@@ -43,8 +43,6 @@ class SnapshotInfo:
     seq: int
     head_hash: str  # the hash of event `seq`: the chain's head the state was folded to
     last_time: str  # that event's time
-    max_time: str  # the latest time of any event up to `seq` (a point-in-time read may use it
-    # only when it asks for a time at or after this one)
     state_format: str
     digest: str
     size_bytes: int
@@ -84,7 +82,6 @@ class SQLiteSnapshotStore(SnapshotStore):
         seq          INTEGER PRIMARY KEY,
         head_hash    TEXT NOT NULL,
         last_time    TEXT NOT NULL,
-        max_time     TEXT NOT NULL,
         state_format TEXT NOT NULL,
         digest       TEXT NOT NULL,
         body         BLOB NOT NULL
@@ -100,13 +97,12 @@ class SQLiteSnapshotStore(SnapshotStore):
             self._db.execute("BEGIN IMMEDIATE")
             self._db.execute(
                 "INSERT OR REPLACE INTO snapshots"
-                "(seq, head_hash, last_time, max_time, state_format, digest, body)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                "(seq, head_hash, last_time, state_format, digest, body)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
                 (
                     info.seq,
                     info.head_hash,
                     info.last_time,
-                    info.max_time,
                     info.state_format,
                     info.digest,
                     body,
@@ -125,7 +121,7 @@ class SQLiteSnapshotStore(SnapshotStore):
 
     def infos(self) -> list[SnapshotInfo]:
         rows = self._db.execute(
-            "SELECT seq, head_hash, last_time, max_time, state_format, digest, length(body)"
+            "SELECT seq, head_hash, last_time, state_format, digest, length(body)"
             " FROM snapshots ORDER BY seq DESC"
         ).fetchall()
         return [SnapshotInfo(*row) for row in rows]
@@ -157,7 +153,6 @@ class FileSnapshotStore(SnapshotStore):
                     str(info.seq),
                     info.head_hash,
                     info.last_time,
-                    info.max_time,
                     info.state_format,
                     info.digest,
                 )
@@ -182,12 +177,10 @@ class FileSnapshotStore(SnapshotStore):
             return None
         header, _, body = raw.partition(b"\n")
         fields = header.decode("utf-8", "replace").split("\t")
-        if len(fields) != 6 or not fields[0].isdigit():
+        if len(fields) != 5 or not fields[0].isdigit():
             return None
-        seq, head_hash, last_time, max_time, state_format, digest = fields
-        return SnapshotInfo(
-            int(seq), head_hash, last_time, max_time, state_format, digest, len(body)
-        ), body
+        seq, head_hash, last_time, state_format, digest = fields
+        return SnapshotInfo(int(seq), head_hash, last_time, state_format, digest, len(body)), body
 
     def infos(self) -> list[SnapshotInfo]:
         found = []
@@ -217,7 +210,6 @@ def write_snapshot(
     seq: int,
     head_hash: str,
     last_time: str,
-    max_time: str,
 ) -> SnapshotInfo:
     """Store `state` as the state after event `seq` (whose hash is `head_hash`)."""
     body = encode_state(state)
@@ -225,7 +217,6 @@ def write_snapshot(
         seq=seq,
         head_hash=head_hash,
         last_time=last_time,
-        max_time=max_time,
         state_format=STATE_FORMAT,
         digest=snapshot_digest(head_hash, STATE_FORMAT, body),
         size_bytes=len(body),
@@ -257,15 +248,12 @@ def check_snapshot(event_log: EventLog, info: SnapshotInfo, body: bytes | None) 
 
 
 def usable_snapshots(
-    store: SnapshotStore, *, until_seq: int | None = None, until_time: str | None = None
+    store: SnapshotStore, *, until_seq: int | None = None
 ) -> Iterator[SnapshotInfo]:
-    """Snapshots a read up to (until_seq, until_time) could start from, newest first."""
+    """Snapshots a read up to `until_seq` could start from, newest first."""
     for info in store.infos():
-        if until_seq is not None and info.seq > until_seq:
-            continue
-        if until_time is not None and info.max_time > until_time:
-            continue
-        yield info
+        if until_seq is None or info.seq <= until_seq:
+            yield info
 
 
 def load_snapshot(
@@ -273,15 +261,14 @@ def load_snapshot(
     store: SnapshotStore,
     *,
     until_seq: int | None = None,
-    until_time: str | None = None,
     problems: list[str] | None = None,
 ) -> Loaded | None:
-    """The newest snapshot that passes every check, for a read up to (until_seq, until_time).
+    """The newest snapshot that passes every check, for a read up to `until_seq`.
 
     Each snapshot skipped is logged as a warning and, when `problems` is given,
     added to it as one line naming its seq and the reason.
     """
-    for info in usable_snapshots(store, until_seq=until_seq, until_time=until_time):
+    for info in usable_snapshots(store, until_seq=until_seq):
         body = store.body(info.seq)
         reason = check_snapshot(event_log, info, body)
         state = None

@@ -247,13 +247,7 @@ class Reconciler:
             raise _Superseded
         report.events_appended += len(stored)
         last = stored[-1]
-        self._tip = Replayed(
-            fold(events, tip.state),
-            last.seq,
-            last.time,
-            last.hash,
-            max(tip.max_time or last.time, last.time),
-        )
+        self._tip = Replayed(fold(events, tip.state), last.seq, last.time, last.hash)
         report.state, report.last_seq = self._tip.state, self._tip.last_seq
 
 
