@@ -8,9 +8,17 @@ import pytest
 from cluster.api import KubeApi, Obj
 from engine import events as ev
 from engine.model import NodeState
+from eventlog.envelope import StoredEvent
+from eventlog.sqlite import SQLiteEventLog
+from tests.acceptance.conftest import gitsched
 from tests.kube.conftest import KubeWorld, run_until
 
 pytestmark = pytest.mark.kube
+
+
+def _stored(world: KubeWorld) -> list[StoredEvent]:
+    with SQLiteEventLog(world.log_path) as event_log:
+        return list(event_log.read(0))
 
 
 def _placed_nodes(world: KubeWorld, job: str) -> list[str]:
@@ -138,6 +146,27 @@ def test_a_finished_job_frees_its_quota_for_a_waiting_one(world: KubeWorld) -> N
     assert world.job_key("first") not in controller.step().state.jobs
     # The finished job's pods stay, Succeeded, for their logs.
     assert {p["status"]["phase"] for p in _job_pods(world, "first").values()} == {"Succeeded"}
+    # audit's history has the times the cluster gave: started when its pods ran, not
+    # when the solver decided; ended when they succeeded.
+    stored = {e.type: e for e in _stored(world) if e.data.get("job") == world.job_key("first")}
+    run = gitsched(
+        "audit",
+        "history",
+        "--log",
+        f"sqlite:///{world.log_path}",
+        "--job",
+        world.job_key("first"),
+        "--format",
+        "json",
+    )
+    assert run.returncode == 0, str(run)
+    (row,) = [r for r in run.json() if r["job"] == world.job_key("first")]
+    assert (row["start"], row["end"], row["state"]) == (
+        stored["JobStarted"].time,
+        stored["JobFinished"].time,
+        "COMPLETED",
+    )
+    assert stored["JobStarted"].time > stored["PlacementDecided"].time
     # Its file is still in the repo, and a later commit does not run it again.
     world.submit("third", replicas=1)
     state = run_until(
