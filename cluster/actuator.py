@@ -54,10 +54,14 @@ class Actuator:
         pods: Informer,
         *,
         grace_period_s: int = 30,
+        create_namespaces: bool = False,
     ) -> None:
         self.api = api
         self.pods = pods
         self.grace_period_s = grace_period_s
+        # Off by default: creating namespaces is a cluster-wide right the daemon should
+        # not need; a platform team makes each team's namespace once.
+        self.create_namespaces = create_namespaces
         self._namespaces: set[str] = set()
 
     def converge(self, state: ClusterState) -> ActuationReport:
@@ -145,6 +149,6 @@ class Actuator:
             report.gangs_bound[wants[0].job] = placement.started_at if placement else ""
 
     def _ensure_namespace(self, namespace: str) -> None:
-        if namespace not in self._namespaces:
+        if self.create_namespaces and namespace not in self._namespaces:
             self.api.ensure_namespace(namespace)
             self._namespaces.add(namespace)

@@ -52,6 +52,7 @@ class Controller:
         *,
         inventory: InventoryConfig | None = None,
         grace_period_s: int = 30,
+        create_namespaces: bool = False,
         wake: threading.Event | None = None,
     ) -> None:
         self.log = event_log
@@ -59,7 +60,9 @@ class Controller:
         self.inventory = inventory
         self.pods = Informer(api, "pods", SELECTOR, wake=wake)
         self.nodes = Informer(api, "nodes", wake=wake) if inventory is not None else None
-        self.actuator = Actuator(api, self.pods, grace_period_s=grace_period_s)
+        self.actuator = Actuator(
+            api, self.pods, grace_period_s=grace_period_s, create_namespaces=create_namespaces
+        )
         self._tip: Replayed | None = None
 
     def start(self, timeout_s: float = 30.0) -> None:

@@ -122,12 +122,14 @@ class Daemon:
         elector: LeaderElector | None,
         poll_s: float,
         grace_period_s: int,
+        create_namespaces: bool = False,
     ) -> None:
         self.repo, self.event_log, self.api = repo, event_log, api
         self.branch, self.solver, self.inventory = branch, solver, inventory
         self.elector = elector
         self.poll_s = poll_s
         self.grace_period_s = grace_period_s
+        self.create_namespaces = create_namespaces
         self.metrics = Metrics()
         self.stopping = threading.Event()
         self.wake = threading.Event()
@@ -143,6 +145,7 @@ class Daemon:
             reconciler,
             inventory=self.inventory,
             grace_period_s=self.grace_period_s,
+            create_namespaces=self.create_namespaces,
             wake=self.wake,
         )
 
@@ -260,6 +263,11 @@ def _http(daemon: Daemon, host: str, port: int) -> ThreadingHTTPServer:
 @click.option("--lease-seconds", default=15, show_default=True, help="Lease duration.")
 @click.option("--identity", help="This replica's name in the Lease [default: hostname-pid].")
 @click.option("--no-leader-election", is_flag=True, help="Act without a Lease (one replica only).")
+@click.option(
+    "--create-namespaces",
+    is_flag=True,
+    help="Create a team's namespace when missing (needs RBAC to create namespaces).",
+)
 @click.option("--solver", help="Override the Policy's solver (greedy, highs, cbc).")
 def serve(
     path: str,
@@ -276,6 +284,7 @@ def serve(
     lease_seconds: int,
     identity: str | None,
     no_leader_election: bool,
+    create_namespaces: bool,
     solver: str | None,
 ) -> None:
     """Run the cluster from the repo: place every commit's jobs and make their pods run.
@@ -308,6 +317,7 @@ def serve(
                 elector=elector,
                 poll_s=poll_seconds,
                 grace_period_s=grace_period_seconds,
+                create_namespaces=create_namespaces,
             )
 
             def stop(signum: int, frame: object) -> None:

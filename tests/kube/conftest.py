@@ -219,6 +219,7 @@ class KubeWorld:
     # -- the repo and the daemon's parts ---------------------------------------------------
 
     def bootstrap(self, nominal: float = 16) -> str:
+        self.api.ensure_namespace(self.team)  # the platform team's job, once per team
         self.repo.write_all(
             {
                 "cluster.yaml": CLUSTER_YAML,
