@@ -17,6 +17,8 @@ kube-scheduler takes a pod in between).
 from __future__ import annotations
 
 import logging
+import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from cluster.api import ClusterRefused, KubeApi, Obj
@@ -36,7 +38,17 @@ class ActuationReport:
     deleted: int = 0
     # jobs whose every replica was bound in this pass (job -> PlacementDecided.at)
     gangs_bound: dict[str, str] = field(default_factory=dict)
+    # job -> time.monotonic() when its last replica was bound (for latency figures)
+    bound_at: dict[str, float] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
+
+    def add(self, other: ActuationReport) -> None:
+        self.created += other.created
+        self.bound += other.bound
+        self.deleted += other.deleted
+        self.gangs_bound.update(other.gangs_bound)
+        self.bound_at.update(other.bound_at)
+        self.errors.extend(other.errors)
 
 
 def is_deleting(pod: Obj) -> bool:
@@ -55,8 +67,11 @@ class Actuator:
         *,
         grace_period_s: int = 30,
         create_namespaces: bool = False,
+        workers: int = 8,
     ) -> None:
         self.api = api
+        # Jobs are independent: their API calls overlap (each call waits on the server).
+        self.workers = workers
         self.pods = pods
         self.grace_period_s = grace_period_s
         # Off by default: creating namespaces is a cluster-wide right the daemon should
@@ -72,15 +87,18 @@ class Actuator:
         by_job: dict[str, list[DesiredPod]] = {}
         for want in desired.values():
             by_job.setdefault(want.job, []).append(want)
-        for job in sorted(by_job):
-            try:
-                self._converge_job(
-                    state, sorted(by_job[job], key=lambda d: d.replica), existing, report
-                )
-            except ClusterRefused as e:
-                # One job's bad template must not stop every other job's pods.
-                log.error("job %s: %s", job, e)
-                report.errors.append(f"{job}: {e}")
+        todo = [
+            sorted(wants, key=lambda d: d.replica)
+            for job, wants in sorted(by_job.items())
+            if not _settled(wants, existing)
+        ]
+        if len(todo) <= 1 or self.workers <= 1:
+            for wants in todo:
+                report.add(self._converge_job(state, wants, existing))
+        else:
+            with ThreadPoolExecutor(min(self.workers, len(todo))) as pool:
+                for part in pool.map(lambda w: self._converge_job(state, w, existing), todo):
+                    report.add(part)
         return report
 
     def _delete_unwanted(
@@ -107,6 +125,18 @@ class Actuator:
             report.deleted += 1
 
     def _converge_job(
+        self, state: ClusterState, wants: list[DesiredPod], existing: dict[Key, Obj]
+    ) -> ActuationReport:
+        report = ActuationReport()
+        try:
+            self._converge_gang(state, wants, existing, report)
+        except ClusterRefused as e:
+            # One job's bad template must not stop every other job's pods.
+            log.error("job %s: %s", wants[0].job, e)
+            report.errors.append(f"{wants[0].job}: {e}")
+        return report
+
+    def _converge_gang(
         self,
         state: ClusterState,
         wants: list[DesiredPod],
@@ -147,8 +177,22 @@ class Actuator:
         if bound_now:
             placement = state.placements.get(wants[0].job)
             report.gangs_bound[wants[0].job] = placement.started_at if placement else ""
+            report.bound_at[wants[0].job] = time.monotonic()
 
     def _ensure_namespace(self, namespace: str) -> None:
         if self.create_namespaces and namespace not in self._namespaces:
             self.api.ensure_namespace(namespace)
             self._namespaces.add(namespace)
+
+
+def _settled(wants: list[DesiredPod], existing: dict[Key, Obj]) -> bool:
+    """Every replica's pod exists for this placement and is bound: nothing to do."""
+    for want in wants:
+        pod = existing.get((want.namespace, want.name))
+        if (
+            pod is None
+            or not is_bound(pod)
+            or (pod["metadata"].get("labels") or {}).get(PLACEMENT_LABEL) != want.placement
+        ):
+            return False
+    return True

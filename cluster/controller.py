@@ -41,6 +41,7 @@ class StepReport:
     actuation: ActuationReport = field(default_factory=ActuationReport)
     state: ClusterState = field(default_factory=ClusterState)
     last_seq: int = 0
+    decided_at: float = 0.0  # time.monotonic() once the log held this pass's placements
 
 
 class Controller:
@@ -90,6 +91,7 @@ class Controller:
             report.reconcile = self.reconciler.run_once()
         self._tip = replay(self.log, since=self._tip)
         report.state, report.last_seq = self._tip.state, self._tip.last_seq
+        report.decided_at = time.monotonic()
         report.actuation = self.actuator.converge(report.state)
         return report
 
