@@ -179,7 +179,11 @@ class Daemon:
         if self.controller is None:
             log.info("holding the lease: acting on the cluster")
             controller = self._new_controller()
-            controller.start()
+            try:
+                controller.start()
+            except BaseException:
+                controller.stop()  # its watch threads must not outlive a failed start
+                raise
             self.controller = controller
         self.ready = True
         report = self.controller.step()

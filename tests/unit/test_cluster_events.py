@@ -91,6 +91,26 @@ def test_the_new_events_round_trip_and_decode_from_stored_payloads() -> None:
     assert decode(stored) == ev.JobFailed("q/a", "Error", 2, 1)
 
 
+def test_a_job_stored_before_templates_existed_decodes_without_one() -> None:
+    job_data = to_data(job("old"))
+    del job_data["template"]
+    stored = StoredEvent(
+        seq=1,
+        id="c/0",
+        type="JobSubmitted",
+        schema_version=1,
+        data={"job": job_data},
+        time=NOW,
+        actor="a",
+        cause="c",
+        prev_hash="0" * 64,
+        hash="0" * 64,
+    )
+    decoded = decode(stored)
+    assert isinstance(decoded, ev.JobSubmitted) and decoded.job.template is None
+    assert decoded.job == job("old")
+
+
 def test_a_commit_without_inventory_leaves_the_live_nodes_alone() -> None:
     from tests.unit.factories import node
 
