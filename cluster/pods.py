@@ -1,9 +1,9 @@
 """The pods the log asks for: one per placed replica, named and labelled deterministically.
 
-Pure. The name is the job's key and replica index, so a restarted actuator
-finds the pods it made before and never makes a second one; the placement
-label says which PlacementDecided a pod belongs to, so a job moved or placed
-again gets fresh pods and the old ones are deleted.
+Pure. The name is the job's key, its placement and the replica index, so a
+restarted actuator finds the pods it made before and never makes a second one.
+A job moved or placed again gets pods of new names: they never wait for the old
+ones, which on a dead node may stay Terminating until someone removes the node.
 """
 
 from __future__ import annotations
@@ -43,9 +43,9 @@ class DesiredPod:
     body: Obj
 
 
-def pod_name(job: Job, replica: int) -> str:
+def pod_name(job: Job, placement: str, replica: int) -> str:
     # '.' cannot occur in a queue or job name (DNS-1123 labels), so names never collide.
-    return f"{job.queue}.{job.name}-{replica}"
+    return f"{job.queue}.{job.name}-{placement[:6]}-{replica}"
 
 
 def namespace_of(queue: Queue | None, job: Job) -> str:
@@ -77,7 +77,7 @@ def desired_pods(state: ClusterState) -> dict[tuple[str, str], DesiredPod]:
         ns = namespace_of(state.queues.get(job.queue), job)
         pid = placement_id(placement)
         for i, replica in enumerate(placement.replicas):
-            name = pod_name(job, i)
+            name = pod_name(job, pid, i)
             out[ns, name] = DesiredPod(
                 key,
                 ns,

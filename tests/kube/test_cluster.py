@@ -68,7 +68,8 @@ def test_a_commit_runs_its_gang_on_the_decided_nodes(world: KubeWorld) -> None:
 
     decided = _placed_nodes(world, "train")
     pods = _job_pods(world, "train")
-    assert sorted(pods) == [f"{world.team}.train-0", f"{world.team}.train-1"]
+    placement = next(iter(pods.values()))["metadata"]["labels"]["gitsched.io/placement"]
+    assert sorted(pods) == [f"{world.team}.train-{placement[:6]}-{i}" for i in range(2)]
     for i, name in enumerate(sorted(pods)):
         pod = pods[name]
         assert pod["spec"]["nodeName"] == decided[i]
@@ -119,7 +120,11 @@ def test_a_gang_is_never_partly_bound_and_a_restart_makes_no_duplicates(
     restarted = world.controller()
     run_until(restarted, "the gang Running", lambda r: _running(world, "gang", 3))
     pods = _job_pods(world, "gang")
-    assert sorted(pods) == [f"{world.team}.gang-{i}" for i in range(3)]
+    assert sorted(p["metadata"]["labels"]["gitsched.io/replica"] for p in pods.values()) == [
+        "0",
+        "1",
+        "2",
+    ]
     assert [pods[n]["spec"]["nodeName"] for n in sorted(pods)] == _placed_nodes(world, "gang")
     # Idempotent: more passes change nothing.
     again = restarted.step()
@@ -182,7 +187,12 @@ def test_a_failed_pod_fails_its_job_with_reason_and_exit_code(world: KubeWorld) 
     world.submit("flaky", replicas=2)
     controller = world.controller()
     run_until(controller, "flaky Running", lambda r: _running(world, "flaky", 2))
-    world.annotate_pod(f"{world.team}.flaky-1", "failed", exit_code=3)
+    (second,) = [
+        n
+        for n, p in _job_pods(world, "flaky").items()
+        if p["metadata"]["labels"]["gitsched.io/replica"] == "1"
+    ]
+    world.annotate_pod(second, "failed", exit_code=3)
     run_until(
         controller,
         "JobFailed",
@@ -196,7 +206,7 @@ def test_a_failed_pod_fails_its_job_with_reason_and_exit_code(world: KubeWorld) 
     run_until(
         controller,
         "the other replica deleted",
-        lambda r: list(_job_pods(world, "flaky")) == [f"{world.team}.flaky-1"],
+        lambda r: list(_job_pods(world, "flaky")) == [second],
     )
 
 
@@ -252,7 +262,11 @@ def test_a_pod_deleted_behind_gitscheds_back_is_logged_and_the_gang_placed_again
     world.submit("svc", replicas=2)
     controller = world.controller()
     run_until(controller, "svc started", lambda r: world.job_key("svc") in r.state.started)
-    victim = _job_pods(world, "svc")[f"{world.team}.svc-0"]
+    (victim,) = [
+        p
+        for p in _job_pods(world, "svc").values()
+        if p["metadata"]["labels"]["gitsched.io/replica"] == "0"
+    ]
     world.api.delete_pod(world.team, victim["metadata"]["name"], victim["metadata"]["uid"], 0)
     run_until(
         controller,
@@ -264,5 +278,5 @@ def test_a_pod_deleted_behind_gitscheds_back_is_logged_and_the_gang_placed_again
     )
     interrupted = [e for e in world.events() if isinstance(e, ev.JobInterrupted)]
     assert len(interrupted) == 1
-    assert f"{world.team}.svc-0" in interrupted[0].reason
+    assert victim["metadata"]["name"] in interrupted[0].reason
     assert _running(world, "svc", 2)

@@ -90,7 +90,7 @@ def test_the_deploy_rbac_runs_gitsched_and_allows_nothing_else(world: KubeWorld)
                 {"metadata": {"name": f"x-{world.run_id}"}}, _preload_content=False
             ),
             lambda: sa_api.core.read_namespaced_pod(
-                f"{world.team}.job-0", world.team, _preload_content=False
+                next(iter(world.pods())), world.team, _preload_content=False
             ),
         ):
             with pytest.raises(ApiException) as refused:
