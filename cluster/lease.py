@@ -53,14 +53,16 @@ class LeaderElector:
         self.lease_duration_s = lease_duration_s
         self.clock = clock
         self.is_leader = False
+        self.reached_api = False  # the last round got an answer from the API server
 
     def try_acquire_or_renew(self) -> bool:
         """One round: True when this replica holds the Lease after it."""
         try:
             self.is_leader = self._round()
+            self.reached_api = True
         except (ClusterUnavailable, ClusterRefused) as e:
             log.warning("leader election: %s", e)
-            self.is_leader = False
+            self.is_leader = self.reached_api = False
         return self.is_leader
 
     def release(self) -> None:

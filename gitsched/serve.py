@@ -174,7 +174,8 @@ class Daemon:
                 log.warning("lost the lease: stopping to act")
                 self.controller.stop()
                 self.controller = None
-            self.ready = self.elector is not None  # a standby is ready to take over
+            # A standby that reaches the API server is ready to take over.
+            self.ready = self.elector is not None and self.elector.reached_api
             return
         if self.controller is None:
             log.info("holding the lease: acting on the cluster")
