@@ -25,8 +25,9 @@ from cluster.api import KubeApi
 from cluster.controller import Controller, StepReport
 from cluster.inventory import InventoryConfig
 from cluster.pods import SELECTOR
+from eventlog import open_log
+from eventlog.base import EventLog
 from eventlog.codec import decode
-from eventlog.sqlite import SQLiteEventLog
 from reconciler.git import GitRepo
 from reconciler.loop import Reconciler
 from tests.acceptance.conftest import CLUSTER_YAML, POLICY_YAML, ClusterRepo, H
@@ -126,12 +127,14 @@ class KubeWorld:
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:8])
     nodes: list[str] = field(default_factory=list)
     controllers: list[Controller] = field(default_factory=list)
-    logs: list[SQLiteEventLog] = field(default_factory=list)
+    logs: list[EventLog] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.team = f"t-{self.run_id}"
         self.repo = ClusterRepo(self.tmp / "repo")
         self.log_path = self.tmp / "log.db"
+        # SQLite by default; a test may point it at a Kafka topic instead.
+        self.log_url = f"sqlite:///{self.log_path}"
 
     # -- the cluster ----------------------------------------------------------------------
 
@@ -234,7 +237,7 @@ class KubeWorld:
         return self.repo.commit(f"Submit {job}")
 
     def controller(self, api: KubeApi | None = None, *, grace_period_s: int = 5) -> Controller:
-        event_log = SQLiteEventLog(self.log_path)
+        event_log = open_log(self.log_url)
         self.logs.append(event_log)
         controller = Controller(
             api or self.api,
@@ -248,7 +251,7 @@ class KubeWorld:
         return controller
 
     def events(self) -> list[Any]:
-        with SQLiteEventLog(self.log_path) as event_log:
+        with open_log(self.log_url, create=False) as event_log:
             return [decode(stored) for stored in event_log.read(0)]
 
     def job_key(self, job: str) -> str:

@@ -11,6 +11,7 @@ from engine.model import NodeState
 from eventlog.envelope import StoredEvent
 from eventlog.sqlite import SQLiteEventLog
 from tests.acceptance.conftest import gitsched
+from tests.kafka_broker import bootstrap_from_env, check_broker, delete_topics, unique_topic
 from tests.kube.conftest import KubeWorld, run_until
 
 pytestmark = pytest.mark.kube
@@ -280,3 +281,37 @@ def test_a_pod_deleted_behind_gitscheds_back_is_logged_and_the_gang_placed_again
     assert len(interrupted) == 1
     assert victim["metadata"]["name"] in interrupted[0].reason
     assert _running(world, "svc", 2)
+
+
+@pytest.mark.kafka
+def test_the_cluster_events_go_to_a_kafka_log_as_well(world: KubeWorld) -> None:
+    bootstrap = bootstrap_from_env()
+    check_broker(bootstrap)
+    topic = unique_topic("gitsched-kube")
+    world.log_url = f"kafka://{bootstrap}/{topic}"
+    try:
+        for i in range(2):
+            world.add_node(f"n{i}")
+        world.bootstrap(nominal=8)
+        world.submit("first", replicas=1)
+        world.submit("second", replicas=1)
+        controller = world.controller()
+        run_until(controller, "first Running", lambda r: _running(world, "first", 1))
+        world.end_pods("first", "succeeded")
+        run_until(
+            controller, "second started", lambda r: world.job_key("second") in r.state.started
+        )
+        events = world.events()
+        kinds = [type(e).__name__ for e in events]
+        assert kinds.count("JobStarted") == 2 and kinds.count("JobFinished") == 1
+        # Registered as seen first, then again once cluster.yaml names their GPU flavor.
+        nodes = {e.node.name: e.node for e in events if isinstance(e, ev.NodeRegistered)}
+        assert {n.flavor for n in nodes.values()} == {"h100-80g"} and len(nodes) == 2
+    finally:
+        for controller in world.controllers:
+            controller.stop()
+        for event_log in world.logs:
+            event_log.close()
+        world.controllers.clear()
+        world.logs.clear()
+        delete_topics(bootstrap, [topic])
