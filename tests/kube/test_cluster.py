@@ -315,3 +315,28 @@ def test_the_cluster_events_go_to_a_kafka_log_as_well(world: KubeWorld) -> None:
         world.controllers.clear()
         world.logs.clear()
         delete_topics(bootstrap, [topic])
+
+
+def test_a_deleted_node_places_its_gang_again_without_waiting_for_its_stuck_pods(
+    world: KubeWorld,
+) -> None:
+    for i in range(3):
+        world.add_node(f"n{i}")
+    world.bootstrap(nominal=24)
+    world.submit("batch", replicas=1)
+    controller = world.controller(grace_period_s=30)
+    run_until(controller, "batch Running", lambda r: _running(world, "batch", 1))
+    gone = _placed_nodes(world, "batch")[0]
+    world.api.core.delete_node(gone, _preload_content=False)
+    # Nothing finalizes a pod on a node that no longer exists (no kubelet, no pod GC
+    # here): the old pod stays Terminating, and the new one must not wait for its name.
+    run_until(
+        controller,
+        "batch Running on another node",
+        lambda r: any(
+            p["spec"].get("nodeName") not in (None, gone) and p["status"].get("phase") == "Running"
+            for p in _job_pods(world, "batch").values()
+        ),
+    )
+    removed = [e.node for e in world.events() if isinstance(e, ev.NodeRemoved)]
+    assert removed == [gone]
