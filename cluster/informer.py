@@ -114,5 +114,15 @@ class Informer:
         with self._lock:
             current = self._objects.get(key_of(obj))
             old_rv = current.get("metadata", {}).get("resourceVersion", "") if current else ""
-            if not old_rv or not rv or int(rv) >= int(old_rv):
+            if _newer_or_unknown(rv, old_rv):
                 self._objects[key_of(obj)] = obj
+
+
+def _newer_or_unknown(rv: str, old_rv: str) -> bool:
+    """resourceVersions are opaque; etcd's are integers, and then the older one loses."""
+    if not rv or not old_rv:
+        return True
+    try:
+        return int(rv) >= int(old_rv)
+    except ValueError:
+        return True
