@@ -145,9 +145,15 @@ class Actuator:
     ) -> None:
         complete = True
         pods: list[tuple[DesiredPod, Obj]] = []
+        placement = state.placements.get(wants[0].job)
+        started = placement is not None and state.started.get(wants[0].job) == placement.started_at
         for want in wants:
             key = (want.namespace, want.name)
             pod = existing.get(key)
+            if pod is None and started:
+                # The gang ran and lost a pod: not ours to quietly make again. The observer
+                # logs JobInterrupted and the gang is placed again, whole.
+                return
             if pod is None:
                 self._ensure_namespace(want.namespace)
                 pod = self.api.create_pod(want.namespace, want.body)
