@@ -11,6 +11,7 @@ from collections.abc import Iterable
 from typing import Any, NamedTuple
 
 from audit.projection import (
+    END_FAILED,
     END_FINISHED,
     END_MOVED,
     END_NODE_DRAINED,
@@ -35,6 +36,7 @@ from eventlog.envelope import StoredEvent
 STATES = {
     None: "RUNNING",
     END_FINISHED: "COMPLETED",
+    END_FAILED: "FAILED",
     END_WITHDRAWN: "CANCELLED",
     END_PREEMPTED: "PREEMPTED",
     END_NODE_FAILED: "NODE_FAIL",

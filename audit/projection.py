@@ -34,7 +34,7 @@ FORMAT_VERSION = "5"
 # How a placement interval started and ended; `history` shows them like sacct's State.
 START_ADMITTED, START_MOVED = "admitted", "moved"
 END_MOVED, END_PREEMPTED, END_STOPPED = "moved", "preempted", "stopped"
-END_FINISHED, END_WITHDRAWN = "finished", "withdrawn"
+END_FINISHED, END_WITHDRAWN, END_FAILED = "finished", "withdrawn", "failed"
 END_NODE_FAILED, END_NODE_DRAINED, END_NODE_REMOVED = "node_failed", "node_drained", "node_removed"
 NODE_ENDS = (END_NODE_FAILED, END_NODE_DRAINED, END_NODE_REMOVED)
 
@@ -577,6 +577,9 @@ class Projector:
             "JobChanged": self._job_changed,
             "JobWithdrawn": self._job_withdrawn,
             "JobFinished": self._job_finished,
+            "JobStarted": self._job_started,
+            "JobFailed": self._job_failed,
+            "JobInterrupted": self._job_interrupted,
             "PlacementDecided": self._placement_decided,
             "JobPreempted": self._job_preempted,
             "JobPending": self._job_pending,
@@ -752,7 +755,7 @@ class Projector:
         run = self.state.running.pop(job, None)
         if run is None:
             return None
-        if kind not in (END_FINISHED, END_WITHDRAWN):
+        if kind not in (END_FINISHED, END_WITHDRAWN, END_FAILED):
             trouble = self._node_trouble(run)
             if trouble is not None:
                 kind, reason = trouble[0], f"{trouble[1]}; {reason}" if reason else trouble[1]
@@ -1040,6 +1043,20 @@ class Projector:
                 (v[0], v[1], v[2], v[3], v[4], v[5], stored.seq, self._time, self._ts, v[6])
             )
         s.jobs.pop(key, None)
+
+    def _job_started(self, stored: Envelope, d: dict[str, Any], batch: Batch) -> None:
+        # The cluster ran it: the interval starts now, not when the solver decided it.
+        run = self.state.running.get(d["job"])
+        if run is not None:
+            run.time, run.ts = self._time, self._ts
+
+    def _job_failed(self, stored: Envelope, d: dict[str, Any], batch: Batch) -> None:
+        code = d.get("exit_code")
+        reason = f"failed: {d['reason']}" + (f" (exit code {code})" if code is not None else "")
+        self._job_gone(d["job"], END_FAILED, reason, stored, batch)
+
+    def _job_interrupted(self, stored: Envelope, d: dict[str, Any], batch: Batch) -> None:
+        self._close_interval(d["job"], END_STOPPED, d["reason"], stored, batch)
 
     def _job_info(
         self, stored: Envelope, job: dict[str, Any], user: str, waiting_since: str

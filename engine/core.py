@@ -89,8 +89,11 @@ def _apply_commit(state: ClusterState, intent: ApplyCommit) -> tuple[ev.Event, .
     if state.policy != desired.policy:
         out.append(ev.PolicyChanged(policy=desired.policy))
 
-    for name in sorted(set(state.nodes) - set(desired.nodes)):
-        out.append(ev.NodeRemoved(node=name))
+    # A repo without inventory leaves the nodes to the live inventory (cluster/):
+    # the Kubernetes API registers them, and a commit must not remove them again.
+    if desired.nodes:
+        for name in sorted(set(state.nodes) - set(desired.nodes)):
+            out.append(ev.NodeRemoved(node=name))
     for name in sorted(desired.nodes):
         node = desired.nodes[name]
         old = state.nodes.get(name)
@@ -109,9 +112,11 @@ def _apply_commit(state: ClusterState, intent: ApplyCommit) -> tuple[ev.Event, .
         if state.queues.get(name) != desired.queues[name]:
             out.append(ev.QueueConfigured(queue=desired.queues[name]))
 
-    for key in sorted(set(state.jobs) - set(desired.jobs)):
+    for key in sorted((set(state.jobs) | set(state.ended)) - set(desired.jobs)):
         out.append(ev.JobWithdrawn(job=key))
     for key in sorted(desired.jobs):
+        if key in state.ended:
+            continue  # it finished or failed in the cluster: its file stays a record, not a rerun
         job = desired.jobs[key]
         old_job = state.jobs.get(key)
         if old_job is None:

@@ -150,6 +150,37 @@ class JobFinished(Event):
 
 
 @dataclass(frozen=True, slots=True)
+class JobStarted(Event):
+    """Every replica of the job's current placement runs (from the cluster)."""
+
+    type: ClassVar[str] = "JobStarted"
+    job: str
+    # The PlacementDecided.at of the placement that started: a job moved later starts again.
+    placement_at: str
+
+
+@dataclass(frozen=True, slots=True)
+class JobFailed(Event):
+    """A replica failed in the cluster: the job ends, and its quota is free again."""
+
+    type: ClassVar[str] = "JobFailed"
+    job: str
+    reason: str
+    exit_code: int | None
+    replica: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class JobInterrupted(Event):
+    """The cluster lost part of a running gang without gitsched asking (a pod deleted
+    behind its back): the gang is placed again, whole."""
+
+    type: ClassVar[str] = "JobInterrupted"
+    job: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
 class PlacementDecided(Event):
     """The solver put a job on nodes: admitted for the first time, or moved."""
 
@@ -227,6 +258,9 @@ EVENT_TYPES: dict[str, type[Event]] = {
         JobChanged,
         JobWithdrawn,
         JobFinished,
+        JobStarted,
+        JobFailed,
+        JobInterrupted,
         PlacementDecided,
         JobPreempted,
         JobPending,

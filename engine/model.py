@@ -162,6 +162,9 @@ class Job:
     residency: tuple[str, ...] = ()
     file: str = ""
     submitted_at: str = ""
+    # The pod template (spec.template, a Kubernetes PodTemplateSpec as in Kueue and
+    # JobSet) the cluster actuator makes each replica's pod from; opaque to placement.
+    template: dict[str, object] | None = None
 
     @property
     def key(self) -> str:

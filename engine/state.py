@@ -42,6 +42,10 @@ class ClusterState:
     jobs: Map[str, Job] = field(default_factory=Map)
     placements: Map[str, Placement] = field(default_factory=Map)
     pending: Map[str, Pending] = field(default_factory=Map)
+    # job -> PlacementDecided.at of the placement the cluster reported running (JobStarted)
+    started: Map[str, str] = field(default_factory=Map)
+    # job -> "finished" | "failed": ended in the cluster; its file no longer submits it
+    ended: Map[str, str] = field(default_factory=Map)
     last_commit: CommitInfo | None = None
     last_good_commit: CommitInfo | None = None
     last_rejection: tuple[Finding, ...] = ()
@@ -132,12 +136,15 @@ def _job_changed(s: ClusterState, e: ev.JobChanged) -> ClusterState:
     return _replace(s, jobs=s.jobs.set(e.job.key, e.job), needs_placement=True)
 
 
-def _job_gone(s: ClusterState, key: str) -> ClusterState:
+def _job_gone(s: ClusterState, key: str, ended: Map[str, str] | None = None) -> ClusterState:
+    """The job leaves the state, and its quota and GPUs with it: waiting jobs are placed."""
     return _replace(
         s,
         jobs=_without(s.jobs, key),
         placements=_without(s.placements, key),
         pending=_without(s.pending, key),
+        started=_without(s.started, key),
+        ended=_without(s.ended, key) if ended is None else ended,
         needs_placement=True,
     )
 
@@ -147,13 +154,33 @@ def _job_withdrawn(s: ClusterState, e: ev.JobWithdrawn) -> ClusterState:
 
 
 def _job_finished(s: ClusterState, e: ev.JobFinished) -> ClusterState:
-    return _job_gone(s, e.job)
+    return _job_gone(s, e.job, s.ended.set(e.job, "finished"))
+
+
+def _job_failed(s: ClusterState, e: ev.JobFailed) -> ClusterState:
+    return _job_gone(s, e.job, s.ended.set(e.job, "failed"))
+
+
+def _job_started(s: ClusterState, e: ev.JobStarted) -> ClusterState:
+    return _replace(s, started=s.started.set(e.job, e.placement_at))
+
+
+def _job_interrupted(s: ClusterState, e: ev.JobInterrupted) -> ClusterState:
+    return _replace(
+        s,
+        placements=_without(s.placements, e.job),
+        started=_without(s.started, e.job),
+        needs_placement=True,
+    )
 
 
 def _placement_decided(s: ClusterState, e: ev.PlacementDecided) -> ClusterState:
     placement = Placement(job=e.job, flavor=e.flavor, replicas=e.replicas, started_at=e.at)
     return _replace(
-        s, placements=s.placements.set(e.job, placement), pending=_without(s.pending, e.job)
+        s,
+        placements=s.placements.set(e.job, placement),
+        pending=_without(s.pending, e.job),
+        started=_without(s.started, e.job),
     )
 
 
@@ -162,6 +189,7 @@ def _job_preempted(s: ClusterState, e: ev.JobPreempted) -> ClusterState:
         s,
         placements=_without(s.placements, e.job),
         pending=s.pending.set(e.job, Pending(e.reason, "preempted")),
+        started=_without(s.started, e.job),
     )
 
 
@@ -170,6 +198,7 @@ def _job_pending(s: ClusterState, e: ev.JobPending) -> ClusterState:
         s,
         placements=_without(s.placements, e.job),
         pending=s.pending.set(e.job, Pending(e.reason, e.constraint)),
+        started=_without(s.started, e.job),
     )
 
 
@@ -193,6 +222,9 @@ _HANDLERS: dict[type[ev.Event], Callable[[ClusterState, Any], ClusterState]] = {
     ev.JobChanged: _job_changed,
     ev.JobWithdrawn: _job_withdrawn,
     ev.JobFinished: _job_finished,
+    ev.JobStarted: _job_started,
+    ev.JobFailed: _job_failed,
+    ev.JobInterrupted: _job_interrupted,
     ev.PlacementDecided: _placement_decided,
     ev.JobPreempted: _job_preempted,
     ev.JobPending: _job_pending,

@@ -45,6 +45,7 @@ from schemas import SpecError
         "bench": "gitsched.bench:bench",
         "log": "gitsched.cli_log:log",
         "inventory": "gitsched.cli_inventory:inventory",
+        "serve": "gitsched.serve:serve",
     },
     context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
 )

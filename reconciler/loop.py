@@ -123,6 +123,23 @@ class Reconciler:
             return report
         raise ConcurrencyConflict(report.last_seq, self.log.last_seq())
 
+    def solve_now(self, cause: str) -> ReconcileReport:
+        """Place again after events no commit made (the cluster's: a job finished, a node
+        failed), if they left the state in need of it. `cause` names those events and
+        prefixes the solve's event ids, so a retried append is recognised."""
+        report = ReconcileReport()
+        for _ in range(MAX_RESTARTS):
+            try:
+                tip = self._tip = replay(self.log, since=self._tip, verify=True)
+                report.state, report.last_seq = tip.state, tip.last_seq
+                if tip.state.needs_placement and tip.state.cluster is not None:
+                    self._append([self._solve(tip.state, cause, report)], report)
+            except _Superseded:
+                log.info("another writer appended to the log; re-reading it")
+                continue
+            return report
+        raise ConcurrencyConflict(report.last_seq, self.log.last_seq())
+
     def _pass(self, report: ReconcileReport) -> None:
         tip = self._tip = replay(self.log, since=self._tip, verify=True)
         report.state, report.last_seq = tip.state, tip.last_seq

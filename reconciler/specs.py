@@ -513,6 +513,7 @@ def _job(name: str, spec: Mapping[str, Any], queue: str, cluster: ClusterSpec, f
         isolation=Isolation(spec.get("isolation", "shared")),
         residency=tuple(spec.get("residency", ())),
         file=file,
+        template=spec.get("template"),
     )
 
 

@@ -18,6 +18,7 @@ from gitsched.options import LazyGroup
         "log": "gitsched.bench.log:command",
         "audit": "gitsched.bench.audit:command",
         "reconcile": "gitsched.bench.reconcile:command",
+        "kube": "gitsched.bench.kube:command",
     },
 )
 def bench() -> None:

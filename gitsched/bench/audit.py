@@ -297,6 +297,7 @@ class Simulation:
             "residency": list(job.residency),
             "file": f"teams/{job.queue}/jobs/{name}.yaml",
             "submitted_at": self.stamp,
+            "template": None,
         }
 
     def _submit(self) -> None:

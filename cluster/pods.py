@@ -1,0 +1,150 @@
+"""The pods the log asks for: one per placed replica, named and labelled deterministically.
+
+Pure. The name is the job's key, its placement and the replica index, so a
+restarted actuator finds the pods it made before and never makes a second one.
+A job moved or placed again gets pods of new names: they never wait for the old
+ones, which on a dead node may stay Terminating until someone removes the node.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+from dataclasses import dataclass
+from typing import Any
+
+from cluster.api import Obj
+from engine.model import GPU_MILLI, Job, Placement, Queue
+from engine.state import ClusterState
+
+MANAGED_BY = "app.kubernetes.io/managed-by"
+MANAGER = "gitsched"
+JOB_LABEL = "gitsched.io/job"  # "<queue>.<name>": label values cannot hold '/'
+QUEUE_LABEL = "gitsched.io/queue"
+GANG_LABEL = "gitsched.io/gang"
+REPLICA_LABEL = "gitsched.io/replica"
+PLACEMENT_LABEL = "gitsched.io/placement"
+JOB_ANNOTATION = "gitsched.io/job-key"
+GPUS_ANNOTATION = "gitsched.io/gpus"
+SCHEDULING_GATE = "gitsched.io/placement"
+SCHEDULER_NAME = "gitsched"
+SELECTOR = f"{MANAGED_BY}={MANAGER}"
+DEFAULT_IMAGE = "registry.k8s.io/pause:3.10"
+
+
+@dataclass(frozen=True, slots=True)
+class DesiredPod:
+    job: str
+    namespace: str
+    name: str
+    replica: int
+    node: str
+    placement: str
+    body: Obj
+
+
+def pod_name(job: Job, placement: str, replica: int) -> str:
+    # '.' cannot occur in a queue or job name (DNS-1123 labels), so names never collide.
+    return f"{job.queue}.{job.name}-{placement[:6]}-{replica}"
+
+
+def namespace_of(queue: Queue | None, job: Job) -> str:
+    """The team's namespace (the queue's team; the queue's name when it has none)."""
+    if queue is not None and queue.team:
+        return queue.team
+    return job.queue
+
+
+def placement_id(placement: Placement) -> str:
+    text = "|".join(
+        [placement.job, placement.started_at]
+        + [f"{r.node}:{','.join(map(str, r.gpus))}" for r in placement.replicas]
+    )
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def job_label(key: str) -> str:
+    return key.replace("/", ".")
+
+
+def desired_pods(state: ClusterState) -> dict[tuple[str, str], DesiredPod]:
+    """(namespace, name) -> the pod that should exist, for every placed job."""
+    out: dict[tuple[str, str], DesiredPod] = {}
+    for key, placement in state.placements.items():
+        job = state.jobs.get(key)
+        if job is None:
+            continue
+        ns = namespace_of(state.queues.get(job.queue), job)
+        pid = placement_id(placement)
+        for i, replica in enumerate(placement.replicas):
+            name = pod_name(job, pid, i)
+            out[ns, name] = DesiredPod(
+                key,
+                ns,
+                name,
+                i,
+                replica.node,
+                pid,
+                _body(job, ns, name, i, len(placement.replicas), pid, replica.gpus),
+            )
+    return out
+
+
+def _body(
+    job: Job, ns: str, name: str, replica: int, replicas: int, pid: str, gpus: tuple[int, ...]
+) -> Obj:
+    template: dict[str, Any] = copy.deepcopy(dict(job.template or {}))
+    meta = template.get("metadata") or {}
+    spec = template.get("spec") or {}
+    spec.setdefault("containers", [{"name": "main", "image": DEFAULT_IMAGE}])
+    spec.setdefault("restartPolicy", "Never")
+    # Gated until every replica of the gang exists; a scheduler of our own name, so
+    # no kube-scheduler takes the pod in the moment between ungating and binding.
+    spec["schedulingGates"] = [{"name": SCHEDULING_GATE}]
+    spec["schedulerName"] = SCHEDULER_NAME
+    spec.pop("nodeName", None)
+    _set_resources(spec["containers"][0], job)
+    env = spec["containers"][0].setdefault("env", [])
+    env.extend(
+        [
+            {"name": "GITSCHED_JOB", "value": job.key},
+            {"name": "GITSCHED_REPLICA", "value": str(replica)},
+            {"name": "GITSCHED_REPLICAS", "value": str(replicas)},
+        ]
+    )
+    labels = dict(meta.get("labels") or {})
+    labels.update(
+        {
+            MANAGED_BY: MANAGER,
+            JOB_LABEL: job_label(job.key),
+            QUEUE_LABEL: job.queue,
+            GANG_LABEL: job_label(job.key),
+            REPLICA_LABEL: str(replica),
+            PLACEMENT_LABEL: pid,
+        }
+    )
+    annotations = dict(meta.get("annotations") or {})
+    annotations[JOB_ANNOTATION] = job.key
+    annotations[GPUS_ANNOTATION] = ",".join(map(str, gpus))
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": ns, "labels": labels, "annotations": annotations},
+        "spec": spec,
+    }
+
+
+def _set_resources(container: dict[str, Any], job: Job) -> None:
+    """The job's per-replica resources, unless the template states them itself."""
+    resources = container.setdefault("resources", {})
+    requests = resources.setdefault("requests", {})
+    limits = resources.setdefault("limits", {})
+    r = job.resources
+    if r.gpu_milli >= GPU_MILLI and "nvidia.com/gpu" not in limits:
+        # Whole GPUs are an extended resource: requests equal limits.
+        limits["nvidia.com/gpu"] = str(r.whole_gpus)
+        requests["nvidia.com/gpu"] = str(r.whole_gpus)
+    if r.cpu_milli and "cpu" not in requests:
+        requests["cpu"] = f"{r.cpu_milli}m"
+    if r.memory_mib and "memory" not in requests:
+        requests["memory"] = f"{r.memory_mib}Mi"
