@@ -133,7 +133,9 @@ class Reconciler:
                 tip = self._tip = replay(self.log, since=self._tip, verify=True)
                 report.state, report.last_seq = tip.state, tip.last_seq
                 if tip.state.needs_placement and tip.state.cluster is not None:
-                    self._append([self._solve(tip.state, cause, report)], report)
+                    # Decided at the time of the last event that asked for it: never the clock.
+                    now = tip.last_time or ""
+                    self._append([self._solve(tip.state, cause, now, report)], report)
             except _Superseded:
                 log.info("another writer appended to the log; re-reading it")
                 continue
@@ -146,7 +148,8 @@ class Reconciler:
         if tip.state.needs_placement and tip.state.last_commit is not None:
             # A log written before commits and their solves shared one append may
             # hold a commit without its solve: finish that solve first.
-            self._append([self._solve(tip.state, tip.state.last_commit, report)], report)
+            owed = tip.state.last_commit
+            self._append([self._solve(tip.state, owed.sha, decision_time(owed), report)], report)
         state = self._tip.state
         last = state.last_commit.sha if state.last_commit else None
         for commit in self.repo.commits_since(self.branch, last):
@@ -169,7 +172,11 @@ class Reconciler:
             if applied.needs_placement:
                 # The commit and the placement it leads to are one append: no reader
                 # ever sees a change the solver has not answered yet.
-                groups.append(self._solve(applied, commit, report, _changed_jobs(events)))
+                groups.append(
+                    self._solve(
+                        applied, commit.sha, decision_time(commit), report, _changed_jobs(events)
+                    )
+                )
             self._append(groups, report)
             report.commits.append(
                 CommitOutcome(
@@ -203,20 +210,20 @@ class Reconciler:
     def _solve(
         self,
         state: ClusterState,
-        commit: CommitInfo,
+        cause: str,
+        now: str,
         report: ReconcileReport,
         changed: frozenset[str] | None = None,
     ) -> _Group:
-        """The solver's events for `state`, to append after `commit`, which led to it.
+        """The solver's events for `state`, to append after `cause` (a commit's sha, or the
+        cluster events that led to it), decided at `now`: the commit's time
+        (`decision_time`) or the events' own, never the clock's.
 
         When only a few jobs changed (`changed`) and others run, those jobs alone
         are placed (an incremental solve); anything else re-solves the cluster.
-        The solve is decided at the commit's time (`decision_time`), never the clock's.
         """
-        cause = commit.sha
         if state.cluster is None:
             return _Group((), f"{cause}/solve", SOLVER_ACTOR, cause)
-        now = decision_time(commit)
         instance = placement_instance(state, now)
         plan = None
         if (
