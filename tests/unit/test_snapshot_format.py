@@ -27,3 +27,23 @@ def test_the_format_is_the_same_in_every_process() -> None:
 
 def test_an_empty_state_round_trips() -> None:
     assert decode_state(encode_state(ClusterState())) == ClusterState()
+
+
+def test_a_state_with_nodes_jobs_and_a_pod_template_round_trips() -> None:
+    import dataclasses
+
+    from immutables import Map
+
+    from tests.unit.factories import job, node, queue
+
+    template = {"spec": {"containers": [{"name": "main", "image": "train:1", "args": ["-x", 2]}]}}
+    ml = dataclasses.replace(job("train", replicas=2, gpu=8), template=template)
+    state = ClusterState(
+        nodes=Map({"n1": node("n1")}),
+        queues=Map({"q": queue("q")}),
+        jobs=Map({ml.key: ml}),
+        events_applied=7,
+    )
+    again = decode_state(encode_state(state))
+    assert again == state
+    assert again.jobs[ml.key].template == template
