@@ -39,6 +39,7 @@ _Shape = msgspec.defstruct("ClusterStateSnapshot", list(_FIELDS), frozen=True)
 _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder(_Shape)
 
+
 # Changes whenever a field of the state, or of anything it holds, changes name or type.
 def _any_schema(kind: type) -> dict[str, Any]:
     """Free-form values (`object`, e.g. a Job's pod template) take any JSON value."""
