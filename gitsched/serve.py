@@ -36,7 +36,7 @@ from engine.errors import TemporaryError
 from eventlog import open_log
 from eventlog.base import EventLog, LogUnavailable
 from gitsched.config import resolve_log_url
-from gitsched.options import log_option, user_errors
+from gitsched.options import log_option, repo_of, repo_path, user_errors
 from reconciler.git import GitRepo
 from reconciler.loop import Reconciler
 
@@ -229,7 +229,7 @@ def _http(daemon: Daemon, host: str, port: int) -> ThreadingHTTPServer:
 
 
 @click.command()
-@click.argument("path", type=click.Path(exists=True, file_okay=False))
+@repo_path
 @click.option("--branch", default="main", show_default=True, help="Branch to follow.")
 @log_option
 @click.option(
@@ -275,7 +275,8 @@ def _http(daemon: Daemon, host: str, port: int) -> ThreadingHTTPServer:
 )
 @click.option("--solver", help="Override the Policy's solver (greedy, highs, cbc).")
 def serve(
-    path: str,
+    path: str | None,
+    repo_opt: str | None,
     branch: str,
     log_url: str | None,
     kubeconfig: str | None,
@@ -298,6 +299,7 @@ def serve(
     the whole gang exists, and deleted when preempted; pod phases and node health
     go into the log. Stop with SIGTERM.
     """
+    path = repo_of(path, repo_opt)
     url = resolve_log_url(log_url, path)
     host, _, port = listen.rpartition(":")
     with user_errors():

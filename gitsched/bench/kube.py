@@ -246,7 +246,7 @@ def _clean(api: KubeApi, team: str, names: list[str]) -> None:
 @click.option("--fill", default=0.9, show_default=True, help="Pods per node (one 8-GPU pod each).")
 @click.option("--gang", default=4, show_default=True, help="Replicas per gang (half the pods).")
 @click.option("--timeout", "timeout_s", default=600.0, show_default=True)
-@format_option("table", "json")
+@format_option("text", "json")
 def command(
     kubeconfig: str, sizes: tuple[int, ...], fill: float, gang: int, timeout_s: float, fmt: str
 ) -> None:

@@ -8,6 +8,7 @@ here until it has a case below.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 
 import click
@@ -23,6 +24,7 @@ from tests.acceptance.conftest import (
     job_yaml,
 )
 from tests.acceptance.test_bench_openb import write_trace
+from tests.kube.conftest import ENV_VAR as KUBE_ENV
 
 HIGHS_POLICY = POLICY_YAML.replace("{name: greedy}", "{name: highs}")
 
@@ -87,6 +89,8 @@ CASES: dict[str, tuple[tuple[str, ...], tuple[int, ...]]] = {
         ("bench", "audit", "--events", "2000", "--samples", "3", "--work-dir", "{dir}/audit"),
         (0,),
     ),
+    # On the test API server (scripts/kube up), as tests/kube does.
+    "bench kube": (("bench", "kube", "--kubeconfig", "{kubeconfig}", "--nodes", "4"), (0,)),
     # Without an NVIDIA driver it fails (exit 2) and prints nothing on stdout.
     "inventory nvml": (("inventory", "nvml"), (0, 2)),
 }
@@ -118,7 +122,13 @@ def test_json_output_is_one_document_and_nothing_else(
     highs_repo: ClusterRepo, command: str
 ) -> None:
     args, codes = CASES[command]
-    filled = [a.format(repo=highs_repo.path, dir=highs_repo.path.parent) for a in args]
+    kubeconfig = os.environ.get(KUBE_ENV, "")
+    if "{kubeconfig}" in args and not kubeconfig:
+        pytest.fail(f"{command} needs the test API server: {KUBE_ENV} is unset (scripts/kube up)")
+    filled = [
+        a.format(repo=highs_repo.path, dir=highs_repo.path.parent, kubeconfig=kubeconfig)
+        for a in args
+    ]
     run = gitsched(*filled, "--format", "json")
     assert run.returncode in codes, str(run)
     assert "Running HiGHS" not in run.output, str(run)
