@@ -317,9 +317,9 @@ class SchedulerProcess:
         insecure.verify_mode = ssl.CERT_NONE
         while True:
             if self.proc.poll() is not None:
-                raise click.ClickException(
-                    f"kube-scheduler exited with {self.proc.returncode}: {self._tail()}"
-                )
+                message = f"kube-scheduler exited with {self.proc.returncode}: {self._tail()}"
+                self.stop()
+                raise click.ClickException(message)
             try:
                 with urllib.request.urlopen(
                     f"https://127.0.0.1:{port}/readyz", context=insecure, timeout=2
