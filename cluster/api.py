@@ -66,9 +66,25 @@ def _message(e: ApiException) -> str:
         return str(e.body or "")
 
 
+# Connections kept open to the API server: the actuator's workers and the two watches
+# each hold one; a request that finds none idle pays a TLS handshake.
+POOL_SIZE = 40
+
+
 def _json(resp: Any) -> Obj:
     data: Obj = json.loads(resp.data)
+    resp.release_conn()
     return data
+
+
+def release(resp: Any) -> None:
+    """Read the reply to its end and give the connection back to the pool.
+
+    With `_preload_content=False` nobody else does: an unread reply keeps its
+    connection, and the next call opens a new one (TCP and TLS handshake each time).
+    """
+    resp.drain_conn()
+    resp.release_conn()
 
 
 class KubeApi:
@@ -83,13 +99,16 @@ class KubeApi:
     def connect(cls, kubeconfig: str | None = None) -> KubeApi:
         """From a kubeconfig file; without one, the in-cluster service account, then ~/.kube/config."""
         try:
+            configuration = client.Configuration()
+            configuration.connection_pool_maxsize = POOL_SIZE
             if kubeconfig:
-                return cls(config.new_client_from_config(config_file=kubeconfig))
-            try:
-                config.load_incluster_config()
-            except config.ConfigException:
-                config.load_kube_config()
-            return cls(client.ApiClient())
+                config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
+            else:
+                try:
+                    config.load_incluster_config(client_configuration=configuration)
+                except config.ConfigException:
+                    config.load_kube_config(client_configuration=configuration)
+            return cls(client.ApiClient(configuration))
         except (config.ConfigException, OSError, ValueError) as e:
             raise ClusterRefused(f"cannot read the Kubernetes configuration: {e}") from e
 
@@ -156,7 +175,7 @@ class KubeApi:
     def ensure_namespace(self, name: str) -> None:
         body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
         try:
-            self.core.create_namespace(body, _preload_content=False)
+            release(self.core.create_namespace(body, _preload_content=False))
         except ApiException as e:
             if e.status != 409:
                 raise _wrap(e, f"create namespace {name}") from e
@@ -179,7 +198,7 @@ class KubeApi:
         """Lift the pod's scheduling gates (the API allows removing them, never adding)."""
         patch = {"spec": {"schedulingGates": None}}
         try:
-            self.core.patch_namespaced_pod(name, namespace, patch, _preload_content=False)
+            release(self.core.patch_namespaced_pod(name, namespace, patch, _preload_content=False))
         except (ApiException, urllib3.exceptions.HTTPError) as e:
             raise _wrap(e, f"ungate pod {namespace}/{name}") from e
 
@@ -193,7 +212,11 @@ class KubeApi:
             "target": {"apiVersion": "v1", "kind": "Node", "name": node},
         }
         try:
-            self.core.create_namespaced_pod_binding(name, namespace, body, _preload_content=False)
+            release(
+                self.core.create_namespaced_pod_binding(
+                    name, namespace, body, _preload_content=False
+                )
+            )
         except ApiException as e:
             if e.status == 409:
                 return False
@@ -211,7 +234,9 @@ class KubeApi:
             "preconditions": {"uid": uid},
         }
         try:
-            self.core.delete_namespaced_pod(name, namespace, body=body, _preload_content=False)
+            release(
+                self.core.delete_namespaced_pod(name, namespace, body=body, _preload_content=False)
+            )
         except ApiException as e:
             if e.status in (404, 409):
                 return

@@ -17,7 +17,7 @@ from typing import Any
 import urllib3
 from kubernetes.client.exceptions import ApiException
 
-from cluster.api import ClusterRefused, ClusterUnavailable, KubeApi
+from cluster.api import ClusterRefused, ClusterUnavailable, KubeApi, release
 
 log = logging.getLogger("gitsched.cluster")
 
@@ -112,6 +112,7 @@ class LeaderElector:
         except urllib3.exceptions.HTTPError as e:
             raise ClusterUnavailable(f"read lease: {e}") from e
         lease: dict[str, Any] = json.loads(resp.data)
+        release(resp)
         return lease
 
     def _create(self, now: datetime) -> bool:
@@ -129,8 +130,10 @@ class LeaderElector:
             },
         }
         try:
-            self.api.coordination.create_namespaced_lease(
-                self.namespace, body, _preload_content=False
+            release(
+                self.api.coordination.create_namespaced_lease(
+                    self.namespace, body, _preload_content=False
+                )
             )
         except ApiException as e:
             if e.status == 409:
@@ -142,8 +145,10 @@ class LeaderElector:
 
     def _replace(self, lease: dict[str, Any]) -> bool:
         try:
-            self.api.coordination.replace_namespaced_lease(
-                self.name, self.namespace, lease, _preload_content=False
+            release(
+                self.api.coordination.replace_namespaced_lease(
+                    self.name, self.namespace, lease, _preload_content=False
+                )
             )
         except ApiException as e:
             if e.status == 409:

@@ -5,18 +5,29 @@ GPUs (half the pods in gangs of `--gang`, the rest single-pod jobs) to a fresh
 cluster repo, and runs the daemon's own pass (cluster.Controller: reconcile,
 solve, actuate, observe) until every pod is bound. Reports commit-to-all-bound,
 pods bound per second, per-gang actuation latency (placement in the log to the
-gang's last Binding) and the process's peak memory. kube-scheduler is not run
-alongside (not built here): no ratio is claimed.
+gang's last Binding) and the process's peak memory.
+
+With `--kube-scheduler BINARY` (`scripts/kube build-scheduler` prints one), the
+same run then deletes gitsched's pods and has kube-scheduler bind the same
+number of the same pods on the same nodes: created directly (no gate,
+`schedulerName: default-scheduler`, gangs as loose pods, since it has none),
+from the first create to the last pod seen bound; its peak memory is its
+process's VmHWM. The ratio is gitsched's pods/s over kube-scheduler's.
 """
 
 from __future__ import annotations
 
 import json
 import resource
+import signal
+import socket
+import ssl
 import statistics
 import subprocess
 import tempfile
+import threading
 import time
+import urllib.request
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
@@ -26,7 +37,7 @@ from typing import Any
 import click
 import yaml
 
-from cluster.api import KubeApi
+from cluster.api import ClusterUnavailable, KubeApi, Obj, WatchExpired, release
 from cluster.controller import Controller
 from cluster.inventory import InventoryConfig
 from cluster.pods import SELECTOR
@@ -38,6 +49,8 @@ from reconciler.loop import Reconciler
 
 RUN_LABEL = "gitsched.io/bench-run"
 GPUS_PER_NODE = 8
+# The actuator's own pool size: the kube-scheduler run creates its pods as fast.
+CREATE_WORKERS = 24
 
 
 @dataclass
@@ -52,6 +65,23 @@ class KubeResult:
     actuation_p99_s: float
     peak_rss_mib: float
     passes: int
+    kube_scheduler: SchedulerResult | None = None
+    # gitsched's pods/s over kube-scheduler's (above 1: gitsched binds faster)
+    pods_per_s_ratio: float | None = None
+
+
+@dataclass
+class SchedulerResult:
+    """kube-scheduler binding the same pods: created directly, first create to last bound."""
+
+    pods: int
+    create_s: float  # creating every pod (our client, CREATE_WORKERS threads)
+    first_create_to_all_bound_s: float
+    pods_bound_per_s: float
+    latency_p50_s: float  # per pod: its create answered to it seen bound
+    latency_p99_s: float
+    peak_rss_mib: float  # the kube-scheduler process's VmHWM
+    ready_s: float  # its start to /readyz ok (not counted above)
 
 
 def _doc(kind: str, name: str, spec: dict[str, Any]) -> str:
@@ -145,7 +175,14 @@ def _percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
-def measure(api: KubeApi, nodes: int, fill: float, gang: int, timeout_s: float) -> KubeResult:
+def measure(
+    api: KubeApi,
+    nodes: int,
+    fill: float,
+    gang: int,
+    timeout_s: float,
+    scheduler: SchedulerProcess | None = None,
+) -> KubeResult:
     run = uuid.uuid4().hex[:8]
     team = f"bench-{run}"
     names = [f"bench-{run}-{i:05d}" for i in range(nodes)]
@@ -154,76 +191,309 @@ def measure(api: KubeApi, nodes: int, fill: float, gang: int, timeout_s: float) 
     with ThreadPoolExecutor(8) as pool:
         list(
             pool.map(
-                lambda n: api.core.create_node(_node_body(n, run), _preload_content=False), names
+                lambda n: release(api.core.create_node(_node_body(n, run), _preload_content=False)),
+                names,
             )
         )
     try:
-        with tempfile.TemporaryDirectory(prefix="gitsched-bench-kube-") as tmp:
-            root = Path(tmp) / "repo"
-            jobs, gangs = _repo(root, team, nodes, pods, gang)
-            with SQLiteEventLog(Path(tmp) / "log.db") as event_log:
-                controller = Controller(
-                    api,
-                    event_log,
-                    Reconciler(GitRepo(root), event_log),
-                    inventory=InventoryConfig(node_selector=f"{RUN_LABEL}={run}"),
-                    grace_period_s=0,
+        result = _gitsched_run(api, team, run, nodes, pods, gang, timeout_s)
+        # Nodes free again before kube-scheduler's turn: its pods must fit where gitsched's were.
+        _delete_pods(api, team, SELECTOR, timeout_s)
+        if scheduler is not None:
+            result.kube_scheduler = _scheduler_run(api, scheduler, run, pods, timeout_s)
+            if result.kube_scheduler.pods_bound_per_s:
+                result.pods_per_s_ratio = round(
+                    result.pods_bound_per_s / result.kube_scheduler.pods_bound_per_s, 2
                 )
-                controller.start(timeout_s=120)
-                try:
-                    deadline = time.monotonic() + timeout_s
-                    # The inventory first: every node registered and Ready in the log.
-                    while True:
-                        state = controller.step().state
-                        if sum(1 for n in state.nodes.values() if n.schedulable) >= nodes:
-                            break
-                        if time.monotonic() > deadline:
-                            raise TimeoutError(f"only {len(state.nodes)} of {nodes} nodes Ready")
-                        time.sleep(0.2)
-                    _git(root, "add", "-A")
-                    _git(root, "commit", "-q", "-m", f"bench: {jobs} jobs, {pods} pods")
-                    committed = time.monotonic()
-                    bound, passes = 0, 0
-                    latencies: list[float] = []
-                    last_bind = committed
-                    while bound < pods:
-                        report = controller.step()
-                        passes += 1
-                        bound += report.actuation.bound
-                        for at in report.actuation.bound_at.values():
-                            latencies.append(at - report.decided_at)
-                            last_bind = max(last_bind, at)
-                        if time.monotonic() > deadline:
-                            raise TimeoutError(f"only {bound} of {pods} pods bound")
-                finally:
-                    controller.stop()
-        elapsed = last_bind - committed
-        return KubeResult(
-            nodes=nodes,
-            jobs=jobs,
-            gangs=gangs,
-            pods=pods,
-            commit_to_all_bound_s=round(elapsed, 3),
-            pods_bound_per_s=round(pods / elapsed, 1) if elapsed else 0.0,
-            actuation_p50_s=round(statistics.median(latencies), 3) if latencies else 0.0,
-            actuation_p99_s=round(_percentile(latencies, 0.99), 3),
-            peak_rss_mib=round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
-            passes=passes,
-        )
+        return result
     finally:
-        _clean(api, team, names)
-
-
-def _clean(api: KubeApi, team: str, names: list[str]) -> None:
-    listed = api.list("pods", SELECTOR)
-    mine = [p for p in listed.items if p["metadata"]["namespace"] == team]
-    with ThreadPoolExecutor(8) as pool:
-        list(
-            pool.map(
-                lambda p: api.delete_pod(team, p["metadata"]["name"], p["metadata"]["uid"], 0), mine
+        _delete_pods(api, team, SELECTOR, timeout_s)
+        _delete_pods(api, f"{team}-ks", f"{RUN_LABEL}={run}", timeout_s)
+        with ThreadPoolExecutor(8) as pool:
+            list(
+                pool.map(lambda n: release(api.core.delete_node(n, _preload_content=False)), names)
             )
+
+
+def _gitsched_run(
+    api: KubeApi, team: str, run: str, nodes: int, pods: int, gang: int, timeout_s: float
+) -> KubeResult:
+    with tempfile.TemporaryDirectory(prefix="gitsched-bench-kube-") as tmp:
+        root = Path(tmp) / "repo"
+        jobs, gangs = _repo(root, team, nodes, pods, gang)
+        with SQLiteEventLog(Path(tmp) / "log.db") as event_log:
+            controller = Controller(
+                api,
+                event_log,
+                Reconciler(GitRepo(root), event_log),
+                inventory=InventoryConfig(node_selector=f"{RUN_LABEL}={run}"),
+                grace_period_s=0,
+            )
+            controller.start(timeout_s=120)
+            try:
+                deadline = time.monotonic() + timeout_s
+                # The inventory first: every node registered and Ready in the log.
+                while True:
+                    state = controller.step().state
+                    if sum(1 for n in state.nodes.values() if n.schedulable) >= nodes:
+                        break
+                    if time.monotonic() > deadline:
+                        raise TimeoutError(f"only {len(state.nodes)} of {nodes} nodes Ready")
+                    time.sleep(0.2)
+                _git(root, "add", "-A")
+                _git(root, "commit", "-q", "-m", f"bench: {jobs} jobs, {pods} pods")
+                committed = time.monotonic()
+                bound, passes = 0, 0
+                latencies: list[float] = []
+                last_bind = committed
+                while bound < pods:
+                    report = controller.step()
+                    passes += 1
+                    bound += report.actuation.bound
+                    for at in report.actuation.bound_at.values():
+                        latencies.append(at - report.decided_at)
+                        last_bind = max(last_bind, at)
+                    if time.monotonic() > deadline:
+                        raise TimeoutError(f"only {bound} of {pods} pods bound")
+            finally:
+                controller.stop()
+    elapsed = last_bind - committed
+    return KubeResult(
+        nodes=nodes,
+        jobs=jobs,
+        gangs=gangs,
+        pods=pods,
+        commit_to_all_bound_s=round(elapsed, 3),
+        pods_bound_per_s=round(pods / elapsed, 1) if elapsed else 0.0,
+        actuation_p50_s=round(statistics.median(latencies), 3) if latencies else 0.0,
+        actuation_p99_s=round(_percentile(latencies, 0.99), 3),
+        peak_rss_mib=round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        passes=passes,
+    )
+
+
+class SchedulerProcess:
+    """kube-scheduler, started for one run against the bench's API server and stopped after it.
+
+    Leader election off (one replica), its own port for /readyz, default
+    configuration otherwise: its client's QPS 50 and burst 100 (what a cluster
+    runs, and what caps its binds per second) unless `qps` raises them.
+    """
+
+    def __init__(self, binary: str, kubeconfig: str, qps: int | None = None) -> None:
+        self.binary = binary
+        self.kubeconfig = kubeconfig
+        self.qps = qps
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log: Any = None
+
+    def start(self, timeout_s: float = 60.0) -> float:
+        """Start it and wait until it is ready: the seconds that took."""
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        # Open for the process's life (its output), closed in stop().
+        self.log = tempfile.TemporaryFile()  # noqa: SIM115
+        started = time.monotonic()
+        self.proc = subprocess.Popen(
+            [
+                self.binary,
+                f"--kubeconfig={self.kubeconfig}",
+                "--leader-elect=false",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={port}",
+                *(
+                    [f"--kube-api-qps={self.qps}", f"--kube-api-burst={2 * self.qps}"]
+                    if self.qps
+                    else []
+                ),
+            ],
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
         )
-        list(pool.map(lambda n: api.core.delete_node(n, _preload_content=False), names))
+        # Its serving certificate is self-signed, made at start-up.
+        insecure = ssl.create_default_context()
+        insecure.check_hostname = False
+        insecure.verify_mode = ssl.CERT_NONE
+        while True:
+            if self.proc.poll() is not None:
+                message = f"kube-scheduler exited with {self.proc.returncode}: {self._tail()}"
+                self.stop()
+                raise click.ClickException(message)
+            try:
+                with urllib.request.urlopen(
+                    f"https://127.0.0.1:{port}/readyz", context=insecure, timeout=2
+                ) as resp:
+                    if resp.read().strip() == b"ok":
+                        return time.monotonic() - started
+            except OSError:
+                pass
+            if time.monotonic() - started > timeout_s:
+                self.stop()
+                raise click.ClickException(f"kube-scheduler not ready in {timeout_s}s")
+            time.sleep(0.1)
+
+    def peak_rss_mib(self) -> float:
+        assert self.proc is not None
+        with open(f"/proc/{self.proc.pid}/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return round(int(line.split()[1]) / 1024, 1)
+        return 0.0
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None
+        if self.log is not None:
+            self.log.close()
+            self.log = None
+
+    def _tail(self) -> str:
+        self.log.seek(0)
+        return str(self.log.read().decode(errors="replace")[-2000:])
+
+
+class _BindWatch:
+    """When each pod of the run was first seen bound (spec.nodeName set), from a watch."""
+
+    def __init__(self, api: KubeApi, selector: str) -> None:
+        self.api = api
+        self.selector = selector
+        self.bound: dict[str, float] = {}
+        self.changed = threading.Condition()
+        self._stop = threading.Event()
+        self._rv = api.list("pods", selector).resource_version
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _see(self, pod: Obj) -> None:
+        name = pod["metadata"]["name"]
+        if pod.get("spec", {}).get("nodeName") and name not in self.bound:
+            with self.changed:
+                self.bound[name] = time.monotonic()
+                self.changed.notify_all()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                for kind, pod in self.api.watch("pods", self._rv, self.selector, timeout_s=30):
+                    self._rv = pod.get("metadata", {}).get("resourceVersion") or self._rv
+                    if kind in ("ADDED", "MODIFIED"):
+                        self._see(pod)
+                    if self._stop.is_set():
+                        return
+            except WatchExpired:
+                listed = self.api.list("pods", self.selector)
+                for pod in listed.items:
+                    self._see(pod)
+                self._rv = listed.resource_version
+            except ClusterUnavailable:
+                self._stop.wait(0.5)
+
+    def wait_for(self, names: list[str], deadline: float) -> None:
+        with self.changed:
+            while not all(n in self.bound for n in names):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    done = sum(1 for n in names if n in self.bound)
+                    raise TimeoutError(f"kube-scheduler bound only {done} of {len(names)} pods")
+                self.changed.wait(min(left, 1.0))
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
+def _plain_pod(namespace: str, name: str, run: str) -> Obj:
+    gpus = str(GPUS_PER_NODE)
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace, "labels": {RUN_LABEL: run}},
+        "spec": {
+            "schedulerName": "default-scheduler",
+            "restartPolicy": "Never",
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "registry.example/bench:1",
+                    "resources": {
+                        "requests": {"nvidia.com/gpu": gpus},
+                        "limits": {"nvidia.com/gpu": gpus},
+                    },
+                }
+            ],
+        },
+    }
+
+
+def _scheduler_run(
+    api: KubeApi, scheduler: SchedulerProcess, run: str, pods: int, timeout_s: float
+) -> SchedulerResult:
+    namespace = f"bench-{run}-ks"
+    api.ensure_namespace(namespace)
+    ready_s = scheduler.start()
+    try:
+        watch = _BindWatch(api, f"{RUN_LABEL}={run}")
+        try:
+            names = [f"ks-{i:05d}" for i in range(pods)]
+            created: dict[str, float] = {}
+
+            def create(name: str) -> None:
+                if api.create_pod(namespace, _plain_pod(namespace, name, run)) is None:
+                    raise click.ClickException(f"pod {namespace}/{name} exists already")
+                created[name] = time.monotonic()
+
+            first = time.monotonic()
+            with ThreadPoolExecutor(CREATE_WORKERS) as pool:
+                list(pool.map(create, names))
+            create_s = time.monotonic() - first
+            watch.wait_for(names, first + timeout_s)
+            bound = dict(watch.bound)
+        finally:
+            watch.stop()
+        peak = scheduler.peak_rss_mib()
+    finally:
+        scheduler.stop()
+    elapsed = max(bound[n] for n in names) - first
+    latencies = [bound[n] - created[n] for n in names]
+    return SchedulerResult(
+        pods=pods,
+        create_s=round(create_s, 3),
+        first_create_to_all_bound_s=round(elapsed, 3),
+        pods_bound_per_s=round(pods / elapsed, 1) if elapsed else 0.0,
+        latency_p50_s=round(statistics.median(latencies), 3),
+        latency_p99_s=round(_percentile(latencies, 0.99), 3),
+        peak_rss_mib=peak,
+        ready_s=round(ready_s, 3),
+    )
+
+
+def _delete_pods(api: KubeApi, namespace: str, selector: str, timeout_s: float) -> None:
+    """Delete the namespace's pods at once (grace 0) and wait until the API has none left."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        mine = [
+            p for p in api.list("pods", selector).items if p["metadata"]["namespace"] == namespace
+        ]
+        if not mine:
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{len(mine)} pods of {namespace} not deleted in {timeout_s}s")
+        with ThreadPoolExecutor(8) as pool:
+            list(
+                pool.map(
+                    lambda p: api.delete_pod(
+                        namespace, p["metadata"]["name"], p["metadata"]["uid"], 0
+                    ),
+                    mine,
+                )
+            )
 
 
 @click.command()
@@ -245,41 +515,86 @@ def _clean(api: KubeApi, team: str, names: list[str]) -> None:
 )
 @click.option("--fill", default=0.9, show_default=True, help="Pods per node (one 8-GPU pod each).")
 @click.option("--gang", default=4, show_default=True, help="Replicas per gang (half the pods).")
+@click.option(
+    "--kube-scheduler",
+    "kube_scheduler",
+    envvar="GITSCHED_BENCH_KUBE_SCHEDULER",
+    show_envvar=True,
+    type=click.Path(exists=True, dir_okay=False),
+    default=None,
+    help="A kube-scheduler binary (scripts/kube build-scheduler prints one): "
+    "it binds the same pods after gitsched, for a ratio.",
+)
+@click.option(
+    "--kube-scheduler-qps",
+    "kube_scheduler_qps",
+    type=click.IntRange(min=1),
+    default=None,
+    help="kube-scheduler's --kube-api-qps (burst twice that); default: its own (50).",
+)
 @click.option("--timeout", "timeout_s", default=600.0, show_default=True)
 @format_option("text", "json")
 def command(
-    kubeconfig: str, sizes: tuple[int, ...], fill: float, gang: int, timeout_s: float, fmt: str
+    kubeconfig: str,
+    sizes: tuple[int, ...],
+    fill: float,
+    gang: int,
+    kube_scheduler: str | None,
+    kube_scheduler_qps: int | None,
+    timeout_s: float,
+    fmt: str,
 ) -> None:
-    """Commit to every pod bound on kwok nodes: latency, pods/s, memory."""
+    """Commit to every pod bound on kwok nodes: latency, pods/s, memory; beside kube-scheduler."""
     with user_errors():
         api = KubeApi.connect(kubeconfig)
-        results = [measure(api, n, fill, gang, timeout_s) for n in sizes]
+        scheduler = (
+            SchedulerProcess(kube_scheduler, kubeconfig, kube_scheduler_qps)
+            if kube_scheduler
+            else None
+        )
+        results = [measure(api, n, fill, gang, timeout_s, scheduler) for n in sizes]
     if fmt == "json":
         click.echo(json.dumps([asdict(r) for r in results], indent=2))
         return
     headers = [
         "NODES",
-        "JOBS",
-        "GANGS",
         "PODS",
-        "COMMIT->ALL BOUND s",
+        "SCHEDULER",
+        "TO ALL BOUND s",
         "PODS/s",
         "P50 s",
         "P99 s",
         "PEAK RSS MiB",
+        "RATIO",
     ]
-    rows = [
-        [
-            str(r.nodes),
-            str(r.jobs),
-            str(r.gangs),
-            str(r.pods),
-            f"{r.commit_to_all_bound_s:.2f}",
-            f"{r.pods_bound_per_s:.0f}",
-            f"{r.actuation_p50_s:.3f}",
-            f"{r.actuation_p99_s:.3f}",
-            f"{r.peak_rss_mib:.0f}",
-        ]
-        for r in results
-    ]
+    rows: list[list[str]] = []
+    for r in results:
+        rows.append(
+            [
+                str(r.nodes),
+                str(r.pods),
+                f"gitsched ({r.jobs} jobs, {r.gangs} gangs)",
+                f"{r.commit_to_all_bound_s:.2f}",
+                f"{r.pods_bound_per_s:.0f}",
+                f"{r.actuation_p50_s:.3f}",
+                f"{r.actuation_p99_s:.3f}",
+                f"{r.peak_rss_mib:.0f}",
+                f"{r.pods_per_s_ratio:.2f}" if r.pods_per_s_ratio is not None else "-",
+            ]
+        )
+        k = r.kube_scheduler
+        if k is not None:
+            rows.append(
+                [
+                    str(r.nodes),
+                    str(k.pods),
+                    "kube-scheduler",
+                    f"{k.first_create_to_all_bound_s:.2f}",
+                    f"{k.pods_bound_per_s:.0f}",
+                    f"{k.latency_p50_s:.3f}",
+                    f"{k.latency_p99_s:.3f}",
+                    f"{k.peak_rss_mib:.0f}",
+                    "1.00",
+                ]
+            )
     click.echo(table(headers, rows))

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import os
+import subprocess
+from pathlib import Path
 
 import pytest
 
 from cluster.api import KubeApi
 from tests.acceptance.conftest import gitsched
 from tests.kube.conftest import ENV_VAR
+
+SCRIPTS_KUBE = Path(__file__).resolve().parents[2] / "scripts" / "kube"
 
 pytestmark = pytest.mark.kube
 
@@ -25,3 +29,46 @@ def test_bench_kube_binds_every_pod_and_cleans_up(kube_api: KubeApi) -> None:
     assert 0 < result["actuation_p50_s"] <= result["actuation_p99_s"]
     assert result["peak_rss_mib"] > 0
     assert {n["metadata"]["name"] for n in kube_api.list("nodes").items} == before
+
+
+def test_bench_kube_beside_kube_scheduler_binds_the_same_pods_both_ways(
+    kube_api: KubeApi, tmp_path: Path
+) -> None:
+    binary = SCRIPTS_KUBE.parent.parent / ".cache" / "kube" / "bin" / "kube-scheduler"
+    if not binary.exists():
+        build = subprocess.run(
+            [str(SCRIPTS_KUBE), "build-scheduler"], capture_output=True, text=True
+        )
+        assert build.returncode == 0, build.stderr
+        binary = Path(build.stdout.strip())
+    before = {n["metadata"]["name"] for n in kube_api.list("nodes").items}
+    run = gitsched(
+        "bench",
+        "kube",
+        "--kubeconfig",
+        os.environ[ENV_VAR],
+        "--nodes",
+        "4",
+        "--gang",
+        "2",
+        "--fill",
+        "1",
+        "--kube-scheduler",
+        str(binary),
+        "--format",
+        "json",
+    )
+    assert run.returncode == 0, str(run)
+    (result,) = run.json()
+    assert (result["pods"], result["gangs"], result["jobs"]) == (4, 1, 3)
+    ks = result["kube_scheduler"]
+    assert ks["pods"] == 4 and ks["pods_bound_per_s"] > 0 and ks["peak_rss_mib"] > 0
+    assert 0 <= ks["latency_p50_s"] <= ks["latency_p99_s"]
+    assert result["pods_per_s_ratio"] == round(
+        result["pods_bound_per_s"] / ks["pods_bound_per_s"], 2
+    )
+    # Its pods, gitsched's and the nodes are gone again; no kube-scheduler is left running.
+    assert {n["metadata"]["name"] for n in kube_api.list("nodes").items} == before
+    assert not [
+        p for p in kube_api.list("pods").items if p["metadata"]["namespace"].startswith("bench-")
+    ]

@@ -97,6 +97,23 @@ def test_a_commit_runs_its_gang_on_the_decided_nodes(world: KubeWorld) -> None:
     assert [e.job for e in started] == [world.job_key("train")]
 
 
+def test_a_single_pod_job_is_made_on_its_node_in_one_call(world: KubeWorld) -> None:
+    world.add_node("n0")
+    world.bootstrap()
+    world.submit("solo")
+    controller = world.controller()
+    report = run_until(controller, "solo's pod", lambda r: r.actuation.created > 0)
+    # No other replica to wait for: created with nodeName, never gated, counted as bound.
+    assert (report.actuation.created, report.actuation.bound) == (1, 1)
+    assert world.job_key("solo") in report.actuation.bound_at
+    (pod,) = _job_pods(world, "solo").values()
+    assert pod["spec"]["nodeName"] == _placed_nodes(world, "solo")[0] == world.nodes[0]
+    assert not pod["spec"].get("schedulingGates")
+    run_until(controller, "solo Running", lambda r: _running(world, "solo", 1))
+    again = controller.step()
+    assert (again.actuation.created, again.actuation.bound) == (0, 0)
+
+
 def test_a_gang_is_never_partly_bound_and_a_restart_makes_no_duplicates(
     world: KubeWorld,
 ) -> None:
