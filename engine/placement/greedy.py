@@ -22,7 +22,6 @@ from engine.model import (
     PreemptionScope,
     Queue,
     ReplicaPlacement,
-    TopologyMode,
 )
 from engine.placement.constraints import (
     NodeFree,
@@ -43,6 +42,14 @@ from engine.placement.plan import (
     PlacementInstance,
     PlacementPlan,
     SolveStats,
+)
+from engine.placement.topology import (
+    Tree,
+    compact_allocation,
+    explain_spans,
+    gang_topology,
+    largest_domain_room,
+    topology_violation,
 )
 
 
@@ -78,6 +85,7 @@ class Packing:
         # Nodes with some GPU left: when the cluster is full, the only ones worth a look.
         self.open: set[str] = {n.name for n in instance.nodes if n.gpus > 0}
         self._domains: dict[tuple[object, ...], dict[str, list[Node]]] = {}
+        self.tree = Tree.of(instance.cluster, instance.nodes)
         self.flavor_free: dict[str | None, int] = defaultdict(int)  # free milli-GPU per flavor
         for n in instance.nodes:
             if n.schedulable:
@@ -182,10 +190,9 @@ class Packing:
             shape = replica_shape_error(job, replica)
             if shape is not None:
                 return Miss("the job's resources changed", "spec")
-        if job.topology is not None and job.topology.mode is TopologyMode.REQUIRED:
-            domains = {self.nodes[r.node].domain(job.topology.level) for r in placement.replicas}
-            if len(domains) > 1:
-                return Miss(f"the job now needs one {job.topology.level} domain", "spec")
+        broken = topology_violation(self.tree, job, [r.node for r in placement.replicas])
+        if broken is not None:
+            return Miss(f"the job's topology changed: it {broken}", "spec")
         # Check capacity on a copy: a replica must not half-commit.
         taken: list[ReplicaPlacement] = []
         for replica in placement.replicas:
@@ -242,7 +249,10 @@ class Packing:
         # What each node can take does not change while this job is being fitted.
         rooms = self.rooms(job, flavor, candidates)
         first_miss: Miss | None = None
+        step = gang_topology(job).slice_size
         for count in range(job.replicas, job.smallest_gang - 1, -1):
+            if count % step:
+                continue
             quota = self.ledger.rejection(job.queue, flavor, count * job.resources.gpu_milli)
             result = self._pack_gang(job, flavor, candidates, count, rooms)
             if quota is None and isinstance(result, Fit):
@@ -270,37 +280,60 @@ class Packing:
         count: int,
         rooms: dict[str, int],
     ) -> Fit | Miss:
-        topo = job.topology
-        if topo is None:
+        gang = gang_topology(job)
+        if not gang.compact or (count == 1 and gang.slice_size == 1):
             return self.pack(job, flavor, candidates, count, rooms) or self._capacity_miss(
                 job, flavor, candidates, count, rooms
             )
-        groups = self.domains(job, flavor, topo.level)
-        # Best fit over domains: the fullest domain that still holds the gang.
-        held: dict[str, int] = defaultdict(int)
-        for name, k in rooms.items():
-            held[self.nodes[name].domain(topo.level)] += min(k, count)
-        holding = [d for d, k in held.items() if k >= count]
-        if holding:
-            domain = min(holding, key=lambda d: (self._domain_free(groups[d]), d))
-            fit = self.pack(job, flavor, groups[domain], count, rooms)
-            assert fit is not None
-            return fit
-        if topo.mode is TopologyMode.PREFERRED:
-            return self.pack(job, flavor, candidates, count, rooms) or self._capacity_miss(
-                job, flavor, candidates, count, rooms
+        allocation = compact_allocation(
+            self.tree,
+            rooms,
+            count,
+            self.fullness,
+            gang.limit,
+            gang.slice_size,
+            gang.slice_level,
+        )
+        if allocation is not None:
+            return self.pack_allocation(job, flavor, allocation)
+        if gang.slice_size > 1:
+            slices = count // gang.slice_size
+            where = f" within one {gang.limit} domain" if gang.limit else ""
+            return Miss(
+                f"needs {slices} slices of {gang.slice_size} replicas of "
+                f"{gpus_text(job.resources.gpu_milli)} × {flavor or 'CPU'} GPU, each slice in one {gang.slice_level} domain{where}; "
+                "the free capacity does not hold them",
+                f"topology__{job.key}__{gang.slice_level}",
             )
-        spare: dict[str, int] = defaultdict(int)
-        for name, k in rooms.items():
-            spare[self.nodes[name].domain(topo.level)] += k
-        best = min(job.replicas, max(spare.values(), default=0))
-        level = "node" if topo.level == NODE_LEVEL else f"{topo.level} domain"
+        if gang.limit is None:
+            return self._capacity_miss(job, flavor, candidates, count, rooms)
+        best = largest_domain_room(self.tree, rooms, count, gang.limit)
+        level = "node" if gang.limit == NODE_LEVEL else f"{gang.limit} domain"
         need = count * job.resources.gpu_milli
         return Miss(
             f"needs {gpus_text(need)} × {flavor or 'CPU'} GPU ({count} × {gpus_text(job.resources.gpu_milli)}) "
             f"in one {level}; the largest free {level} holds {best} of the {count} replicas",
-            f"topology__{job.key}__{topo.level}",
+            f"topology__{job.key}__{gang.limit}",
         )
+
+    def fullness(self, name: str) -> tuple[int, int]:
+        """How much a node has left: best fit prefers the domain with the least."""
+        free = self.free[name]
+        return free.free_gpu_milli, free.cpu_free
+
+    def pack_allocation(
+        self, job: Job, flavor: str | None, allocation: Sequence[tuple[str, int]]
+    ) -> Fit:
+        """Replicas on the nodes of a compact allocation, in its order (slices stay together)."""
+        r = job.resources
+        placed: list[ReplicaPlacement] = []
+        for name, k in allocation:
+            scratch = self.free[name].copy()
+            for _ in range(k):
+                replica = scratch.choose(r)
+                scratch.take(replica, r, job)
+                placed.append(replica)
+        return Fit(flavor, tuple(placed))
 
     def _domain_free(self, nodes: Sequence[Node]) -> int:
         return sum(self.free[n.name].free_gpu_milli for n in nodes)
@@ -445,7 +478,9 @@ class GreedyPlacer:
                     reason=f"moved to make room for {outcomes[victim.key].preempted_by}",
                 )
 
-        ordered = tuple(outcomes[j.key] for j in priority_order(instance.jobs))
+        ordered = explain_spans(
+            instance, tuple(outcomes[j.key] for j in priority_order(instance.jobs))
+        )
         objective = plan_objective(instance, ordered)
         return PlacementPlan(
             outcomes=ordered,

@@ -39,6 +39,7 @@ from engine.placement.model import (
 from engine.placement.objective import (
     broken_soft_constraints,
     lost_gpu_seconds,
+    plan_compactness,
     plan_objective,
 )
 from engine.placement.plan import (
@@ -48,6 +49,7 @@ from engine.placement.plan import (
     PlacementPlan,
     SolveStats,
 )
+from engine.placement.topology import compact_allocation, explain_spans, gang_topology
 
 # Instances up to this size get the node-exact model (every node that runs a movable
 # job is its own class, every job gets per-class columns, no domain is pruned).
@@ -251,6 +253,16 @@ class MilpPlacer:
                 if exact is not None and plan_objective(sub, exact) > score:
                     packed = exact
                 self._mark("per-node packing")
+            if (
+                not options.keep_all
+                and sum(1 for n in sub.nodes if n.schedulable) <= EXACT_NODES
+                and left() > RESERVE_S / 4
+                and _has_gangs(sub, packed)
+            ):
+                packed = self._tighten(
+                    sub, greedy_sub, options, model, solution.values, packed, left
+                )
+                self._mark("compaction")
             outcomes = packed + waiting
         if bound is not None and waiting and policy.fairness_weight:
             # The bound is the sub-problem's; the waiting jobs add what they add to the score.
@@ -262,6 +274,30 @@ class MilpPlacer:
             instance, greedy, model, solution, outcomes, bound, warm is not None, started
         )
 
+    def _tighten(
+        self,
+        sub: PlacementInstance,
+        greedy_sub: PlacementPlan,
+        options: BuildOptions,
+        model: PlacementModel,
+        values: tuple[float, ...],
+        packed: tuple[JobOutcome, ...],
+        left: Callable[[], float],
+    ) -> tuple[JobOutcome, ...]:
+        """The second criterion: the same jobs, flavors and replica counts, packed by the
+        per-node model whose objective also charges every domain a gang uses per level
+        (topology.py); taken when it scores as well and spans less."""
+        tighter = self._disaggregate(
+            sub, greedy_sub, options, model, values, left, compactness=True
+        )
+        if tighter is None:
+            return packed
+        if plan_objective(sub, tighter) >= plan_objective(sub, packed) - EPS and (
+            plan_compactness(sub, tighter) < plan_compactness(sub, packed) - EPS
+        ):
+            return tighter
+        return packed
+
     def _disaggregate(
         self,
         sub: PlacementInstance,
@@ -270,11 +306,15 @@ class MilpPlacer:
         model: PlacementModel,
         values: tuple[float, ...],
         left: Callable[[], float],
+        compactness: bool = False,
     ) -> tuple[JobOutcome, ...] | None:
         """Pack a class-level solution exactly: the per-node model (whose rows are exact)
         with every job's choices fixed where the class model made them (run, keep, replicas,
-        flavor, domain), solved for the nodes and GPUs of each replica."""
-        exact = build(sub, greedy_sub, replace(options, small=True, per_node=True))
+        flavor, domain), solved for the nodes and GPUs of each replica. With `compactness`
+        the domains are free too and every domain a gang uses costs."""
+        exact = build(
+            sub, greedy_sub, replace(options, small=True, per_node=True, compactness=compactness)
+        )
         lower = list(exact.lp.col_lower)
         upper = list(exact.lp.col_upper)
         for key, jv in exact.jobs.items():
@@ -285,7 +325,8 @@ class MilpPlacer:
             if jv.replicas >= 0 and cv.replicas >= 0:
                 pairs.append((jv.replicas, cv.replicas))
             pairs += [(c, cv.flavor.get(f, -1)) for f, c in jv.flavor.items() if c != jv.place]
-            pairs += [(c, cv.domain.get(d, -1)) for d, c in jv.domain.items()]
+            if not compactness:
+                pairs += [(c, cv.domain.get(d, -1)) for d, c in jv.domain.items()]
             for col, source in pairs:
                 if col >= 0:
                     lower[col] = upper[col] = float(round(values[source])) if source >= 0 else 0.0
@@ -466,6 +507,13 @@ class MilpPlacer:
         )
         if fell_back or outcomes is None or score is None:
             outcomes, score = greedy.outcomes, greedy_score
+        elif (
+            score <= greedy_score + EPS
+            and plan_compactness(instance, greedy.outcomes)
+            < plan_compactness(instance, outcomes) - EPS
+        ):
+            # The second criterion: greedy scores as well and its gangs span less.
+            outcomes, score = greedy.outcomes, greedy_score
         if bound is not None:
             bound = max(bound, score)
         gap = None if bound is None else (bound - score) / max(abs(bound), EPS)
@@ -506,6 +554,18 @@ class MilpPlacer:
             ),
             broken_soft=broken_soft_constraints(instance, outcomes),
         )
+
+
+def _has_gangs(instance: PlacementInstance, outcomes: tuple[JobOutcome, ...]) -> bool:
+    """Whether the plan places a gang of several replicas that compactness applies to."""
+    jobs = {j.key: j for j in instance.jobs}
+    return any(
+        o.status in (OutcomeStatus.PLACED, OutcomeStatus.MOVED)
+        and len({r.node for r in o.replicas}) > 1
+        and gang_topology(jobs[o.job]).compact
+        for o in outcomes
+        if o.job in jobs
+    )
 
 
 def fix_settled_aux(model: PlacementModel, lower: list[float], upper: list[float]) -> None:
@@ -1011,11 +1071,15 @@ def _realise_job(
     rooms = packing.rooms(job, flavor, eligible)
     level = jv.level
     allowed: list[Node] = eligible
+    gang = gang_topology(job)
     if level is not None:
         domain = next((d for (_, d), c in jv.domain.items() if _chosen(values, c)), None)
         single = next((slot for slot, c in jv.single.items() if _chosen(values, c)), None)
         if domain is not None:
             allowed = packing.domains(job, flavor, level).get(domain, [])
+            fit = _realise_compact(packing, model, jv, values, flavor, allowed, count, rooms)
+            if fit is not None:
+                return fit
         elif single is not None:
             if single in jv.single_replicas:
                 count = round(values[jv.single_replicas[single]])
@@ -1035,6 +1099,9 @@ def _realise_job(
             )
             return packing.pack(job, flavor, [best], count, rooms)
         elif _chosen(values, jv.spread):
+            fit = _realise_compact(packing, model, jv, values, flavor, allowed, count, rooms)
+            if fit is not None:
+                return fit
             # A preferred domain given up: still try one domain first, as greedy does.
             for nodes in sorted(
                 packing.domains(job, flavor, level).values(),
@@ -1045,6 +1112,10 @@ def _realise_job(
                     return fit
         else:
             return None
+    elif gang.compact and count > 1:
+        fit = _realise_compact(packing, model, jv, values, flavor, allowed, count, rooms)
+        if fit is not None:
+            return fit
     # Replicas per class, as the model counted them; else best fit over the allowed nodes.
     whole_domain = set(jv.domain.values())
     per_class = [
@@ -1069,6 +1140,45 @@ def _realise_job(
         if len(replicas) == count:
             return Fit(flavor, tuple(replicas))
     return _pack_sparing(packing, job, flavor, allowed, count, rooms)
+
+
+def _realise_compact(
+    packing: Packing,
+    model: PlacementModel,
+    jv: JobVars,
+    values: tuple[float, ...],
+    flavor: str | None,
+    allowed: list[Node],
+    count: int,
+    rooms: dict[str, int],
+) -> Fit | None:
+    """A gang packed as tightly as the tree allows (topology.compact_allocation), on the
+    classes the model gave it if they hold it so, else anywhere it may go."""
+    job = jv.job
+    gang = gang_topology(job)
+    inside = {n.name for n in allowed}
+    chosen: set[str] = set()
+    for cid, c in jv.per_class.items():
+        if values[c] > 0.5:
+            chosen.update(n.name for n in model.classes[cid].nodes)
+    for kid, c in jv.per_coarse.items():
+        if values[c] > 0.5:
+            chosen.update(n.name for n in model.coarse[kid].nodes)
+    for names in (chosen & inside, inside):
+        if not names:
+            continue
+        allocation = compact_allocation(
+            packing.tree,
+            {n: k for n, k in rooms.items() if n in names},
+            count,
+            packing.fullness,
+            gang.limit,
+            gang.slice_size,
+            gang.slice_level,
+        )
+        if allocation is not None:
+            return packing.pack_allocation(job, flavor, allocation)
+    return None
 
 
 def _pack_sparing(
@@ -1158,7 +1268,7 @@ def _outcomes(
             preempted_by=by,
             lost_gpu_seconds=lost,
         )
-    return tuple(out[j.key] for j in priority_order(instance.jobs))
+    return explain_spans(instance, tuple(out[j.key] for j in priority_order(instance.jobs)))
 
 
 def _preempted_by(

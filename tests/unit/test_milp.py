@@ -15,7 +15,7 @@ from engine.placement.greedy import GreedyPlacer
 from engine.placement.linear import LinearModel, SolveLimits, solve
 from engine.placement.milp import MilpPlacer, incremental_start, realise
 from engine.placement.model import BuildOptions, PreemptionRights, build, warm_values
-from engine.placement.objective import fair_targets, plan_objective
+from engine.placement.objective import fair_targets, objective_terms, plan_objective
 from engine.placement.plan import OutcomeStatus, PlacementInstance, PlacementPlan
 from engine.placement.solvers import placer
 from engine.placement.synth import SIZES, synth_instance, with_new_jobs
@@ -102,6 +102,19 @@ def test_the_warm_start_scores_in_the_model_what_greedy_scores() -> None:
         warm = warm_values(model, inst, greedy)
         assert warm is not None and model.lp.violations(warm) == []
         assert model.lp.objective(warm) == pytest.approx(greedy.stats.objective)
+
+
+def test_the_per_node_model_scores_compactness_as_the_plan_does() -> None:
+    """Every node its own class: the compactness model counts each domain a gang uses at
+    every level, so its warm start scores greedy's plan less exactly what its spans cost."""
+    inst = scenario(Policy(fragmentation_weight=0.0))
+    greedy = GreedyPlacer().solve(inst)
+    spans = objective_terms(inst, greedy.outcomes).compactness
+    assert spans > 0
+    model = build(inst, greedy, BuildOptions(small=True, per_node=True, compactness=True))
+    warm = warm_values(model, inst, greedy)
+    assert warm is not None and model.lp.violations(warm) == []
+    assert model.lp.objective(warm) == pytest.approx(greedy.stats.objective - spans)
 
 
 def test_the_bound_bounds_every_legal_plan() -> None:
