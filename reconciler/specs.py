@@ -462,7 +462,10 @@ def _job(name: str, spec: Mapping[str, Any], queue: str, cluster: ClusterSpec, f
         ),
         gpu_flavors=tuple(spec.get("gpuFlavors", ())),
         topology=TopologyRequirement(
-            topology["level"], TopologyMode(topology.get("mode", "required"))
+            topology.get("level"),
+            TopologyMode(topology.get("mode", "required")),
+            topology.get("sliceSize"),
+            topology.get("sliceLevel"),
         )
         if topology
         else None,

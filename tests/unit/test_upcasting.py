@@ -83,3 +83,28 @@ def test_a_payload_of_the_wrong_shape_is_refused_with_the_path_to_the_bad_value(
     missing = stored("JobPreempted", 1, {"job": "q/a"})
     with pytest.raises(LogCorrupted, match="missing required field"):
         codec.decode(missing)
+
+
+def test_a_job_stored_before_slices_reads_with_no_slices() -> None:
+    """JobSubmitted v1 written before topology had sliceSize/sliceLevel (and mode unconstrained)."""
+    from engine.model import Resources, TopologyMode, TopologyRequirement
+
+    old = stored(
+        "JobSubmitted",
+        1,
+        {
+            "job": {
+                "name": "train",
+                "queue": "q",
+                "replicas": 2,
+                "resources": {"gpu_milli": 8000, "cpu_milli": 0, "memory_mib": 0},
+                "priority_class": "normal",
+                "priority": 500,
+                "topology": {"level": "rack", "mode": "preferred"},
+            }
+        },
+    )
+    event = codec.decode(old)
+    assert isinstance(event, ev.JobSubmitted)
+    assert event.job.topology == TopologyRequirement("rack", TopologyMode.PREFERRED, None, None)
+    assert event.job.resources == Resources(8000)
