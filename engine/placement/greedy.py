@@ -49,6 +49,7 @@ from engine.placement.topology import (
     explain_spans,
     gang_topology,
     largest_domain_room,
+    largest_slice_room,
     topology_violation,
 )
 
@@ -299,10 +300,15 @@ class Packing:
         if gang.slice_size > 1:
             slices = count // gang.slice_size
             where = f" within one {gang.limit} domain" if gang.limit else ""
+            held = largest_slice_room(
+                self.tree, rooms, count, gang.slice_size, gang.slice_level, gang.limit
+            )
             return Miss(
                 f"needs {slices} slices of {gang.slice_size} replicas of "
-                f"{gpus_text(job.resources.gpu_milli)} × {flavor or 'CPU'} GPU, each slice in one {gang.slice_level} domain{where}; "
-                "the free capacity does not hold them",
+                f"{gpus_text(job.resources.gpu_milli)} × {flavor or 'CPU'} GPU, each slice in"
+                f" one {gang.slice_level} domain{where}; the largest free "
+                f"{gang.limit or 'cluster'}{' domain' if gang.limit else ''} holds {held} of"
+                f" the {slices} slices",
                 f"topology__{job.key}__{gang.slice_level}",
             )
         if gang.limit is None:

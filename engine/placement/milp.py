@@ -87,6 +87,7 @@ class SolveReport:
     problems: tuple[str, ...] = ()  # what check.py found in the MILP's own plan (then: greedy)
     model_bound: float | None = None  # the solve's bound, before the plan's score is folded in
     milp_objective: float | None = None  # the MILP's own plan's score, fallback or not
+    greedy_tighter: bool = False  # greedy's plan scored as well and spanned less: taken
 
 
 class MilpPlacer:
@@ -502,6 +503,7 @@ class MilpPlacer:
         )
         model_bound = bound
         own_score = score if not problems else None
+        greedy_tighter = False
         fell_back = (
             outcomes is None or score is None or score < greedy_score - EPS or bool(problems)
         )
@@ -514,6 +516,7 @@ class MilpPlacer:
         ):
             # The second criterion: greedy scores as well and its gangs span less.
             outcomes, score = greedy.outcomes, greedy_score
+            greedy_tighter = True
         if bound is not None:
             bound = max(bound, score)
         gap = None if bound is None else (bound - score) / max(abs(bound), EPS)
@@ -539,6 +542,7 @@ class MilpPlacer:
             problems=problems,
             model_bound=model_bound,
             milp_objective=own_score,
+            greedy_tighter=greedy_tighter,
         )
         return PlacementPlan(
             outcomes=outcomes,
@@ -1041,6 +1045,21 @@ def _follow_job(
     ):
         return None
     rooms = packing.rooms(job, flavor, packing.eligible_nodes(job, flavor))
+    gang = gang_topology(job)
+    if gang.slice_size > 1:
+        # Slices: the same nodes, in an order that keeps each slice in one domain.
+        allocation = compact_allocation(
+            packing.tree,
+            {node.name: n for node, n in counts},
+            sum(n for _, n in counts),
+            packing.fullness,
+            gang.limit,
+            gang.slice_size,
+            gang.slice_level,
+        )
+        if allocation is None:
+            return None
+        counts = [(packing.nodes[name], n) for name, n in allocation]
     replicas: list[ReplicaPlacement] = []
     for node, n in counts:
         fit = packing.pack(job, flavor, [node], n, rooms)

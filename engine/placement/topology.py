@@ -297,6 +297,22 @@ def largest_domain_room(tree: Tree, rooms: Mapping[str, int], count: int, level:
     return min(count, max(held.values(), default=0))
 
 
+def largest_slice_room(
+    tree: Tree,
+    rooms: Mapping[str, int],
+    count: int,
+    slice_size: int,
+    slice_level: str,
+    level: str | None,
+) -> int:
+    """Whole slices the roomiest domain of `level` (None: the cluster) holds."""
+    by_rank = _build(
+        tree, rooms, count, slice_size, tree.rank.get(slice_level, 0), lambda _: (0, 0)
+    )
+    rank = tree.level_rank(level) if level is not None else len(tree.levels)
+    return max((d.cap for d in by_rank[rank]), default=0) // slice_size
+
+
 # -- explaining where a gang went -----------------------------------------------------------
 
 
