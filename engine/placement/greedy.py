@@ -46,10 +46,11 @@ from engine.placement.plan import (
 from engine.placement.topology import (
     Tree,
     compact_allocation,
-    explain_spans,
     gang_topology,
     largest_domain_room,
     largest_slice_room,
+    placement_note,
+    span_of,
     topology_violation,
 )
 
@@ -58,12 +59,17 @@ from engine.placement.topology import (
 class Fit:
     flavor: str | None
     replicas: tuple[ReplicaPlacement, ...]
+    note: str = ""  # where a preferred gang went, and why, as it was at the decision
 
 
 @dataclass(frozen=True, slots=True)
 class Miss:
     reason: str
     constraint: str
+
+
+def _noted(reason: str, fit: Fit) -> str:
+    return f"{reason}; {fit.note}" if fit.note else reason
 
 
 def priority_order(jobs: Iterable[Job]) -> list[Job]:
@@ -296,7 +302,12 @@ class Packing:
             gang.slice_level,
         )
         if allocation is not None:
-            return self.pack_allocation(job, flavor, allocation)
+            fit = self.pack_allocation(job, flavor, allocation)
+            if not gang.preferred:
+                return fit
+            # The allocation sits in the narrowest domain that had room: the tightest span.
+            span = span_of(self.tree, (name for name, _ in allocation))
+            return Fit(flavor, fit.replicas, placement_note(self.tree, job, span, span.level))
         if gang.slice_size > 1:
             slices = count // gang.slice_size
             where = f" within one {gang.limit} domain" if gang.limit else ""
@@ -463,9 +474,12 @@ class GreedyPlacer:
                     OutcomeStatus.MOVED if was_running else OutcomeStatus.PLACED,
                     result.flavor,
                     result.replicas,
-                    reason=displaced[job.key].reason
-                    if was_running and job.key in displaced
-                    else "admitted",
+                    reason=_noted(
+                        displaced[job.key].reason
+                        if was_running and job.key in displaced
+                        else "admitted",
+                        result,
+                    ),
                 )
             else:
                 outcomes[job.key] = self._not_running(instance, job, result, displaced)
@@ -481,12 +495,12 @@ class GreedyPlacer:
                     OutcomeStatus.MOVED if victim.key in instance.current else OutcomeStatus.PLACED,
                     result.flavor,
                     result.replicas,
-                    reason=f"moved to make room for {outcomes[victim.key].preempted_by}",
+                    reason=_noted(
+                        f"moved to make room for {outcomes[victim.key].preempted_by}", result
+                    ),
                 )
 
-        ordered = explain_spans(
-            instance, tuple(outcomes[j.key] for j in priority_order(instance.jobs))
-        )
+        ordered = tuple(outcomes[j.key] for j in priority_order(instance.jobs))
         objective = plan_objective(instance, ordered)
         return PlacementPlan(
             outcomes=ordered,
