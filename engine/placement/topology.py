@@ -253,15 +253,41 @@ def _narrowest(
     slice_level: str,
     fullness: Fullness | None,
 ) -> _Domain | None:
-    slice_rank = tree.rank.get(slice_level, 0) if slice_size > 1 else 0
-    by_rank = _build(
-        tree, rooms, count, max(1, slice_size), slice_rank, fullness or (lambda _: (0, 0))
-    )
-    for domains in by_rank:
-        holding = [d for d in domains if d.cap >= count]
-        if holding:
-            return _best_fit(holding)
-    return None
+    """The best-fit domain of the narrowest level that holds the gang, with its subtree."""
+    fill = fullness or (lambda _: (0, 0))
+    if slice_size > 1:
+        by_rank = _build(tree, rooms, count, slice_size, tree.rank.get(slice_level, 0), fill)
+        for domains in by_rank:
+            holding = [d for d in domains if d.cap >= count]
+            if holding:
+                return _best_fit(holding)
+        return None
+    # Without slices a domain holds what its nodes hold: sum per level, narrowest first,
+    # and build the tree only under the domain chosen.
+    caps = {n: min(k, count) for n, k in rooms.items() if k > 0 and n in tree.keys}
+    if sum(caps.values()) < count:
+        return None
+    top = len(tree.levels)
+    for rank in range(top):
+        held: dict[tuple[str, ...], int] = {}
+        for n, k in caps.items():
+            key = tree.keys[n][rank]
+            held[key] = held.get(key, 0) + k
+        holding = {key for key, v in held.items() if v >= count}
+        if not holding:
+            continue
+        members = [n for n in caps if tree.keys[n][rank] in holding]
+        if len(holding) > 1:
+            free: dict[tuple[str, ...], tuple[int, int]] = {}
+            for n in members:
+                key = tree.keys[n][rank]
+                f, g = free.get(key, (0, 0))
+                a, b = fill(n)
+                free[key] = (f + a, g + b)
+            best = min(holding, key=lambda d: (free[d], d))
+            members = [n for n in members if tree.keys[n][rank] == best]
+        return _build(tree, {n: caps[n] for n in members}, count, 1, 0, fill)[rank][0]
+    return _build(tree, caps, count, 1, 0, fill)[top][0]
 
 
 def compact_allocation(
