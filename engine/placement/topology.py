@@ -258,9 +258,9 @@ def _narrowest(
     if slice_size > 1:
         by_rank = _build(tree, rooms, count, slice_size, tree.rank.get(slice_level, 0), fill)
         for domains in by_rank:
-            holding = [d for d in domains if d.cap >= count]
-            if holding:
-                return _best_fit(holding)
+            fitting = [d for d in domains if d.cap >= count]
+            if fitting:
+                return _best_fit(fitting)
         return None
     # Without slices a domain holds what its nodes hold: sum per level, narrowest first,
     # and build the tree only under the domain chosen.
