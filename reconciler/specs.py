@@ -493,6 +493,7 @@ def _policy(spec: Mapping[str, Any]) -> Policy:
         move_cost=float(objective.get("moveCost", base.move_cost)),
         preemption_cost=float(objective.get("preemptionCost", base.preemption_cost)),
         fragmentation_weight=float(objective.get("fragmentationWeight", base.fragmentation_weight)),
+        compactness_weight=float(objective.get("compactnessWeight", base.compactness_weight)),
         fairness_weight=float(objective.get("fairnessWeight", base.fairness_weight)),
         preemption_enabled=bool(preemption.get("enabled", base.preemption_enabled)),
         preempt_within_queue=PreemptionScope(
