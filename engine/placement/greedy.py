@@ -352,9 +352,6 @@ class Packing:
                 placed.append(replica)
         return Fit(flavor, tuple(placed))
 
-    def _domain_free(self, nodes: Sequence[Node]) -> int:
-        return sum(self.free[n.name].free_gpu_milli for n in nodes)
-
     def pack(
         self,
         job: Job,
