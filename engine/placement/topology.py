@@ -126,8 +126,9 @@ def topology_violation(tree: Tree, job: Job, nodes: Sequence[str]) -> str | None
     gang = gang_topology(job)
     if gang.limit is not None and gang.limit in tree.rank:
         rank = tree.rank[gang.limit]
-        if len({tree.keys[n][rank] for n in nodes if n in tree.keys}) > 1:
-            return f"spans more than one {gang.limit} domain, needs one"
+        used = len({tree.keys[n][rank] for n in nodes if n in tree.keys})
+        if used > 1:
+            return f"spans {used} {gang.limit} domains, needs one"
     if gang.slice_size > 1 and gang.slice_level in tree.rank:
         rank = tree.rank[gang.slice_level]
         s = gang.slice_size
