@@ -22,6 +22,7 @@ from engine.model import (
     TopologyMode,
     TopologyRequirement,
 )
+from engine.placement import milp
 from engine.placement.check import check_plan
 from engine.placement.greedy import GreedyPlacer
 from engine.placement.milp import MilpPlacer
@@ -96,11 +97,17 @@ def instance(*jobs: Job, drained: frozenset[str] = DRAINED) -> PlacementInstance
     return PlacementInstance(CLUSTER, nodes(drained), (QUEUE,), jobs, {}, Policy())
 
 
-SOLVERS = ["greedy", "highs"]
+@pytest.fixture(params=["greedy", "highs", "cbc", "highs-classes"])
+def solver(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Greedy, the MILP with each backend, and the MILP's class model of large instances."""
+    name: str = request.param
+    if name == "highs-classes":
+        monkeypatch.setattr(milp, "SMALL_NODES", 0)
+    return name
 
 
 def placer(name: str) -> Placer:
-    return GreedyPlacer() if name == "greedy" else MilpPlacer(name)
+    return GreedyPlacer() if name == "greedy" else MilpPlacer(name.split("-")[0])
 
 
 def solve(name: str, inst: PlacementInstance) -> PlacementPlan:
@@ -179,13 +186,11 @@ def test_a_compact_allocation_uses_as_few_domains_as_possible_at_every_level() -
 # -- the scenarios, under every solver --------------------------------------------------------
 
 
-@pytest.mark.parametrize("solver", SOLVERS)
 def test_required_spine_lands_on_the_one_spine_with_room(solver: str) -> None:
     plan = solve(solver, instance(gang("g", level="spine")))
     assert spines(outcome(plan, "g")) == {"n1"}
 
 
-@pytest.mark.parametrize("solver", SOLVERS)
 def test_preferred_block_climbs_to_one_spine_and_says_so(solver: str) -> None:
     plan = solve(solver, instance(gang("g", level="block", mode=TopologyMode.PREFERRED)))
     o = outcome(plan, "g")
@@ -193,7 +198,6 @@ def test_preferred_block_climbs_to_one_spine_and_says_so(solver: str) -> None:
     assert o.reason.endswith("preferred block: no block could hold it; placed within one spine")
 
 
-@pytest.mark.parametrize("solver", SOLVERS)
 @pytest.mark.parametrize("job", [None, "datacenter"])
 def test_inside_a_large_domain_the_gang_still_packs_into_the_tightest(
     solver: str, job: str | None
@@ -208,7 +212,6 @@ def test_inside_a_large_domain_the_gang_still_packs_into_the_tightest(
     assert "preferred" not in g.reason
 
 
-@pytest.mark.parametrize("solver", SOLVERS)
 def test_preferred_inside_its_own_domain_packs_below_it(solver: str) -> None:
     """Preferred spine with every node Ready: a pair goes into one block, not two."""
     inst = instance(gang("p", 2, "spine", TopologyMode.PREFERRED), drained=frozenset())
@@ -216,7 +219,6 @@ def test_preferred_inside_its_own_domain_packs_below_it(solver: str) -> None:
     assert len(set(blocks(p))) == 1
 
 
-@pytest.mark.parametrize("solver", SOLVERS)
 def test_slices_sit_each_in_one_block(solver: str) -> None:
     """Four replicas, each two in one block, anywhere in the datacenter: only blocks with two
     free nodes serve, although one spine has three free nodes."""
@@ -229,7 +231,6 @@ def test_slices_sit_each_in_one_block(solver: str) -> None:
     assert {"n00", "n10", "n20"}.isdisjoint(b)
 
 
-@pytest.mark.parametrize("solver", SOLVERS)
 def test_slices_that_no_domain_holds_wait_and_say_why(solver: str) -> None:
     job = gang("s", 4, "spine", slice_size=2, slice_level="block")
     o = outcome(solve(solver, instance(job)), "s")
@@ -240,7 +241,6 @@ def test_slices_that_no_domain_holds_wait_and_say_why(solver: str) -> None:
     )
 
 
-@pytest.mark.parametrize("solver", SOLVERS)
 def test_a_required_gang_too_large_for_any_domain_waits_with_the_largest(solver: str) -> None:
     o = outcome(solve(solver, instance(gang("g", 4, "spine"))), "g")
     assert o.status is OutcomeStatus.PENDING
@@ -249,7 +249,6 @@ def test_a_required_gang_too_large_for_any_domain_waits_with_the_largest(solver:
     )
 
 
-@pytest.mark.parametrize("solver", SOLVERS)
 def test_a_preferred_gang_too_large_for_any_domain_spreads_as_little_as_it_can(
     solver: str,
 ) -> None:
@@ -271,7 +270,6 @@ def test_a_preferred_gang_too_large_for_any_domain_spreads_as_little_as_it_can(
     assert o.reason.endswith("preferred block: no domain could hold it, spread over 3 spines")
 
 
-@pytest.mark.parametrize("solver", SOLVERS)
 def test_every_gang_sits_at_the_tightest_span_free_when_it_was_placed(solver: str) -> None:
     inst = instance(
         gang("a", 3, "spine"),
@@ -284,7 +282,6 @@ def test_every_gang_sits_at_the_tightest_span_free_when_it_was_placed(solver: st
     assert all(s.extra == 0 for s in spans), spans
 
 
-@pytest.mark.parametrize("solver", SOLVERS)
 def test_unconstrained_is_placed_without_a_level(solver: str) -> None:
     o = outcome(solve(solver, instance(gang("u", 3, mode=TopologyMode.UNCONSTRAINED))), "u")
     assert o.status is OutcomeStatus.PLACED and len(o.replicas) == 3
