@@ -894,10 +894,10 @@ class Builder:
         return self._class_domains[key]
 
     def _compactness(self, jv: JobVars, entries: list[Entry]) -> None:
-        """Small models: one column per level and domain a gang may use, each costing what one
-        more domain of that level costs (objective.compactness_penalty), at levels where every
-        column of the gang lies inside one domain; elsewhere the model charges less than the
-        plan's score, so it stays an upper bound."""
+        """Compactness models (small, for the second criterion): one column per level and
+        domain a gang may use, each costing what one more domain of that level costs
+        (objective.compactness_penalty), at the levels where every column of the gang lies
+        inside one domain (per node: all of them, so the cost is exact)."""
         job = jv.job
         unit = compact_unit(job, self.policy)
         if not self.options.compactness or not self.options.small or not unit or not entries:
@@ -916,7 +916,7 @@ class Builder:
             else:
                 if len(groups) < 2:
                     continue
-                weight = unit * 2**rank
+                weight = unit * (1 << rank)
                 self.lp.add_cost(jv.place, weight)
                 for d, terms in groups.items():
                     tag = "/".join(reversed(d))
