@@ -7,6 +7,8 @@ The tree: one datacenter, three spines, two blocks per spine, two 8-GPU nodes pe
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from engine.model import (
     ClusterSpec,
@@ -285,3 +287,34 @@ def test_every_gang_sits_at_the_tightest_span_free_when_it_was_placed(solver: st
 def test_unconstrained_is_placed_without_a_level(solver: str) -> None:
     o = outcome(solve(solver, instance(gang("u", 3, mode=TopologyMode.UNCONSTRAINED))), "u")
     assert o.status is OutcomeStatus.PLACED and len(o.replicas) == 3
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    rooms=st.lists(st.integers(0, 3), min_size=12, max_size=12),
+    count=st.integers(1, 12),
+    sliced=st.booleans(),
+)
+def test_a_compact_allocation_is_the_tightest_and_keeps_every_rule(
+    rooms: list[int], count: int, sliced: bool
+) -> None:
+    """Any room on the 12 nodes: the allocation places exactly `count` replicas within each
+    node's room, its span is the tightest level free, and slices stay in one block."""
+    tree = Tree.of(CLUSTER, nodes(frozenset()))
+    room = {n.name: k for n, k in zip(nodes(frozenset()), rooms, strict=True)}
+    size, level = (2, "block") if sliced else (1, "node")
+    if count % size:
+        count += 1
+    allocation = compact_allocation(tree, room, count, lambda n: (room[n], 0), None, size, level)
+    tightest = tightest_level(tree, room, count, size, level)
+    if allocation is None:
+        assert tightest is None
+        return
+    assert sum(k for _, k in allocation) == count
+    assert all(0 < k <= room[n] for n, k in allocation)
+    assert len({n for n, _ in allocation}) == len(allocation)
+    replicas = [n for n, k in allocation for _ in range(k)]
+    assert span_of(tree, replicas).level == tightest
+    if sliced:
+        for i in range(0, count, 2):
+            assert replicas[i][:3] == replicas[i + 1][:3]
