@@ -1098,9 +1098,8 @@ def _realise_job(
         single = next((slot for slot, c in jv.single.items() if _chosen(values, c)), None)
         if domain is not None:
             allowed = packing.domains(job, flavor, level).get(domain, [])
-            fit = _realise_compact(packing, model, jv, values, flavor, allowed, count, rooms)
-            if fit is not None:
-                return fit
+            if gang.slice_size > 1:
+                return _realise_slices(packing, model, jv, values, flavor, allowed, count, rooms)
         elif single is not None:
             if single in jv.single_replicas:
                 count = round(values[jv.single_replicas[single]])
@@ -1120,9 +1119,8 @@ def _realise_job(
             )
             return packing.pack(job, flavor, [best], count, rooms)
         elif _chosen(values, jv.spread):
-            fit = _realise_compact(packing, model, jv, values, flavor, allowed, count, rooms)
-            if fit is not None:
-                return fit
+            if gang.slice_size > 1:
+                return _realise_slices(packing, model, jv, values, flavor, allowed, count, rooms)
             # A preferred domain given up: still try one domain first, as greedy does.
             for nodes in sorted(
                 packing.domains(job, flavor, level).values(),
@@ -1133,10 +1131,6 @@ def _realise_job(
                     return fit
         else:
             return None
-    elif gang.compact and count > 1:
-        fit = _realise_compact(packing, model, jv, values, flavor, allowed, count, rooms)
-        if fit is not None:
-            return fit
     # Replicas per class, as the model counted them; else best fit over the allowed nodes.
     whole_domain = set(jv.domain.values())
     per_class = [
@@ -1153,17 +1147,37 @@ def _realise_job(
         replicas: list[ReplicaPlacement] = []
         for group, n in sorted(groups, key=lambda t: -t[1]):
             nodes = [m for m in group if m.name in inside]
-            fit = _pack_sparing(packing, job, flavor, nodes, n, rooms)
+            fit = _pack_group(packing, job, flavor, nodes, n, rooms)
             if fit is None:
                 replicas = []
                 break
             replicas.extend(fit.replicas)
         if len(replicas) == count:
             return Fit(flavor, tuple(replicas))
-    return _pack_sparing(packing, job, flavor, allowed, count, rooms)
+    return _pack_group(packing, job, flavor, allowed, count, rooms)
 
 
-def _realise_compact(
+def _pack_group(
+    packing: Packing,
+    job: Job,
+    flavor: str | None,
+    nodes: list[Node],
+    count: int,
+    rooms: dict[str, int],
+) -> Fit | None:
+    """`count` replicas on `nodes` (the class the model counted them on): as tightly as the
+    tree allows (topology.compact_allocation) for a gang, else best fit."""
+    if gang_topology(job).compact and count > 1:
+        names = {m.name for m in nodes}
+        allocation = compact_allocation(
+            packing.tree, {n: k for n, k in rooms.items() if n in names}, count, packing.fullness
+        )
+        if allocation is not None:
+            return packing.pack_allocation(job, flavor, allocation)
+    return _pack_sparing(packing, job, flavor, nodes, count, rooms)
+
+
+def _realise_slices(
     packing: Packing,
     model: PlacementModel,
     jv: JobVars,
@@ -1173,8 +1187,9 @@ def _realise_compact(
     count: int,
     rooms: dict[str, int],
 ) -> Fit | None:
-    """A gang packed as tightly as the tree allows (topology.compact_allocation), on the
-    classes the model gave it if they hold it so, else anywhere it may go."""
+    """A sliced gang as a whole (each slice in one domain of its slice level), as tightly
+    as the tree allows, on the classes the model gave it if they hold it so, else
+    anywhere in its domain."""
     job = jv.job
     gang = gang_topology(job)
     inside = {n.name for n in allowed}
