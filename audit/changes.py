@@ -1,12 +1,17 @@
-"""`audit changes`: every change of queues, priorities and policies, with its provenance.
+"""`audit changes`: every change of queues, OWNERS, priorities and policies, with its provenance.
 
-For each: the commit, its author and approvers, when it was merged (the commit's
-date) and applied (when the log recorded it), and what it caused: the placement
+For each: the commit, its author and when they wrote it, its committer (who merged
+it) and approvers, when it was merged (the committer date, when it took effect) and
+applied (when the log recorded it), all in UTC, and what it caused: the placement
 events of the solve that followed it (admitted, moved, preempted, left pending).
+For a change to a team's queue or OWNERS, also the approval rule's verdict from the
+log: who wrote it, each approver, whether they were an owner at the base, and the
+fingerprint of the key that signed their approval.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from audit.store import AuditStore, rows
@@ -18,7 +23,9 @@ HEADERS = [
     "target",
     "change",
     "author",
+    "committer",
     "approvers",
+    "approval",
     "merged",
     "applied",
     "caused",
@@ -32,11 +39,13 @@ def changes(store: AuditStore, *, team: str | None = None) -> list[dict[str, Any
     found = rows(
         store,
         "SELECT ch.commit_seq, ch.seq, ch.kind, ch.target, ch.team, ch.summary, c.sha, c.author, "
-        "c.email, c.approvers, c.committed_at, c.applied_time, c.subject FROM changes ch "
+        "c.email, c.approvers, c.committed_at, c.applied_time, c.subject, c.authored_at, "
+        "c.committer FROM changes ch "
         f"JOIN commits c ON c.seq = ch.commit_seq {where} ORDER BY ch.commit_seq, ch.seq, ch.id",
         params,
     )
     effects: dict[int, list[dict[str, Any]]] = {}
+    approvals: dict[tuple[int, str], dict[str, Any]] = {}
     commit_seqs = sorted({r["commit_seq"] for r in found})
     for start in range(0, len(commit_seqs), 500):
         chunk = commit_seqs[start : start + 500]
@@ -50,9 +59,21 @@ def changes(store: AuditStore, *, team: str | None = None) -> list[dict[str, Any
             effects.setdefault(e["commit_seq"], []).append(
                 {"seq": e["seq"], "type": e["type"], "job": e["job"], "detail": e["detail"]}
             )
+        for a in rows(
+            store,
+            "SELECT commit_seq, team, status, data FROM approvals WHERE commit_seq IN ("
+            + ",".join("?" * len(chunk))
+            + ")",
+            chunk,
+        ):
+            approvals[(a["commit_seq"], a["team"])] = {
+                "status": a["status"],
+                **json.loads(a["data"]),
+            }
     out = []
     for r in found:
         caused = effects.get(r["commit_seq"], [])
+        approval = approvals.get((r["commit_seq"], r["team"])) if r["kind"] != "policy" else None
         out.append(
             {
                 "applied_seq": r["commit_seq"],
@@ -63,8 +84,11 @@ def changes(store: AuditStore, *, team: str | None = None) -> list[dict[str, Any
                 "target": r["target"],
                 "team": r["team"],
                 "change": r["summary"],
-                "author": f"{r['author']} <{r['email']}>",
+                "author": _author(f"{r['author']} <{r['email']}>", r["email"], approval),
+                "authored": r["authored_at"] or None,
+                "committer": r["committer"] or None,
                 "approvers": [a for a in r["approvers"].split("\n") if a],
+                "approval": approval,
                 "merged": r["committed_at"],
                 "applied": r["applied_time"],
                 "effects": caused,
@@ -72,6 +96,15 @@ def changes(store: AuditStore, *, team: str | None = None) -> list[dict[str, Any
             }
         )
     return out
+
+
+def _author(committed: str, email: str, approval: dict[str, Any] | None) -> str:
+    """Who wrote the change: for a merge, the authors of the commits it brought in
+    (the approval record's), with the commit's own author as the one who merged it."""
+    authors = list(approval.get("authors", ())) if approval else []
+    if not authors or email.lower() in authors:
+        return committed
+    return f"{', '.join(authors)} (merged by {committed})"
 
 
 def _caused_text(effects: list[dict[str, Any]]) -> str:
@@ -82,3 +115,21 @@ def _caused_text(effects: list[dict[str, Any]]) -> str:
         verb = e["detail"].split(" ", 1)[0].rstrip(":")
         counts.setdefault(verb, []).append(e["job"])
     return "; ".join(f"{verb} {', '.join(jobs)}" for verb, jobs in counts.items())
+
+
+def approval_text(approval: dict[str, Any] | None) -> str:
+    """One cell: the verdict, and each approver with their owner status and key."""
+    if approval is None:
+        return "-"
+    if approval["status"] == "bootstrap":
+        return "bootstrap (no owners at the base)"
+    people = []
+    for a in approval.get("approvals", ()):
+        marks = ["owner" if a["owner_at_base"] else "not an owner"]
+        if a.get("fingerprint"):
+            marks.append(f"signed {a['fingerprint']}")
+        if not a.get("counted"):
+            marks.append("not counted")
+        people.append(f"{a['approver']} ({', '.join(marks)})")
+    status = str(approval["status"])
+    return status + (": " + "; ".join(people) if people else "")

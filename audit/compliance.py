@@ -16,6 +16,7 @@ from audit.projection import (
     CHECK_ISOLATION,
     CHECK_LIMITS,
     CHECK_PREEMPTION,
+    CHECK_PREEMPTION_RULES,
     CHECK_RESIDENCY,
     CHECKS,
 )
@@ -30,8 +31,12 @@ DESCRIPTIONS = {
     "(a node failure, drain or removal is not a preemption)",
     CHECK_LIMITS: "after every solve, no queue uses more than nominal + borrowing limit "
     "and no cohort borrows more than its members can lend",
-    CHECK_APPROVAL: "every change to a team's queue (its quota) is approved by someone "
-    "other than its author (SOC 2 CC8.1, change management)",
+    CHECK_APPROVAL: "every change to a team's queue (its quota) or OWNERS is approved by an "
+    "owner of that team at the base, not its author, signed when the Policy requires it; "
+    "a team with no owners at the base (bootstrap) needs none; the reconciler's rule, "
+    "run on the log (SOC 2 CC8.1, change management)",
+    CHECK_PREEMPTION_RULES: "every preemption is one the quota and preemption rules allow "
+    "(within a queue, reclaim within a cohort, never to borrow), judged on the state at the time",
 }
 
 CHECKED_WHAT = {
@@ -39,7 +44,8 @@ CHECKED_WHAT = {
     CHECK_RESIDENCY: "placements with residency",
     CHECK_PREEMPTION: "preemptions",
     CHECK_LIMITS: "solves",
-    CHECK_APPROVAL: "commits changing queues",
+    CHECK_APPROVAL: "commits changing queues or OWNERS",
+    CHECK_PREEMPTION_RULES: "preemptions",
 }
 
 HEADERS = ["check", "seq", "time", "subject", "message", "evidence", "until_seq"]

@@ -19,6 +19,11 @@ from audit.projection import (
     END_PREEMPTED,
     END_STOPPED,
     END_WITHDRAWN,
+    KIND_CLUSTER,
+    KIND_NODE,
+    KIND_PENDING,
+    KIND_QUEUE,
+    epoch,
 )
 from audit.store import AuditStore, EventList, catch_up
 from audit.window import placement_window
@@ -46,7 +51,9 @@ HEADERS = [
     "replicas",
     "gpus",
     "flavor",
+    "queued",
     "start",
+    "wait_s",
     "end",
     "state",
     "start_reason",
@@ -74,6 +81,10 @@ class Interval(NamedTuple):
     cause: str
     end_cause: str | None
     gpu_hours: float | None
+    # When the job began waiting for this placement (its commit, or the end of its last
+    # interval) and how long it waited, in seconds (0 for a move).
+    queued: str = ""
+    wait_s: float | None = None
 
     @property
     def state(self) -> str:
@@ -89,6 +100,8 @@ class Interval(NamedTuple):
             "nodes": list(self.nodes),
             "replicas": self.replicas,
             "gpus": self.gpus,
+            "queued": self.queued or None,
+            "wait_s": self.wait_s,
             "start": self.start,
             "start_seq": self.start_seq,
             "start_kind": self.start_kind,
@@ -116,13 +129,14 @@ def _reason(kind: str, detail: str | None) -> str:
 _COLUMNS = (
     "p.id, p.job, p.queue, p.team, p.user, p.flavor, p.nodes, p.replicas, p.gpu_milli, "
     "p.start_time, p.start_seq, p.start_kind, p.start_reason, p.end_time, p.end_seq, p.end_kind, "
-    "p.end_reason, p.start_cause, p.end_cause, p.start_ts, p.end_ts"
+    "p.end_reason, p.start_cause, p.end_cause, p.start_ts, p.end_ts, p.queued_time"
 )
 
 
 def _interval(r: tuple[Any, ...]) -> Interval:
     (_, job, queue, team, user, flavor, nodes, replicas, milli, start, start_seq, start_kind,
-     start_reason, end, end_seq, end_kind, end_reason, cause, end_cause, start_ts, end_ts) = r  # fmt: skip
+     start_reason, end, end_seq, end_kind, end_reason, cause, end_cause, start_ts, end_ts,
+     queued) = r  # fmt: skip
     gpus = milli / GPU_MILLI
     return Interval(
         job,
@@ -144,6 +158,8 @@ def _interval(r: tuple[Any, ...]) -> Interval:
         cause,
         end_cause,
         None if end_ts is None else round(gpus * (end_ts - start_ts) / 3600.0, 6),
+        queued,
+        round(start_ts - epoch(queued), 6) if queued else None,
     )
 
 
@@ -218,6 +234,54 @@ def query(
     found += select("open_placements", "", [], "n.placement")
     found.sort(key=lambda r: (r[10], r[0]))
     return [_interval(r) for r in found]
+
+
+def missing_subject(
+    store: AuditStore,
+    *,
+    job: str | None = None,
+    node: str | None = None,
+    team: str | None = None,
+    flavor: str | None = None,
+) -> str | None:
+    """What a history query names that the log never saw ("job 'x'"), or None.
+
+    An empty answer about a job that ran nowhere is an answer; about a job nobody
+    ever submitted it is a typo, and says so.
+    """
+    db = store.db
+
+    def seen(sql: str, *params: str) -> bool:
+        return db.execute(sql + " LIMIT 1", params).fetchone() is not None
+
+    if job is not None:
+        column = "job" if "/" in job else "name"
+        like = job if "/" in job else f"%/{job}"
+        if not (
+            any(seen(f"SELECT 1 FROM {t} WHERE {column} = ?", job) for t in _INTERVAL_TABLES)
+            or seen("SELECT 1 FROM all_versions WHERE kind = ? AND key LIKE ?", KIND_PENDING, like)
+        ):
+            return f"job '{job}'"
+    if node is not None and not seen(
+        "SELECT 1 FROM all_versions WHERE kind = ? AND key = ?", KIND_NODE, node
+    ):
+        return f"node '{node}'"
+    if team is not None and not (
+        _has_team(store, team)
+        or seen("SELECT 1 FROM all_versions WHERE kind = ? AND key = ?", KIND_QUEUE, team)
+    ):
+        return f"team or queue '{team}'"
+    if flavor is not None and not seen(
+        "SELECT 1 FROM all_versions WHERE kind IN (?, ?) AND data LIKE ?",
+        KIND_NODE,
+        KIND_CLUSTER,
+        f'%"{flavor}"%',
+    ):
+        return f"GPU flavor '{flavor}'"
+    return None
+
+
+_INTERVAL_TABLES = ("placements", "open_placements")
 
 
 def _has_team(store: AuditStore, team: str) -> bool:

@@ -12,13 +12,21 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from audit.projection import KIND_CLUSTER, KIND_NODE, KIND_PENDING, KIND_POLICY, KIND_QUEUE
+from audit.projection import (
+    KIND_CLUSTER,
+    KIND_NODE,
+    KIND_PENDING,
+    KIND_POLICY,
+    KIND_QUEUE,
+    epoch,
+)
 from audit.store import AuditStore, rows
 from engine.model import GPU_MILLI
 
 
 def seq_at_time(store: AuditStore, time_text: str) -> int:
-    """The last seq of the prefix of the log recorded at or before `time_text` (as replay reads it)."""
+    """The last seq of the prefix of the log whose facts happened at or before `time_text`
+    (fact times, `eventlog.timeline`, as `replay(until_time=...)` reads them)."""
     row = store.db.execute("SELECT MIN(seq) FROM marks WHERE time > ?", (time_text,)).fetchone()
     if row is None or row[0] is None:
         return store.offset()[0]
@@ -138,6 +146,10 @@ def cluster_at(store: AuditStore, seq: int) -> dict[str, Any]:
                 "replicas": p["replicas"],
                 "since": p["start_time"],
                 "since_seq": p["start_seq"],
+                "queued": p["queued_time"] or None,
+                "wait_s": round(p["start_ts"] - epoch(p["queued_time"]), 6)
+                if p["queued_time"]
+                else None,
             }
             for p in placements
         ],

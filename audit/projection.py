@@ -21,12 +21,15 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
 
+from audit import preemptions
 from engine.events import EVENT_TYPES
-from engine.model import GPU_MILLI
+from engine.model import GPU_MILLI, Approval, Owner, utc_time
 from eventlog.codec import upcast
 from eventlog.envelope import GENESIS_HASH
+from eventlog.timeline import COMMIT_EVENTS, Timeline
+from policies.approval import judge_team, recorded_vouches, trailer_vouches
 
-FORMAT_VERSION = "4"
+FORMAT_VERSION = "5"
 
 # How a placement interval started and ended; `history` shows them like sacct's State.
 START_ADMITTED, START_MOVED = "admitted", "moved"
@@ -41,7 +44,15 @@ CHECK_RESIDENCY = "residency"
 CHECK_PREEMPTION = "non-preemptible"
 CHECK_LIMITS = "queue-limits"
 CHECK_APPROVAL = "quota-approval"
-CHECKS = (CHECK_ISOLATION, CHECK_RESIDENCY, CHECK_PREEMPTION, CHECK_LIMITS, CHECK_APPROVAL)
+CHECK_PREEMPTION_RULES = "preemption-rules"
+CHECKS = (
+    CHECK_ISOLATION,
+    CHECK_RESIDENCY,
+    CHECK_PREEMPTION,
+    CHECK_LIMITS,
+    CHECK_APPROVAL,
+    CHECK_PREEMPTION_RULES,
+)
 
 # Versioned facts for point-in-time queries: one row per stretch of seqs a fact held.
 KIND_NODE, KIND_QUEUE, KIND_PENDING, KIND_POLICY, KIND_CLUSTER = (
@@ -81,6 +92,21 @@ class Envelope(Protocol):
     def hash(self) -> str: ...
 
 
+@dataclass(frozen=True, slots=True)
+class HeldEvent:
+    """A stored event the timeline held, as the fold reads it (an `Envelope`)."""
+
+    seq: int
+    type: str
+    schema_version: int
+    data: dict[str, Any]
+    time: str
+    actor: str
+    cause: str
+    prev_hash: str
+    hash: str
+
+
 class ProjectionError(Exception):
     """The log cannot be projected: a gap in seq, a broken link, an unknown event type."""
 
@@ -95,6 +121,13 @@ def email_of(who: str) -> str:
     if 0 <= start < end:
         return who[start + 1 : end].strip().lower()
     return who.strip().lower()
+
+
+def _who(name: str, email: str) -> str:
+    """`Name <email>`, or "" when git did not say (a commit logged before v2)."""
+    if not name and not email:
+        return ""
+    return f"{name} <{email}>"
 
 
 def gpus(milli: int | float) -> str:
@@ -113,6 +146,8 @@ class JobInfo:
     priority: int
     priority_class: str
     seq: int
+    # When it last began waiting to be placed: its commit, or the end of its last interval.
+    waiting_since: str = ""
 
 
 @dataclass(slots=True)
@@ -135,6 +170,7 @@ class Running:
     kind: str
     reason: str
     cause: str
+    queued: str = ""  # when the job began waiting for this placement
 
     def row(self) -> tuple[Any, ...]:
         return (
@@ -266,12 +302,25 @@ class ProjectionState:
     priority_classes: list[Any] = field(default_factory=list)
     # changes of the commit being read, until its CommitApplied names author and approvers
     staged_changes: list[list[Any]] = field(default_factory=list)
+    # team -> its OWNERS as [e-mail, key] pairs, as the log last recorded them
+    owners: dict[str, list[list[str]]] = field(default_factory=dict)
+    # of the commit being read: its ApprovalChecked payloads, each team's OWNERS and the
+    # signed-approval rule as they were before it (its base)
+    staged_approvals: list[dict[str, Any]] = field(default_factory=list)
+    staged_owners_base: dict[str, list[list[str]]] = field(default_factory=dict)
+    staged_signed_base: bool | None = None
     effects_of: list[Any] | None = None  # [sha, commit seq] whose solve is being read
     touched: dict[str, list[int]] = field(
         default_factory=dict
     )  # account key -> seqs since the last solve
     over_limit: dict[str, int] = field(default_factory=dict)  # limit key -> open violation id
     checked: dict[str, int] = field(default_factory=lambda: dict.fromkeys(CHECKS, 0))
+    # The fact timeline (eventlog.timeline): the append being read, and a commit's changes
+    # read before their commit stated its time, as (stored event, upcast data, its version)
+    # or, once saved, [seq, type, schema_version, data, time, actor, cause, prev_hash,
+    # hash]. `max_time` is the last fact time.
+    unit: list[str] = field(default_factory=lambda: ["", "", ""])
+    held: list[Any] = field(default_factory=list)
 
     _TYPES: dict[str, Any] = dataclasses.field(
         default_factory=lambda: {
@@ -295,6 +344,8 @@ class ProjectionState:
             if f.name in self._TYPES:
                 names = _FIELD_NAMES[self._TYPES[f.name]]
                 value = {k: [getattr(v, n) for n in names] for k, v in value.items()}
+            elif f.name == "held":
+                value = [_held_values(item) for item in value]
             out[f.name] = value
         return json.dumps(out, separators=(",", ":"), sort_keys=True)
 
@@ -319,6 +370,24 @@ class ProjectionState:
         self.checked[CHECK_LIMITS] = other.checked[CHECK_LIMITS]
 
 
+def _held_values(item: Any) -> list[Any]:
+    """A held event as plain values, to save with the fold's state."""
+    if isinstance(item, list):
+        return item
+    stored, data, version = item
+    return [
+        stored.seq,
+        stored.type,
+        version,
+        data,
+        stored.time,
+        stored.actor,
+        stored.cause,
+        stored.prev_hash,
+        stored.hash,
+    ]
+
+
 # The fields of `ProjectionState` a `UsageLedger` keeps, besides its count in `checked`.
 USAGE_FIELDS = ("accounts", "pools", "touched", "over_limit", "next_segment", "next_violation")
 
@@ -338,6 +407,7 @@ class Batch:
     """
 
     __slots__ = (
+        "approvals",
         "changes",
         "checkpoint_marks",
         "checkpoints",
@@ -374,6 +444,7 @@ class Batch:
         self.marks: list[tuple[Any, ...]] = []
         self.commits: list[tuple[Any, ...]] = []
         self.changes: list[tuple[Any, ...]] = []
+        self.approvals: list[tuple[Any, ...]] = []
         self.effects: list[tuple[Any, ...]] = []
         self.violations: list[tuple[Any, ...]] = []
         self.violation_close: list[tuple[Any, ...]] = []
@@ -446,6 +517,22 @@ def queue_diff(old: dict[str, Any] | None, new: dict[str, Any] | None) -> str:
     return "; ".join(out) or "no effective change"
 
 
+def owners_diff(old: list[list[str]], new: list[list[str]]) -> str:
+    """What an OWNERS change did: who was added or removed, whose key changed."""
+    before: dict[str, str] = {e: k for e, k in old}
+    after: dict[str, str] = {e: k for e, k in new}
+    parts = [
+        f"owner {e} added" + (" with a key" if after[e] else "") for e in after if e not in before
+    ]
+    parts += [f"owner {e} removed" for e in before if e not in after]
+    parts += [
+        f"key of {e} " + ("added" if not before[e] else "removed" if not after[e] else "changed")
+        for e in after
+        if e in before and before[e] != after[e]
+    ]
+    return "; ".join(parts) or "no effective change"
+
+
 def dict_diff(old: dict[str, Any], new: dict[str, Any]) -> str:
     keys = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
     if not old:
@@ -462,8 +549,13 @@ class Projector:
         """`usage`: where usage accounting goes; by default a `UsageLedger` on the same state."""
         self.state = state if state is not None else ProjectionState()
         self.usage: Usage = usage if usage is not None else UsageLedger(self.state)
-        self._time = ""
-        self._ts = 0.0
+        s = self.state
+        # The fold's time: the last fact time it read.
+        self._time = s.max_time
+        self._ts = epoch(s.max_time) if s.max_time else 0.0
+        # Items: (stored event, upcast data, version), or a saved held event's plain values.
+        self._timeline: Timeline[Any] = Timeline(s.max_time, s.unit, s.held)
+        self._marked = s.max_time
         # Who runs on each dedicated node: what the isolation check needs to see.
         self._node_jobs: dict[str, set[str]] = {}
         for name, node in self.state.nodes.items():
@@ -479,6 +571,8 @@ class Projector:
             "NodeStateChanged": self._node_state_changed,
             "QueueConfigured": self._queue_configured,
             "QueueRemoved": self._queue_removed,
+            "OwnersChanged": self._owners_changed,
+            "ApprovalChecked": self._approval_checked,
             "JobSubmitted": self._job_submitted,
             "JobChanged": self._job_changed,
             "JobWithdrawn": self._job_withdrawn,
@@ -508,8 +602,9 @@ class Projector:
         `convert` for a stream, its loop kept tight: a rebuild runs it a million times."""
         s = self.state
         dispatch = self._dispatch
-        marks = batch.marks
-        seq, hash_, time = s.seq, s.hash, self._time
+        timeline = self._timeline
+        unit = timeline.unit  # the append being read: its time, cause and fact time
+        seq, hash_ = s.seq, s.hash
         checkpoint = s.next_checkpoint
         count = batch.events
         try:
@@ -519,21 +614,26 @@ class Projector:
                 entry = dispatch.get(stored.type)
                 if entry is None:
                     raise ProjectionError(f"event {stored.seq} has unknown type {stored.type!r}")
-                handler, version = entry
+                version = entry[1]
                 data = stored.data
                 if stored.schema_version != version:
                     data = upcast(stored.type, stored.schema_version, data)
-                if stored.time != time:
-                    time = self._time = stored.time
-                    self._ts = epoch(time)
-                    if time > s.max_time:
-                        s.max_time = time
-                        marks.append((stored.seq, time))
-                handler(stored, data, batch)
                 seq = s.seq = stored.seq
                 hash_ = s.hash = stored.hash
+                type_ = stored.type
+                if (
+                    unit[2]
+                    and stored.time == unit[0]
+                    and stored.cause == unit[1]
+                    and type_ not in COMMIT_EVENTS
+                    and (type_ != "PlacementDecided" or data.get("at") == self._time)
+                ):
+                    # The rest of an append whose time is known, at that time: the common case.
+                    entry[0](stored, data, batch)
+                else:
+                    self._place_in_time(stored, data, version, batch)
                 count += 1
-                if seq >= checkpoint:
+                if seq >= checkpoint and not timeline.held:
                     self.checkpoint(batch)
                     checkpoint = s.next_checkpoint
                 if count >= limit:
@@ -541,6 +641,31 @@ class Projector:
             return False
         finally:
             batch.events = count
+            s.held = timeline.held
+
+    def _place_in_time(
+        self, stored: Envelope, data: dict[str, Any], version: int, batch: Batch
+    ) -> None:
+        """Give an event its fact time (`eventlog.timeline`): fold it and whatever it releases,
+        or hold it until its commit states the time."""
+        timeline = self._timeline
+        dispatch = self._dispatch
+        for item, time in timeline.add(
+            (stored, data, version), stored.type, data, stored.time, stored.cause, stored.actor
+        ):
+            if item.__class__ is list:  # held, and saved with the fold's state
+                event: Envelope = HeldEvent(*item)
+                values = item[3]
+            else:
+                event, values, _ = item
+            if time != self._time:
+                self._time = time
+                self._ts = epoch(time)
+                if time > self._marked:
+                    self._marked = time
+                    batch.marks.append((event.seq, time))
+            dispatch[event.type][0](event, values, batch)
+        self.state.max_time = timeline.time
 
     def _refuse(self, stored: Envelope) -> None:
         s = self.state
@@ -557,7 +682,7 @@ class Projector:
         """The rows still open, for the sink to write with the offset."""
         s = self.state
         batch.open_placements = [
-            (*r.row(), None, None, None, None, None, None) for r in s.running.values()
+            (*r.row(), None, None, None, None, None, None, r.queued) for r in s.running.values()
         ]
         batch.open_versions = [
             (v[0], v[1], v[2], v[3], v[4], v[5], None, None, None, v[6])
@@ -588,7 +713,7 @@ class Projector:
             kind,
             key,
             stored.seq,
-            stored.time,
+            self._time,
             self._ts,
             data if isinstance(data, str) else _canonical(data),
         ]
@@ -597,7 +722,7 @@ class Projector:
         v = self.state.versions.pop(f"{kind}\x1f{key}", None)
         if v is not None:
             batch.versions.append(
-                (v[0], v[1], v[2], v[3], v[4], v[5], stored.seq, stored.time, self._ts, v[6])
+                (v[0], v[1], v[2], v[3], v[4], v[5], stored.seq, self._time, self._ts, v[6])
             )
 
     # -- placement intervals --------------------------------------------------------------
@@ -651,11 +776,12 @@ class Projector:
                 run.reason,
                 run.cause,
                 stored.seq,
-                stored.time,
+                self._time,
                 end,
                 kind,
                 reason,
                 stored.cause,
+                run.queued,
             )
         )
         if milli:
@@ -684,6 +810,9 @@ class Projector:
         for node in nodes:
             if node in node_jobs:
                 node_jobs[node].discard(job)
+        info = self.state.jobs.get(job)
+        if info is not None:
+            info.waiting_since = self._time  # placed again at once when it moves: no wait
         return run
 
     def _effect(self, stored: Envelope, job: str, detail: str, batch: Batch) -> None:
@@ -701,7 +830,7 @@ class Projector:
         batch: Batch,
     ) -> None:
         self.usage.violation(
-            check, stored.seq, stored.time, subject, message, _compact(sorted(set(evidence))), batch
+            check, stored.seq, self._time, subject, message, _compact(sorted(set(evidence))), batch
         )
 
     def _placement_decided(self, stored: Envelope, d: dict[str, Any], batch: Batch) -> None:
@@ -740,11 +869,12 @@ class Projector:
             milli,
             nodes,
             stored.seq,
-            stored.time,
+            self._time,
             self._ts,
             START_MOVED if old is not None or action == START_MOVED else START_ADMITTED,
             reason,
             stored.cause,
+            job.waiting_since if job is not None and job.waiting_since else self._time,
         )
         if milli:
             day_key = (
@@ -839,6 +969,16 @@ class Projector:
         s = self.state
         key = d["job"]
         reason = d.get("reason", "")
+        open_run = s.running.get(key)
+        if open_run is not None and key in s.jobs:
+            s.checked[CHECK_PREEMPTION_RULES] = s.checked.get(CHECK_PREEMPTION_RULES, 0) + 1
+            trouble = self._node_trouble(open_run) is not None
+            broken = preemptions.check(s, key, d, open_run, trouble)
+            if broken is not None:
+                message, evidence = broken
+                self._violation(
+                    CHECK_PREEMPTION_RULES, stored, key, message, [stored.seq, *evidence], batch
+                )
         run = self._close_interval(key, END_PREEMPTED, reason, stored, batch)
         self._open_version(
             KIND_PENDING,
@@ -897,11 +1037,13 @@ class Projector:
         v = s.versions.pop(f"{KIND_PENDING}\x1f{key}", None)
         if v is not None:
             batch.versions.append(
-                (v[0], v[1], v[2], v[3], v[4], v[5], stored.seq, stored.time, self._ts, v[6])
+                (v[0], v[1], v[2], v[3], v[4], v[5], stored.seq, self._time, self._ts, v[6])
             )
         s.jobs.pop(key, None)
 
-    def _job_info(self, stored: Envelope, job: dict[str, Any], user: str) -> JobInfo:
+    def _job_info(
+        self, stored: Envelope, job: dict[str, Any], user: str, waiting_since: str
+    ) -> JobInfo:
         return JobInfo(
             job["queue"],
             job["name"],
@@ -912,6 +1054,7 @@ class Projector:
             int(job.get("priority", 0)),
             str(job.get("priority_class", "")),
             stored.seq,
+            waiting_since,
         )
 
     def _job_submitted(self, stored: Envelope, d: dict[str, Any], batch: Batch) -> None:
@@ -921,14 +1064,19 @@ class Projector:
         user = self._people.get(actor)
         if user is None:
             user = self._people[actor] = person(actor)
-        self.state.jobs[key] = self._job_info(stored, job, user)
+        self.state.jobs[key] = self._job_info(stored, job, user, self._time)
 
     def _job_changed(self, stored: Envelope, d: dict[str, Any], batch: Batch) -> None:
         s = self.state
         job = d["job"]
         key = f"{job['queue']}/{job['name']}"
         old = s.jobs.get(key)
-        info = self._job_info(stored, job, old.user if old else person(stored.actor))
+        info = self._job_info(
+            stored,
+            job,
+            old.user if old else person(stored.actor),
+            old.waiting_since if old else self._time,
+        )
         s.jobs[key] = info
         fields = d.get("fields", ())
         if "priority" in fields or "priority_class" in fields:
@@ -963,6 +1111,8 @@ class Projector:
         s = self.state
         policy = d["policy"]
         s.staged_changes.append([stored.seq, "policy", "policy", None, dict_diff(s.policy, policy)])
+        if s.staged_signed_base is None:
+            s.staged_signed_base = bool(s.policy.get("require_signed_approval"))
         s.policy = policy
         self._open_version(KIND_POLICY, "policy", stored, policy, batch)
 
@@ -1072,58 +1222,160 @@ class Projector:
             commit.get("author", ""),
             commit.get("author_email", ""),
             "\n".join(commit.get("approvers", ())),
-            commit.get("committed_at", ""),
+            utc_time(commit.get("committed_at", "")),
             stored.time,
             commit.get("subject", ""),
             detail,
+            utc_time(commit.get("authored_at", "")),
+            _who(commit.get("committer", ""), commit.get("committer_email", "")),
         )
+
+    def _owners_changed(self, stored: Envelope, d: dict[str, Any], batch: Batch) -> None:
+        s = self.state
+        team = d["team"]
+        old = s.owners.get(team, [])
+        new = [[o["email"], o.get("key", "")] for o in d["owners"]]
+        s.staged_owners_base.setdefault(team, old)
+        if new:
+            s.owners[team] = new
+        else:
+            s.owners.pop(team, None)
+        s.staged_changes.append([stored.seq, "owners", team, team, owners_diff(old, new)])
+
+    def _approval_checked(self, stored: Envelope, d: dict[str, Any], batch: Batch) -> None:
+        self.state.staged_approvals.append(d)
 
     def _commit_applied(self, stored: Envelope, d: dict[str, Any], batch: Batch) -> None:
         s = self.state
         commit = d["commit"]
         batch.commits.append(self._commit_row(stored, commit, True, int(d.get("changes", 0))))
         staged, s.staged_changes = s.staged_changes, []
+        records, s.staged_approvals = s.staged_approvals, []
+        owners_base, s.staged_owners_base = s.staged_owners_base, {}
+        signed_base, s.staged_signed_base = s.staged_signed_base, None
         s.effects_of = [commit["sha"], stored.seq] if staged else None
         for seq, kind, target, team, summary in staged:
             batch.changes.append((s.next_change, stored.seq, seq, kind, target, team, summary))
             s.next_change += 1
-        quota_changes = [c for c in staged if c[1] == "queue"]
-        if not quota_changes:
+        governed = [c for c in staged if c[1] in ("queue", "owners")]
+        if not governed:
             return
         s.checked[CHECK_APPROVAL] += 1
-        author = commit.get("author", "")
-        author_email = (commit.get("author_email") or "").lower()
-        others = [
-            a
-            for a in commit.get("approvers", ())
-            if email_of(a) not in (author_email, author.lower())
-            and person(a).split(" <")[0].strip().lower() != author.lower()
+        base = {t: people for t, people in {**s.owners, **owners_base}.items() if people}
+        signed = bool(signed_base) or bool(s.policy.get("require_signed_approval"))
+        by_team = {r["team"]: r for r in records}
+        for team in sorted({c[3] for c in governed if c[3]}):
+            evidence = [stored.seq] + [c[0] for c in governed if c[3] == team]
+            record = by_team.get(team)
+            self._judge_approval(stored, commit, team, base, record, signed, evidence, batch)
+
+    def _judge_approval(
+        self,
+        stored: Envelope,
+        commit: dict[str, Any],
+        team: str,
+        base: dict[str, list[list[str]]],
+        record: dict[str, Any] | None,
+        signed: bool,
+        evidence: list[int],
+        batch: Batch,
+    ) -> None:
+        """The reconciler's approval rule, run again on what the log holds: the team's
+        owners at the base from OwnersChanged, authors and approvals from ApprovalChecked
+        (for a log written before those, the commit's author and trailers)."""
+        owners = {t: [Owner(e, k) for e, k in people] for t, people in base.items()}
+        listed = owners.get(team, [])
+        if record is not None:
+            authors = [a.lower() for a in record.get("authors", ())]
+            recorded = [Approval(**a) for a in record.get("approvals", ())]
+            claims = recorded_vouches(recorded)
+            if not signed:
+                # the commit's own trailers, so the verdict says why those did not count
+                claims += trailer_vouches(commit.get("approvers", ()), commit["sha"])
+        else:
+            authors = [(commit.get("author_email") or "").lower()]
+            recorded = []
+            claims = trailer_vouches(commit.get("approvers", ()), commit["sha"])
+        verdict = judge_team(
+            team,
+            listed,
+            authors=authors,
+            vouches=claims,
+            signed_required=signed,
+            all_owners=owners,
+        )
+        emails = {o.email for o in listed}
+        counted = {a.approver for a in verdict.approvals}
+        shown = [
+            {
+                "approver": a.approver,
+                "owner_at_base": a.approver in emails,
+                "counted": a.approver in counted,
+                "via": a.via,
+                "commit": a.commit,
+                "fingerprint": a.fingerprint,
+            }
+            for a in verdict.approvals or recorded
         ]
-        if not others:
-            queues = sorted({c[2] for c in quota_changes})
-            approvers = list(commit.get("approvers", ()))
-            self._violation(
-                CHECK_APPROVAL,
-                stored,
-                ", ".join(queues),
-                f"quota change of {', '.join(queues)} in {commit['sha'][:12]} by {author} "
-                + (
-                    f"approved only by its author ({', '.join(approvers)})"
-                    if approvers
-                    else "has no approval"
+        named = {row["approver"] for row in shown}
+        for who in commit.get("approvers", ()):
+            email = email_of(who)
+            if email not in named:
+                named.add(email)
+                shown.append(
+                    {
+                        "approver": email,
+                        "owner_at_base": email in emails,
+                        "counted": email in counted,
+                        "via": "trailer",
+                        "commit": commit["sha"],
+                        "fingerprint": "",
+                    }
+                )
+        status = "bootstrap" if not listed else "approved" if verdict.approvals else "missing"
+        batch.approvals.append(
+            (
+                stored.seq,
+                team,
+                status,
+                _compact(
+                    {
+                        "authors": authors,
+                        "owners": sorted(emails),
+                        "approvals": shown,
+                        "refused": list(verdict.refused),
+                        "signed_required": signed,
+                    }
                 ),
-                [stored.seq] + [c[0] for c in quota_changes],
-                batch,
             )
+        )
+        if status != "missing":
+            return
+        who = ", ".join(authors) or "unknown"
+        reasons = "; ".join(verdict.refused)
+        self._violation(
+            CHECK_APPROVAL,
+            stored,
+            team,
+            f"change of team {team} in {commit['sha'][:12]} by {who} has no "
+            + ("signed " if signed else "")
+            + f"approval from an owner at the base ({', '.join(sorted(emails))})"
+            + (f": {reasons}" if reasons else ""),
+            evidence,
+            batch,
+        )
 
     def _commit_rejected(self, stored: Envelope, d: dict[str, Any], batch: Batch) -> None:
         s = self.state
         batch.commits.append(self._commit_row(stored, d["commit"], False, len(d.get("errors", ()))))
         s.staged_changes = []
+        s.staged_approvals = []
+        s.staged_owners_base = {}
+        s.staged_signed_base = None
         s.effects_of = None
 
     def _solve_completed(self, stored: Envelope, d: dict[str, Any], batch: Batch) -> None:
-        self.usage.solve(stored.seq, stored.time, batch)
+        self.usage.solve(stored.seq, self._time, batch)
 
 
 # A queue in force, as the usage ledger sees it: team, cohort, quotas (flavor -> [nominal,
@@ -1318,7 +1570,9 @@ class UsageLedger:
         idle = unused if unused > 0 else 0
         days = batch.usage_days
         first, last = int(start // DAY), int(end // DAY)
-        if first == last or end == last * DAY:
+        if end == last * DAY:
+            last -= 1  # a segment that ends at 00:00:00 has no part of the day it ends on
+        if first == last:
             # Within one day: the common case.
             micros = round((end - start) * 1e6)
             key = (queue, team, flavor, first)

@@ -40,7 +40,8 @@ _PLACEMENT_COLUMNS = """
     gpu_milli INTEGER NOT NULL, nodes TEXT NOT NULL,
     start_seq INTEGER NOT NULL, start_time TEXT NOT NULL, start_ts REAL NOT NULL,
     start_kind TEXT NOT NULL, start_reason TEXT NOT NULL, start_cause TEXT NOT NULL,
-    end_seq INTEGER, end_time TEXT, end_ts REAL, end_kind TEXT, end_reason TEXT, end_cause TEXT
+    end_seq INTEGER, end_time TEXT, end_ts REAL, end_kind TEXT, end_reason TEXT, end_cause TEXT,
+    queued_time TEXT NOT NULL
 """
 _VERSION_COLUMNS = """
     id INTEGER PRIMARY KEY, kind TEXT NOT NULL, key TEXT NOT NULL,
@@ -84,12 +85,17 @@ CREATE TABLE IF NOT EXISTS marks (seq INTEGER PRIMARY KEY, time TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS commits (
     seq INTEGER PRIMARY KEY, sha TEXT NOT NULL, applied INTEGER NOT NULL, author TEXT NOT NULL,
     email TEXT NOT NULL, approvers TEXT NOT NULL, committed_at TEXT NOT NULL,
-    applied_time TEXT NOT NULL, subject TEXT NOT NULL, detail INTEGER NOT NULL
+    applied_time TEXT NOT NULL, subject TEXT NOT NULL, detail INTEGER NOT NULL,
+    authored_at TEXT NOT NULL, committer TEXT NOT NULL
 );
 CREATE TABLE IF NOT EXISTS changes (
     id INTEGER PRIMARY KEY, commit_seq INTEGER NOT NULL, seq INTEGER NOT NULL,
     kind TEXT NOT NULL, target TEXT NOT NULL, team TEXT, summary TEXT NOT NULL
 );
+CREATE TABLE IF NOT EXISTS approvals (
+    commit_seq INTEGER NOT NULL, team TEXT NOT NULL, status TEXT NOT NULL, data TEXT NOT NULL,
+    PRIMARY KEY (commit_seq, team)
+) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS effects (
     commit_seq INTEGER NOT NULL, seq INTEGER NOT NULL, type TEXT NOT NULL, job TEXT NOT NULL,
     detail TEXT NOT NULL, PRIMARY KEY (commit_seq, seq)
@@ -141,14 +147,15 @@ _MULTI_ROW = 128
 
 _INSERTS: tuple[tuple[str, str, int, bool], ...] = (
     # batch list, INSERT ... INTO table, row width, many rows a statement
-    ("placements", "INSERT INTO placements", 22, False),
+    ("placements", "INSERT INTO placements", 23, False),
     ("placement_nodes", "INSERT INTO placement_nodes", 2, True),
     ("versions", "INSERT INTO versions", 10, True),
     ("segments", "INSERT INTO segments", 13, True),
     ("rates", "INSERT OR REPLACE INTO cohort_rates", 5, False),
     ("marks", "INSERT INTO marks", 2, True),
-    ("commits", "INSERT INTO commits", 10, True),
+    ("commits", "INSERT INTO commits", 12, True),
     ("changes", "INSERT INTO changes", 7, False),
+    ("approvals", "INSERT INTO approvals", 4, False),
     ("effects", "INSERT INTO effects", 5, False),
     (
         "violations",
@@ -163,7 +170,7 @@ _UPDATES: tuple[tuple[str, str], ...] = (
     ("violation_close", "UPDATE violations SET end_seq=?, end_time=? WHERE id=?"),
 )
 _OPEN: tuple[tuple[str, str, int], ...] = (
-    ("open_placements", "open_placements", 22),
+    ("open_placements", "open_placements", 23),
     ("open_versions", "open_versions", 10),
     ("open_segments", "open_segments", 13),
 )

@@ -32,8 +32,28 @@ def iso(ts: float) -> str:
     return format_time(datetime.fromtimestamp(ts, UTC))
 
 
+def period(
+    store: AuditStore, since: float | None, until: float | None, now: float
+) -> tuple[float, float]:
+    """The period usage and reports cover, one definition for both: from `since`, by
+    default the log's first event, to `until`, by default its last event, so the same
+    log always gives the same answer; intervals still open end there. An `until` after
+    `now` is `now`: nothing is known about the future."""
+    first, last = store.db.execute("SELECT MIN(time), MAX(time) FROM marks").fetchone()
+    if until is not None:
+        end = min(until, now)
+    else:
+        end = min(datetime.fromisoformat(last).timestamp(), now) if last else now
+    start = (
+        since
+        if since is not None
+        else (datetime.fromisoformat(first).timestamp() if first else end)
+    )
+    return start, end
+
+
 def seq_before(store: AuditStore, ts: float) -> int:
-    """The last seq of the log's prefix recorded at or before `ts`."""
+    """The last seq of the log's prefix whose facts happened at or before `ts` (fact times)."""
     row = store.db.execute("SELECT MIN(seq) FROM marks WHERE time > ?", (iso(ts),)).fetchone()
     if row is None or row[0] is None:
         return store.offset()[0]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from engine import events as ev
 from engine.model import (
@@ -17,8 +17,10 @@ from engine.model import (
     Finding,
     Job,
     Node,
+    Owner,
     Policy,
     Queue,
+    utc_time,
 )
 from engine.placement.plan import OutcomeStatus, PlacementInstance, PlacementPlan
 from engine.state import ClusterState
@@ -33,12 +35,16 @@ class DesiredState:
     nodes: Mapping[str, Node]
     queues: Mapping[str, Queue]
     jobs: Mapping[str, Job]
+    # team -> its OWNERS file (teams/<team>/OWNERS), for teams that have one
+    owners: Mapping[str, tuple[Owner, ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
 class ApplyCommit:
     commit: CommitInfo
     desired: DesiredState
+    # the approval rule's inputs for each team whose queue or OWNERS the commit changes
+    approvals: tuple[ev.ApprovalChecked, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +61,16 @@ class ApplyPlan:
 
 
 Intent = ApplyCommit | RejectCommit | ApplyPlan
+
+
+def decision_time(commit: CommitInfo) -> str:
+    """'Now' for every decision made for `commit`: its committer date, when it was merged.
+
+    Never the clock: a commit reconciled a week late, planned before merge or replayed
+    is decided at the same moment, so `plan` and the reconciler agree and every time in
+    the log that follows from the commit is the commit's.
+    """
+    return utc_time(commit.committed_at)
 
 
 def decide(state: ClusterState, intent: Intent) -> tuple[ev.Event, ...]:
@@ -113,7 +129,14 @@ def _apply_commit(state: ClusterState, intent: ApplyCommit) -> tuple[ev.Event, .
     for name in sorted(set(state.queues) - set(desired.queues)):
         out.append(ev.QueueRemoved(queue=name))
 
-    out.append(ev.CommitApplied(commit=intent.commit, changes=len(out)))
+    for team in sorted(set(state.owners) | set(desired.owners)):
+        owners = tuple(desired.owners.get(team, ()))
+        if state.owners.get(team, ()) != owners:
+            out.append(ev.OwnersChanged(team=team, owners=owners))
+
+    changes = len(out)
+    out.extend(intent.approvals)
+    out.append(ev.CommitApplied(commit=intent.commit, changes=changes))
     return tuple(out)
 
 
@@ -149,6 +172,7 @@ def _apply_plan(state: ClusterState, intent: ApplyPlan) -> tuple[ev.Event, ...]:
                     preempted_by=outcome.preempted_by,
                     lost_gpu_seconds=outcome.lost_gpu_seconds,
                     solve_id=intent.solve_id,
+                    rule=outcome.rule,
                 )
             )
         elif outcome.status is OutcomeStatus.PENDING:
@@ -209,7 +233,8 @@ def placement_instance(state: ClusterState, now: str) -> PlacementInstance:
         nodes=tuple(state.nodes[n] for n in sorted(state.nodes)),
         queues=tuple(state.queues[q] for q in sorted(state.queues)),
         jobs=tuple(state.jobs[j] for j in sorted(state.jobs)),
-        current=dict(state.placements),
+        # Sorted: a Map's order follows its keys' hashes, which change with PYTHONHASHSEED.
+        current=dict(sorted(state.placements.items())),
         policy=state.policy,
         now=now,
     )

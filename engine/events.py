@@ -10,12 +10,14 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from engine.model import (
+    Approval,
     ClusterSpec,
     CommitInfo,
     Finding,
     Job,
     Node,
     NodeState,
+    Owner,
     Policy,
     Queue,
     ReplicaPlacement,
@@ -30,14 +32,20 @@ class Event:
 
 @dataclass(frozen=True, slots=True)
 class CommitApplied(Event):
+    """v2: the commit carries its author date and its committer (eventlog.codec upcasts v1)."""
+
     type: ClassVar[str] = "CommitApplied"
+    schema_version: ClassVar[int] = 2
     commit: CommitInfo
     changes: int
 
 
 @dataclass(frozen=True, slots=True)
 class CommitRejected(Event):
+    """v2: as CommitApplied v2."""
+
     type: ClassVar[str] = "CommitRejected"
+    schema_version: ClassVar[int] = 2
     commit: CommitInfo
     errors: tuple[Finding, ...]
 
@@ -91,6 +99,32 @@ class QueueRemoved(Event):
 
 
 @dataclass(frozen=True, slots=True)
+class OwnersChanged(Event):
+    """A team's OWNERS (and their keys) as a commit left them; () when the file went away.
+
+    Recorded when they change, so who could approve a team's change at any commit is
+    in the log, not only in the repository.
+    """
+
+    type: ClassVar[str] = "OwnersChanged"
+    team: str
+    owners: tuple[Owner, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalChecked(Event):
+    """The approval rule's inputs for one team's change in the commit that follows:
+    who wrote the change (for a merge, the authors of the commits it brings in) and
+    the approvals that counted. Who the owners were comes from OwnersChanged, so
+    `audit compliance` re-runs the same rule from the log alone."""
+
+    type: ClassVar[str] = "ApprovalChecked"
+    team: str
+    authors: tuple[str, ...]
+    approvals: tuple[Approval, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class JobSubmitted(Event):
     type: ClassVar[str] = "JobSubmitted"
     job: Job
@@ -131,12 +165,17 @@ class PlacementDecided(Event):
 
 @dataclass(frozen=True, slots=True)
 class JobPreempted(Event):
+    """A running job stopped. v2: `rule`, what allowed it (engine.placement.preemption.Rule:
+    within-queue, reclaim, place-gone; v1 events read as "unrecorded")."""
+
     type: ClassVar[str] = "JobPreempted"
+    schema_version: ClassVar[int] = 2
     job: str
     reason: str
     preempted_by: str | None
     lost_gpu_seconds: float
     solve_id: str
+    rule: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,6 +221,8 @@ EVENT_TYPES: dict[str, type[Event]] = {
         NodeStateChanged,
         QueueConfigured,
         QueueRemoved,
+        OwnersChanged,
+        ApprovalChecked,
         JobSubmitted,
         JobChanged,
         JobWithdrawn,

@@ -7,6 +7,7 @@ used anywhere (milli-GPU, milli-CPU, MiB), so capacity sums are exact.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from enum import StrEnum
 
 GPU_MILLI = 1000
@@ -223,6 +224,7 @@ class Policy:
     preempt_within_queue: PreemptionScope = PreemptionScope.LOWER_PRIORITY
     reclaim_within_cohort: PreemptionScope = PreemptionScope.ANY
     require_owner_approval: bool = False
+    require_signed_approval: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -250,14 +252,59 @@ class Placement:
         return sum(r.gpu_milli * len(r.gpus) for r in self.replicas)
 
 
+def utc_time(text: str) -> str:
+    """An ISO-8601 time with any offset as the log writes times (UTC, microseconds, `Z`),
+    so it sorts as text; "" when `text` is not a time with an offset."""
+    if len(text) == 27 and text[-1] == "Z" and text[19] == ".":
+        return text  # already in the log's format (a decision time, an append time)
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        return ""
+    if moment.tzinfo is None:
+        return ""
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+@dataclass(frozen=True, slots=True)
+class Owner:
+    """One line of teams/<team>/OWNERS: an e-mail and, for signed approvals, the owner's
+    public key in git's allowed-signers form ("ssh-ed25519 AAAA...", no comment)."""
+
+    email: str
+    key: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Approval:
+    """The evidence that an owner approved a change, as the approval rule accepted it.
+
+    `via` is "trailer" (an Approved-by/Reviewed-by trailer), "signed-trailer" (that
+    trailer on a commit the owner signed) or "signed-merge" (the owner's signed merge
+    commit); `commit` is the commit carrying it, `fingerprint` the signing key's
+    SHA256 fingerprint ("" when unsigned).
+    """
+
+    approver: str
+    via: str
+    commit: str
+    fingerprint: str = ""
+
+
 @dataclass(frozen=True, slots=True)
 class CommitInfo:
+    """A commit as git records it: who wrote it and when (author), who merged it and when
+    (committer, `committed_at`). Times are ISO-8601 as git gives them, with their offset."""
+
     sha: str
     author: str
     author_email: str
     committed_at: str
     subject: str
     approvers: tuple[str, ...] = ()
+    authored_at: str = ""
+    committer: str = ""
+    committer_email: str = ""
 
     @property
     def actor(self) -> str:

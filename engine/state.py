@@ -14,7 +14,17 @@ from typing import Any, TypeVar
 from immutables import Map
 
 from engine import events as ev
-from engine.model import ClusterSpec, CommitInfo, Finding, Job, Node, Placement, Policy, Queue
+from engine.model import (
+    ClusterSpec,
+    CommitInfo,
+    Finding,
+    Job,
+    Node,
+    Owner,
+    Placement,
+    Policy,
+    Queue,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +47,8 @@ class ClusterState:
     last_rejection: tuple[Finding, ...] = ()
     needs_placement: bool = False
     events_applied: int = 0
+    # team -> its OWNERS as the log last recorded them (OwnersChanged)
+    owners: Map[str, tuple[Owner, ...]] = field(default_factory=Map)
 
     def placement_of(self, job: str) -> Placement | None:
         return self.placements.get(job)
@@ -103,6 +115,15 @@ def _queue_removed(s: ClusterState, e: ev.QueueRemoved) -> ClusterState:
     return _replace(s, queues=_without(s.queues, e.queue), needs_placement=True)
 
 
+def _owners_changed(s: ClusterState, e: ev.OwnersChanged) -> ClusterState:
+    owners = s.owners.set(e.team, e.owners) if e.owners else _without(s.owners, e.team)
+    return _replace(s, owners=owners)
+
+
+def _approval_checked(s: ClusterState, e: ev.ApprovalChecked) -> ClusterState:
+    return _replace(s)
+
+
 def _job_submitted(s: ClusterState, e: ev.JobSubmitted) -> ClusterState:
     return _replace(s, jobs=s.jobs.set(e.job.key, e.job), needs_placement=True)
 
@@ -166,6 +187,8 @@ _HANDLERS: dict[type[ev.Event], Callable[[ClusterState, Any], ClusterState]] = {
     ev.NodeStateChanged: _node_state_changed,
     ev.QueueConfigured: _queue_configured,
     ev.QueueRemoved: _queue_removed,
+    ev.OwnersChanged: _owners_changed,
+    ev.ApprovalChecked: _approval_checked,
     ev.JobSubmitted: _job_submitted,
     ev.JobChanged: _job_changed,
     ev.JobWithdrawn: _job_withdrawn,

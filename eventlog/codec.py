@@ -16,8 +16,26 @@ from eventlog.envelope import NewEvent, StoredEvent
 
 Upcaster = Callable[[dict[str, Any]], dict[str, Any]]
 
+
+def _job_preempted_v1(data: dict[str, Any]) -> dict[str, Any]:
+    """v1 did not record what allowed the preemption."""
+    return {**data, "rule": "unrecorded"}
+
+
 # (type, from_version) -> function producing version from_version + 1.
-UPCASTERS: dict[tuple[str, int], Upcaster] = {}
+UPCASTERS: dict[tuple[str, int], Upcaster] = {
+    ("JobPreempted", 1): _job_preempted_v1,
+}
+
+
+def _commit_v1_to_v2(data: dict[str, Any]) -> dict[str, Any]:
+    """v1 commits did not record the author date or the committer: they are unknown ("")."""
+    commit = {"authored_at": "", "committer": "", "committer_email": "", **data["commit"]}
+    return {**data, "commit": commit}
+
+
+UPCASTERS[("CommitApplied", 1)] = _commit_v1_to_v2
+UPCASTERS[("CommitRejected", 1)] = _commit_v1_to_v2
 
 
 def encode(event: Event, *, id: str, actor: str, cause: str) -> NewEvent:

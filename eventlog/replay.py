@@ -8,7 +8,8 @@ from engine.state import ClusterState, evolve
 from eventlog.base import EventLog, LogCorrupted
 from eventlog.codec import decode
 from eventlog.collector import collector_paused
-from eventlog.envelope import GENESIS_HASH, ChainChecker
+from eventlog.envelope import GENESIS_HASH, ChainChecker, StoredEvent
+from eventlog.timeline import Timeline
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,7 +28,11 @@ def replay(
     until_time: str | None = None,
     verify: bool = False,
 ) -> Replayed:
-    """The state after every event with seq <= until_seq and time <= until_time.
+    """The state after every event with seq <= until_seq and fact time <= until_time.
+
+    `until_time` reads the log's fact timeline (`eventlog.timeline`): when things
+    happened (a commit merged, a placement decided), not when they were appended, so
+    `state --at` answers as `audit at` does.
 
     `since`, an earlier result of this function on the same log, is carried on
     from rather than read again: a long-running reader folds only what is new.
@@ -49,10 +54,9 @@ def replay(
         if verify
         else None
     )
+    timeline: Timeline[StoredEvent] | None = Timeline() if until_time is not None else None
     with collector_paused():
         for stored in log.read(last_seq, until_seq=until_seq):
-            if until_time is not None and stored.time > until_time:
-                break
             if checker is not None:
                 broken = checker.check(stored)
                 if broken is not None:
@@ -61,6 +65,20 @@ def replay(
                         "run `gitsched audit verify`",
                         seq=broken.seq,
                     )
-            state = evolve(state, decode(stored))
-            last_seq, last_time, last_hash = stored.seq, stored.time, stored.hash
+            if timeline is None:
+                state = evolve(state, decode(stored))
+                last_seq, last_time, last_hash = stored.seq, stored.time, stored.hash
+                continue
+            released = timeline.add(
+                stored, stored.type, stored.data, stored.time, stored.cause, stored.actor
+            )
+            past = False
+            for event, fact_time in released:
+                if fact_time > str(until_time):
+                    past = True  # fact times never go back: nothing later is before it
+                    break
+                state = evolve(state, decode(event))
+                last_seq, last_time, last_hash = event.seq, event.time, event.hash
+            if past:
+                break
     return Replayed(state, last_seq, last_time, last_hash)

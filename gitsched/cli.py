@@ -1,4 +1,4 @@
-"""The `gitsched` command. Exit codes: 0 ok, 1 invalid or rejected, 2 usage or internal error."""
+"""The `gitsched` command. Exit codes: gitsched/exit_codes.py (0 ok, 1 no, 2 error, 3 not found)."""
 
 from __future__ import annotations
 
@@ -7,26 +7,28 @@ import logging
 import signal
 import sys
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 import click
 
 from engine.errors import TemporaryError
 from eventlog import open_log
-from eventlog.base import LogUnavailable
+from eventlog.base import LogCorrupted, LogUnavailable
 from eventlog.envelope import format_time
 from eventlog.replay import replay
 from gitsched import __version__
 from gitsched.cli_audit import audit
 from gitsched.config import resolve_log_url
+from gitsched.exit_codes import EXIT_INVALID, EXIT_NOT_FOUND, EXIT_OK
 from gitsched.options import (
-    EXIT_INVALID,
-    EXIT_OK,
     LazyGroup,
     fail,
     format_option,
     log_option,
     open_event_log,
+    repo_of,
+    repo_path,
     user_errors,
 )
 from gitsched.render import state_text, state_to_dict
@@ -78,15 +80,16 @@ def _errors_text(errors: tuple[SpecError, ...]) -> str:
 
 
 @main.command()
-@click.argument("path", type=click.Path(exists=True, file_okay=False), default=".")
+@repo_path
 @click.option("--rev", help="Validate this commit instead of the files on disk.")
 @format_option("text", "json")
-def validate(path: str, rev: str | None, fmt: str) -> None:
+def validate(path: str | None, repo_opt: str | None, rev: str | None, fmt: str) -> None:
     """Check every file of a cluster repo against the schemas and policies.
 
-    Reports every error at once with file, line and JSON path.
-    Exit 0 valid, 1 invalid, 2 usage or internal error.
+    Reports every error at once with file, line and JSON path, and warns about
+    what is valid but can never run. Exit 0 valid, 1 invalid, 2 usage or internal error.
     """
+    path = repo_of(path, repo_opt)
     with user_errors():
         if rev:
             repo = GitRepo(path)
@@ -96,7 +99,11 @@ def validate(path: str, rev: str | None, fmt: str) -> None:
     if fmt == "json":
         click.echo(
             json.dumps(
-                {"valid": not loaded.errors, "errors": [e.to_dict() for e in loaded.errors]},
+                {
+                    "valid": not loaded.errors,
+                    "errors": [e.to_dict() for e in loaded.errors],
+                    "warnings": [w.to_dict() for w in loaded.warnings],
+                },
                 indent=2,
             )
         )
@@ -104,6 +111,8 @@ def validate(path: str, rev: str | None, fmt: str) -> None:
         click.echo(_errors_text(loaded.errors))
     else:
         click.echo(f"valid: {len(loaded.documents)} documents")
+    for warning in loaded.warnings if fmt != "json" else ():
+        click.echo(f"warning: {warning.format()}")
     sys.exit(EXIT_INVALID if loaded.errors else EXIT_OK)
 
 
@@ -123,12 +132,20 @@ def report_text(report: ReconcileReport) -> str:
             lines.extend(f"    {f.format()}" for f in outcome.errors)
     if not report.commits:
         lines.append("up to date: no new commits")
+        newest = report.state.last_commit
+        if report.newest_rejected and newest is not None:
+            lines.append(
+                f"the newest commit {newest.sha[:12]} {newest.subject} stays REJECTED"
+                f" ({len(report.state.last_rejection)} error(s), `gitsched validate"
+                " --rev HEAD` lists them); the cluster runs the last good commit until"
+                " a new commit fixes it"
+            )
     lines.append(f"{report.events_appended} event(s) appended; log at seq {report.last_seq}")
     return "\n".join(lines)
 
 
 @main.command()
-@click.argument("path", type=click.Path(exists=True, file_okay=False), default=".")
+@repo_path
 @click.option("--branch", default="main", show_default=True, help="Branch to follow.")
 @log_option
 @click.option(
@@ -137,28 +154,63 @@ def report_text(report: ReconcileReport) -> str:
 @click.option(
     "--interval", default=10.0, show_default=True, help="Seconds between passes when watching."
 )
+@click.option(
+    "--heartbeat",
+    default=300.0,
+    show_default=True,
+    help="When watching: seconds without news after which one line says it is still"
+    " watching (0: never).",
+)
 @click.option("--solver", help="Override the Policy's solver (greedy, highs, cbc).")
 def reconcile(
-    path: str, branch: str, log_url: str | None, once: bool, interval: float, solver: str | None
+    path: str | None,
+    repo_opt: str | None,
+    branch: str,
+    log_url: str | None,
+    once: bool,
+    interval: float,
+    heartbeat: float,
+    solver: str | None,
 ) -> None:
     """Apply the branch's new commits to the log, then place every job.
 
-    Exit 1 when the newest commit was rejected, else 0.
+    Exit 1 while the branch's newest commit stands rejected, else 0.
     """
+    path = repo_of(path, repo_opt)
     url = resolve_log_url(log_url, path)
     with user_errors():
         repo = GitRepo(path)
+        current = repo.checked_out_branch()
+        if current not in (None, branch) and not repo.has_revision(branch):
+            fail(
+                f"unknown revision {branch!r} in {path}: no such branch; its checked-out"
+                f" branch is {current!r}: pass --branch {current}"
+            )
         with open_log(url) as event_log:
             reconciler = Reconciler(repo, event_log, branch=branch, solver=solver)
             if once:
                 report = reconciler.run_once()
                 click.echo(report_text(report))
                 sys.exit(EXIT_INVALID if report.newest_rejected else EXIT_OK)
-            _watch(reconciler, interval)
+            _watch(reconciler, interval, heartbeat)
 
 
-def _watch(reconciler: Reconciler, interval: float) -> None:
+def heartbeat_text(report: ReconcileReport, branch: str, idle_s: float) -> str:
+    """One line for a watcher with nothing new to say, so its log shows it is alive."""
+    newest = report.state.last_commit
+    at = f"{newest.sha[:12]}" if newest is not None else "no commit yet"
+    line = (
+        f"{format_time(datetime.now(UTC))} watching {branch}: no new commits for"
+        f" {idle_s:.0f} s; at {at}, log seq {report.last_seq}"
+    )
+    if report.newest_rejected:
+        line += "; the newest commit stays REJECTED"
+    return line
+
+
+def _watch(reconciler: Reconciler, interval: float, heartbeat: float) -> None:
     stopping = False
+    last_news = time.monotonic()
 
     def stop(signum: int, frame: object) -> None:
         nonlocal stopping
@@ -178,6 +230,10 @@ def _watch(reconciler: Reconciler, interval: float) -> None:
         backoff = 1.0
         if report.commits:
             click.echo(report_text(report))
+            last_news = time.monotonic()
+        elif heartbeat > 0 and time.monotonic() - last_news >= heartbeat:
+            click.echo(heartbeat_text(report, reconciler.branch, time.monotonic() - last_news))
+            last_news = time.monotonic()
         deadline = time.monotonic() + interval
         while not stopping and time.monotonic() < deadline:
             time.sleep(0.2)
@@ -200,7 +256,16 @@ def state(log_url: str | None, repo: str, seq: int | None, at_time: str | None, 
         fail("give --seq or --at, not both")
     until_time = _parse_time(at_time) if at_time else None
     with user_errors(), open_event_log(log_url, repo) as event_log:
-        replayed = replay(event_log, until_seq=seq, until_time=until_time)
+        last_seq = event_log.last_seq()
+        if seq is not None and seq > last_seq:
+            fail(
+                f"--seq {seq} is past the end of the log (its last seq is {last_seq})",
+                EXIT_NOT_FOUND,
+            )
+        try:
+            replayed = replay(event_log, until_seq=seq, until_time=until_time, verify=True)
+        except LogCorrupted as e:
+            fail(str(e), EXIT_INVALID)
     if fmt == "json":
         click.echo(json.dumps(state_to_dict(replayed.state, replayed.last_seq), indent=2))
     else:
@@ -208,8 +273,6 @@ def state(log_url: str | None, repo: str, seq: int | None, at_time: str | None, 
 
 
 def _parse_time(text: str) -> str:
-    from datetime import UTC, datetime
-
     try:
         moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:

@@ -26,18 +26,20 @@ from audit import usage as usage_query
 from audit.store import AuditStore, CatchUp, Progress, open_view
 from audit.store import rebuild as rebuild_view
 from audit.verify import verify_log
+from audit.window import period
 from eventlog.base import EventLog, EventLogError
 from eventlog.envelope import format_time
 from eventlog.sqlite import sqlite_path_from_url
 from gitsched.config import DEFAULT_LOG_DIR, resolve_log_url
+from gitsched.exit_codes import EXIT_INVALID, EXIT_NOT_FOUND, EXIT_OK
 from gitsched.options import (
-    EXIT_INVALID,
-    EXIT_OK,
+    broken_chain_message,
     emit_rows,
     fail,
     format_option,
     log_option,
     open_event_log,
+    require_intact_chain,
     user_errors,
 )
 from gitsched.render import table
@@ -109,12 +111,19 @@ def _progress_bar() -> tuple[Progress, Callable[[], None]]:
 
 @contextmanager
 def view(
-    log_url: str | None, repo: str, db_path: str | None
+    log_url: str | None, repo: str, db_path: str | None, *, verify: bool = False
 ) -> Iterator[tuple[EventLog, AuditStore]]:
-    """The log and its audit view, caught up: what every query starts from."""
+    """The log and its audit view, caught up: what every query starts from.
+
+    With `verify`, the whole hash chain is checked first, and a broken one exits 1:
+    for the answers an auditor files as evidence (changes, compliance). Lookups
+    (history, at, usage) answer from the view, whose offset hash must still match.
+    """
     url = resolve_log_url(log_url, repo)
     path = Path(db_path) if db_path else default_db_path(url, repo)
     with user_errors(), open_event_log(log_url, repo) as event_log:
+        if verify:
+            require_intact_chain(event_log)
         progress, close = _progress_bar()
         try:
             store, _ = open_view(event_log, path, progress=progress)
@@ -174,7 +183,7 @@ def rebuild(log_url: str | None, repo: str, db_path: str | None) -> None:
 @click.option("--team", help="A team, or its queue.")
 @click.option("--gpu-flavor", "flavor", help="A GPU flavor.")
 @since_until
-@format_option("table", "csv", "json")
+@format_option("text", "csv", "json")
 def history(
     log_url: str | None,
     repo: str,
@@ -196,6 +205,13 @@ def history(
         intervals = history_query.query(
             store, job=job, node=node, team=team, flavor=flavor, since=since_ts, until=until_ts
         )
+        missing = None
+        if not intervals:
+            missing = history_query.missing_subject(
+                store, job=job, node=node, team=team, flavor=flavor
+            )
+    if missing is not None:
+        fail(f"the log never saw {missing}", EXIT_NOT_FOUND)
     emit_rows([i.to_dict() for i in intervals], history_query.HEADERS, fmt)
 
 
@@ -208,7 +224,7 @@ def history(
 @db_option
 @click.argument("moment", metavar="[TIME]", required=False)
 @click.option("--seq", type=int, help="Right after this event, instead of at a TIME.")
-@format_option("table", "csv", "json")
+@format_option("text", "csv", "json")
 def at(
     log_url: str | None,
     repo: str,
@@ -229,7 +245,13 @@ def at(
             n = pointintime.seq_at_time(store, when)
         else:
             assert seq is not None
-            n = min(seq, store.offset()[0])
+            last_seq = store.offset()[0]
+            if seq > last_seq:
+                fail(
+                    f"--seq {seq} is past the end of the log (its last seq is {last_seq})",
+                    EXIT_NOT_FOUND,
+                )
+            n = seq
             event = next(iter(event_log.read(n - 1, until_seq=n)), None) if n else None
             when = event.time if event else None
         state = pointintime.cluster_at(store, n)
@@ -341,14 +363,13 @@ def _at_rows(state: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def _period(store: AuditStore, since: str | None, until: str | None) -> tuple[float, float]:
-    """--since defaults to the log's first event; --until to now (open intervals end there)."""
-    now = time.time()
-    end = min(parse_moment(until, "--until").timestamp(), now) if until else now
-    if since:
-        start = parse_moment(since, "--since").timestamp()
-    else:
-        first = store.db.execute("SELECT time FROM marks ORDER BY seq LIMIT 1").fetchone()
-        start = datetime.fromisoformat(first[0]).timestamp() if first else end
+    """--since and --until, defaulted as `audit.window.period` says (usage and report alike)."""
+    start, end = period(
+        store,
+        parse_moment(since, "--since").timestamp() if since else None,
+        parse_moment(until, "--until").timestamp() if until else None,
+        time.time(),
+    )
     if start > end:
         fail("--since is after --until")
     return start, end
@@ -366,7 +387,7 @@ def _iso(ts: float) -> str:
     "--by", type=click.Choice(usage_query.BY), default="team", show_default=True, help="Group by."
 )
 @since_until
-@format_option("table", "csv", "json")
+@format_option("text", "csv", "json")
 def usage(
     log_url: str | None,
     repo: str,
@@ -385,7 +406,7 @@ def usage(
             json.dumps({"by": by, "since": _iso(start), "until": _iso(end), "rows": rows}, indent=2)
         )
         return
-    if fmt == "table":
+    if fmt == "text":
         click.echo(f"GPU-hours by {by}, {_iso(start)} .. {_iso(end)}")
     emit_rows(rows, usage_query.HEADERS[by], fmt)
 
@@ -398,18 +419,20 @@ def usage(
 @repo_opt
 @db_option
 @click.option("--team", help="Only changes to this team's queue and jobs.")
-@format_option("table", "csv", "json")
+@format_option("text", "csv", "json")
 def changes(
     log_url: str | None, repo: str, db_path: str | None, team: str | None, fmt: str
 ) -> None:
     """Every change of queues, priorities and policies: who, approved by whom, when, and what it caused."""
-    with view(log_url, repo, db_path) as (_, store):
+    with view(log_url, repo, db_path, verify=True) as (_, store):
         rows = changes_query.changes(store, team=team)
     if fmt == "json":
         click.echo(json.dumps(rows, indent=2))
         return
     shown = [
-        {k: v for k, v in r.items() if k != "effects"} | {"commit": r["commit"][:12]} for r in rows
+        {k: v for k, v in r.items() if k != "effects"}
+        | {"commit": r["commit"][:12], "approval": changes_query.approval_text(r["approval"])}
+        for r in rows
     ]
     emit_rows(shown, changes_query.HEADERS, fmt)
 
@@ -421,10 +444,10 @@ def changes(
 @log_option
 @repo_opt
 @db_option
-@format_option("table", "csv", "json")
+@format_option("text", "csv", "json")
 def compliance(log_url: str | None, repo: str, db_path: str | None, fmt: str) -> None:
     """Compliance checks with evidence. Exit 1 when any check finds a violation."""
-    with view(log_url, repo, db_path) as (event_log, store):
+    with view(log_url, repo, db_path, verify=True) as (event_log, store):
         result = compliance_query.compliance(store)
         compliance_query.describe(event_log, result["violations"])
     if fmt == "json":
@@ -483,11 +506,17 @@ def _evidence_text(evidence: list[Any]) -> str:
 @audit.command()
 @log_option
 @repo_opt
-@format_option("table", "csv", "json")
-def verify(log_url: str | None, repo: str, fmt: str) -> None:
+@click.option(
+    "--signatures",
+    is_flag=True,
+    help="Also ask git, in --repo, to verify every signed approval the log records.",
+)
+@format_option("text", "csv", "json")
+def verify(log_url: str | None, repo: str, signatures: bool, fmt: str) -> None:
     """Check the hash chain and seq continuity of the whole log. Exit 1 when broken."""
     with user_errors(), open_event_log(log_url, repo) as event_log:
         result = verify_log(event_log)
+        signed = _recheck_signatures(event_log, repo) if signatures and result.ok else None
         broken: dict[str, Any] | None = None
         if result.broken is not None:
             b = result.broken
@@ -505,10 +534,11 @@ def verify(log_url: str | None, repo: str, fmt: str) -> None:
         click.echo(
             json.dumps(
                 {
-                    "ok": result.ok,
+                    "ok": result.ok and not (signed and signed["failed"]),
                     "events": result.events,
                     "head": result.last_hash,
                     "broken": broken,
+                    **({"signatures": signed} if signed is not None else {}),
                 },
                 indent=2,
             )
@@ -531,7 +561,50 @@ def verify(log_url: str | None, repo: str, fmt: str) -> None:
     else:
         what = f" ({broken['type']} {broken['id']})" if broken["id"] else ""
         click.echo(f"BROKEN at seq {broken['seq']}{what}: {broken['reason']}")
-    sys.exit(EXIT_OK if result.ok else EXIT_INVALID)
+    if signed is not None and fmt != "json":
+        failed = signed["failed"]
+        click.echo(
+            f"signatures: {signed['checked']} signed approval(s) checked with git, "
+            + (f"{len(failed)} FAILED" if failed else "all verify")
+        )
+        for f in failed:
+            click.echo(
+                f"  FAILED seq {f['seq']}: {f['approver']}'s approval of team {f['team']} "
+                f"on {f['commit'][:12]}, recorded key {f['fingerprint']}: {f['found']}"
+            )
+    sys.exit(EXIT_OK if result.ok and not (signed and signed["failed"]) else EXIT_INVALID)
+
+
+def _recheck_signatures(event_log: EventLog, repo: str) -> dict[str, Any]:
+    """The log's signed approvals, verified again by git in `repo` (the CLI composes
+    the log and git: audit never imports the reconciler)."""
+    from engine.events import ApprovalChecked
+    from eventlog.codec import decode
+    from reconciler.approval import recheck_signatures
+    from reconciler.git import GitRepo
+
+    recorded = [
+        (stored.seq, event)
+        for stored in event_log.read(0)
+        if stored.type == ApprovalChecked.type
+        and isinstance(event := decode(stored), ApprovalChecked)
+    ]
+    checks = recheck_signatures(GitRepo(repo), recorded)
+    return {
+        "checked": len(checks),
+        "failed": [
+            {
+                "seq": c.seq,
+                "team": c.team,
+                "approver": c.approver,
+                "commit": c.commit,
+                "fingerprint": c.fingerprint,
+                "found": c.found.fingerprint or c.found.detail or str(c.found.status),
+            }
+            for c in checks
+            if not c.ok
+        ],
+    }
 
 
 # -- report ---------------------------------------------------------------------------------
@@ -562,24 +635,15 @@ def report(
 
     Summary, utilisation per team over time, a Gantt chart of placements per node,
     changes with provenance, compliance results. --since and --until default to
-    the log's first and last events, so the same log always gives the same report.
+    the log's first and last events, as for `audit usage` (one definition of the
+    period), so the same log always gives the same report.
     """
     from audit.report import render_report
 
     with view(log_url, repo, db_path) as (event_log, store):
-        first_last = store.db.execute("SELECT MIN(time), MAX(time) FROM marks").fetchone()
-        if first_last[0] is None:
+        if store.db.execute("SELECT 1 FROM marks LIMIT 1").fetchone() is None:
             fail("the log is empty: nothing to report")
-        start = (
-            parse_moment(since, "--since").timestamp()
-            if since
-            else datetime.fromisoformat(first_last[0]).timestamp()
-        )
-        end = (
-            parse_moment(until, "--until").timestamp()
-            if until
-            else datetime.fromisoformat(first_last[1]).timestamp()
-        )
+        start, end = _period(store, since, until)
         if start >= end:
             fail("--since must be before --until")
         verification = verify_log(event_log)
@@ -588,3 +652,9 @@ def report(
         )
     Path(output).write_text(page, encoding="utf-8")
     click.echo(f"wrote {output} ({len(page) / 2**20:.1f} MiB)")
+    if verification.broken is not None:
+        # The page says so at its top; the exit code says so to whoever ran it.
+        fail(
+            broken_chain_message(verification.broken.seq, verification.broken.reason),
+            EXIT_INVALID,
+        )

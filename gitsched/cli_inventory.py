@@ -8,7 +8,12 @@ import sys
 import click
 import yaml
 
-from gitsched.options import EXIT_ERROR, fail, user_errors
+from gitsched.exit_codes import EXIT_ERROR
+from gitsched.options import (
+    fail,
+    format_option,
+    user_errors,
+)
 from reconciler.nvml import node_document, read_gpus
 from schemas import Document, validate_document
 
@@ -28,9 +33,7 @@ def inventory() -> None:
     metavar="LEVEL=DOMAIN",
     help="e.g. rack=rack-a (repeatable).",
 )
-@click.option(
-    "--format", "fmt", type=click.Choice(["yaml", "json"]), default="yaml", show_default=True
-)
+@format_option("yaml", "json")
 def nvml(name: str | None, region: str | None, topology: tuple[str, ...], fmt: str) -> None:
     """Read this host's GPUs through NVML and print a Node document."""
     labels = {}

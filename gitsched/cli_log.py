@@ -13,9 +13,8 @@ from eventlog import open_log
 from eventlog.base import EventLogError, LogCorrupted
 from eventlog.copy import CopyProgress, CopyRefused, copy_log
 from gitsched.config import resolve_log_url
+from gitsched.exit_codes import EXIT_INVALID, EXIT_OK
 from gitsched.options import (
-    EXIT_INVALID,
-    EXIT_OK,
     fail,
     format_option,
     log_option,

@@ -11,11 +11,11 @@ from pathlib import Path
 import click
 
 from eventlog import open_log
-from eventlog.base import EventLog, LogConfigurationError, utc_now
-from eventlog.envelope import format_time
+from eventlog.base import EventLog, LogConfigurationError
 from eventlog.sqlite import sqlite_path_from_url
 from gitsched.config import resolve_log_url
-from gitsched.options import fail, format_option, log_option, user_errors
+from gitsched.exit_codes import plan_exit_code
+from gitsched.options import fail, format_option, log_option, repo_of, user_errors
 from gitsched.render_plan import RENDERERS, summary_line
 from reconciler.git import GitRepo
 from reconciler.plan import parse_range, plan_change
@@ -41,8 +41,13 @@ def _open_for_reading(url: str, explicit: bool) -> EventLog | None:
 
 
 @click.command()
-@click.argument("path", type=click.Path(exists=True, file_okay=False))
-@click.argument("revisions", metavar="BASE..HEAD")
+@click.argument("arguments", nargs=-1, metavar="[PATH] BASE..HEAD")
+@click.option(
+    "--repo",
+    "repo_opt",
+    type=click.Path(exists=True, file_okay=False),
+    help="The cluster repo (default: the current directory); also accepted as PATH.",
+)
 @log_option
 @format_option("text", "markdown", "json")
 @click.option(
@@ -51,7 +56,13 @@ def _open_for_reading(url: str, explicit: bool) -> EventLog | None:
     type=click.Path(dir_okay=False),
     help="Write the plan to this file (stdout then gets the summary line).",
 )
-def plan(path: str, revisions: str, log_url: str | None, fmt: str, output: str | None) -> None:
+def plan(
+    arguments: tuple[str, ...],
+    repo_opt: str | None,
+    log_url: str | None,
+    fmt: str,
+    output: str | None,
+) -> None:
     """What merging HEAD would do to the cluster, before it is merged.
 
     \b
@@ -66,6 +77,12 @@ def plan(path: str, revisions: str, log_url: str | None, fmt: str, output: str |
 
     Exit 0 no change, 1 changes, 2 an invalid HEAD or any other error.
     """
+    if len(arguments) not in (1, 2):
+        fail("give BASE..HEAD, and the repo as --repo PATH (or as PATH before it)")
+    *given, revisions = arguments
+    if given and not Path(given[0]).is_dir():
+        fail(f"PATH {given[0]!r} is not a directory")
+    path = repo_of(given[0] if given else None, repo_opt)
     url = resolve_log_url(log_url, path)
     with user_errors():
         base, head = parse_range(revisions)
@@ -73,9 +90,7 @@ def plan(path: str, revisions: str, log_url: str | None, fmt: str, output: str |
         event_log = _open_for_reading(url, explicit=log_url is not None)
         name = "the log" if event_log is not None else f"the log at {url}"
         try:
-            result = plan_change(
-                repo, event_log, base, head, now=format_time(utc_now()), log_name=name
-            )
+            result = plan_change(repo, event_log, base, head, log_name=name)
         finally:
             if event_log is not None:
                 event_log.close()
@@ -88,4 +103,4 @@ def plan(path: str, revisions: str, log_url: str | None, fmt: str, output: str |
         click.echo(summary_line(result))
     else:
         click.echo(rendered.rstrip("\n"))
-    sys.exit(result.exit_code)
+    sys.exit(plan_exit_code(result))

@@ -19,9 +19,7 @@ from audit.history import build_history
 from audit.verify import verify_log
 from engine.placement.constraints import gpus_text
 from eventlog import open_log
-from eventlog.base import utc_now
 from eventlog.codec import decode_all
-from eventlog.envelope import format_time
 from gitsched.config import default_log_url
 from gitsched.render import state_text, table
 from gitsched.render_plan import plan_text
@@ -474,7 +472,7 @@ def run_demo(directory: Path, *, force: bool, echo: Callable[[str], None]) -> in
         if repo.has_revision(PR_BRANCH):
             echo("")
             echo(f"== open pull request {PR_BRANCH}, not merged")
-            plan = plan_change(repo, event_log, "main", PR_BRANCH, now=format_time(utc_now()))
+            plan = plan_change(repo, event_log, "main", PR_BRANCH)
             echo(plan_text(plan))
         echo("")
         echo(f"try: gitsched state --repo {directory}")

@@ -16,9 +16,8 @@ from engine.errors import GitschedError
 from eventlog import open_log
 from eventlog.base import EventLog, EventLogError
 from gitsched.config import resolve_log_url
+from gitsched.exit_codes import EXIT_ERROR, EXIT_INVALID
 from gitsched.render import table
-
-EXIT_OK, EXIT_INVALID, EXIT_ERROR = 0, 1, 2
 
 LOG_OPTION_HELP = (
     "Event log URL: sqlite:///relative.db, sqlite:////absolute.db or kafka://host:port/topic "
@@ -29,6 +28,23 @@ LOG_OPTION_HELP = (
 def fail(message: str, code: int = EXIT_ERROR) -> NoReturn:
     click.echo(f"gitsched: {message}", err=True)
     sys.exit(code)
+
+
+def broken_chain_message(seq: int, reason: str) -> str:
+    return (
+        f"the log's hash chain is broken at seq {seq}: {reason}; what it says cannot be"
+        " trusted (`gitsched audit verify` names the break)"
+    )
+
+
+def require_intact_chain(event_log: EventLog) -> None:
+    """Exit 1 with a message when the log's hash chain is broken: an auditor's answer
+    (a change, a state, a compliance result) from a tampered log would be a lie."""
+    from audit.verify import verify_log
+
+    broken = verify_log(event_log).broken
+    if broken is not None:
+        fail(broken_chain_message(broken.seq, broken.reason), EXIT_INVALID)
 
 
 @contextmanager
@@ -46,11 +62,23 @@ def log_option(f: Callable[..., Any]) -> Callable[..., Any]:
     )(f)
 
 
+# One --format vocabulary across the CLI: text (for people; the default), csv, json,
+# markdown, yaml where a command offers them. Earlier spellings stay accepted.
+FORMAT_ALIASES = {"table": "text"}
+
+
+class FormatChoice(click.Choice):  # type: ignore[type-arg]
+    """A format name, or an earlier spelling of one (`table` is `text`)."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        return super().convert(FORMAT_ALIASES.get(value, value), param, ctx)
+
+
 def format_option(*choices: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     return click.option(
         "--format",
         "fmt",
-        type=click.Choice(choices),
+        type=FormatChoice(choices),
         default=choices[0],
         show_default=True,
         help="Output format.",
@@ -60,6 +88,24 @@ def format_option(*choices: str) -> Callable[[Callable[..., Any]], Callable[...,
 def open_event_log(log_url: str | None, repo: str | None) -> EventLog:
     """An existing log, for commands that only read: a mistyped path is an error, not an empty cluster."""
     return open_log(resolve_log_url(log_url, repo), create=False)
+
+
+def repo_path(f: Callable[..., Any]) -> Callable[..., Any]:
+    """`--repo PATH`, the convention of every command, for commands that also take the
+    repo as their first argument (the earlier spelling): `repo_of` picks one."""
+    f = click.option(
+        "--repo",
+        "repo_opt",
+        type=click.Path(exists=True, file_okay=False),
+        help="The cluster repo (default: the current directory); also accepted as PATH.",
+    )(f)
+    return click.argument("path", required=False, type=click.Path(exists=True, file_okay=False))(f)
+
+
+def repo_of(path: str | None, repo_opt: str | None) -> str:
+    if path is not None and repo_opt is not None and path != repo_opt:
+        fail(f"give the repo once: PATH {path!r} or --repo {repo_opt!r}")
+    return path or repo_opt or "."
 
 
 def repo_option(f: Callable[..., Any]) -> Callable[..., Any]:

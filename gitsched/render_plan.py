@@ -15,6 +15,7 @@ from engine.model import GPU_MILLI, FlavorQuota, Queue
 from engine.placement.constraints import gpus_text
 from engine.placement.plan import SolveStats
 from gitsched import __version__
+from gitsched.exit_codes import plan_exit_code
 from gitsched.render import table
 from policies.approval import TeamApproval, owners_file
 from reconciler.plan import (
@@ -210,7 +211,11 @@ def approval_text(a: TeamApproval) -> str:
     if a.unowned:
         return f"{a.team} ({files}): no {owners_file(a.team)} at the base, no approval needed"
     if a.satisfied:
-        return f"{a.team} ({files}): approved by {', '.join(a.approved_by)}"
+        how = ", ".join(
+            f"{x.approver} ({x.via}{', key ' + x.fingerprint if x.fingerprint else ''})"
+            for x in a.approvals
+        )
+        return f"{a.team} ({files}): approved by {how or ', '.join(a.approved_by)}"
     return f"{a.team} ({files}): MISSING, {a.missing_text()}"
 
 
@@ -232,6 +237,9 @@ def plan_text(plan: PullRequestPlan) -> str:
         out += [f"  {e.format()}" for e in plan.errors]
         out += ["", f"{len(plan.errors)} error(s) in {files} file(s)"]
         return "\n".join(out)
+    if plan.warnings:
+        out += ["", "Warnings: valid, but can never run as written"]
+        out += [f"  {w.format()}" for w in plan.warnings]
 
     if plan.queue_changes or plan.policy_changes:
         out += ["", "Quota and policy changes"]
@@ -361,6 +369,17 @@ def plan_markdown(plan: PullRequestPlan) -> str:
         )
         return _footer(out, plan)
 
+    if plan.warnings:
+        out += _details(
+            f"⚠️ Warnings ({len(plan.warnings)})",
+            [
+                "Valid, but can never run as written (`gitsched validate` shows the same):",
+                "",
+                *_fence([w.format() for w in plan.warnings]),
+            ],
+            open_=True,
+        )
+
     if plan.queue_changes or plan.policy_changes:
         body: list[str] = []
         if plan.queue_changes:
@@ -459,7 +478,7 @@ def plan_to_dict(plan: PullRequestPlan) -> dict[str, Any]:
     stats = plan.solve
     return {
         "summary": summary_line(plan),
-        "exit_code": plan.exit_code,
+        "exit_code": plan_exit_code(plan),
         "valid": plan.valid,
         "changed": plan.changed,
         "base": {"rev": plan.base.rev, "sha": plan.base.sha, "subject": plan.base.subject},
@@ -470,6 +489,7 @@ def plan_to_dict(plan: PullRequestPlan) -> dict[str, Any]:
         "stale": plan.stale,
         "notes": list(plan.notes),
         "errors": [e.to_dict() for e in plan.errors],
+        "warnings": [w.to_dict() for w in plan.warnings],
         "spec_changes": [
             {"kind": c.kind, "name": c.name, "action": c.action, "detail": c.detail}
             for c in plan.spec_changes
@@ -499,6 +519,7 @@ def plan_to_dict(plan: PullRequestPlan) -> dict[str, Any]:
                 "to": list(e.nodes_after),
                 "lost_gpu_hours": round(e.lost_gpu_seconds / 3600, 3),
                 "preempted_by": e.preempted_by,
+                "rule": e.rule or None,
             }
             for a in _ORDER
             for e in plan.of(a)
@@ -534,6 +555,19 @@ def plan_to_dict(plan: PullRequestPlan) -> dict[str, Any]:
                     "eligible": list(a.eligible),
                     "approved_by": list(a.approved_by),
                     "satisfied": a.satisfied,
+                    "bootstrap": a.unowned,
+                    "signed_required": a.signed_required,
+                    "authors": list(a.authors),
+                    "approvals": [
+                        {
+                            "approver": x.approver,
+                            "via": x.via,
+                            "commit": x.commit,
+                            "fingerprint": x.fingerprint,
+                        }
+                        for x in a.approvals
+                    ],
+                    "refused": list(a.refused),
                 }
                 for a in plan.approvals
             ],

@@ -1,22 +1,32 @@
-"""Who must approve a change: a team's queue (and its OWNERS) only moves with an owner's yes.
+"""Who must approve a change, and what counts as their approval: the one approval rule.
 
-Pure: the caller brings the queues and OWNERS of the base and the head, and the people
-who wrote and approved the change; `plan` lists what is missing, the reconciler rejects
-a merged commit that lacks it when the Policy says `approval.requireOwnerApproval`.
+A team's queue (and its OWNERS) only moves with an owner's yes. Pure: the caller brings
+the queues and OWNERS of the base and the head, who wrote the change, and the approvals
+found for it (trailers, and signatures as git verified them). `plan`, the reconciler
+and `audit compliance` all call `check_approvals`/`judge_team`, so they cannot disagree.
+The rule in words is in docs/approvals.md.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
+import hashlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import PurePosixPath
 
-from engine.model import Finding, FlavorQuota, Queue
+from engine.model import Approval, Finding, FlavorQuota, Owner, Queue
 from policies.rules import place_of
 from schemas import Document
 
 APPROVAL_CODE = "approval"
 TRAILER_HINT = "Approved-by: Name <e-mail>"
+# How an OWNERS key line starts its key: the key types ssh-keygen writes and reads.
+KEY_TYPE_PREFIXES = ("ssh-", "ecdsa-sha2-", "sk-ssh-", "sk-ecdsa-")
+
+VIA_TRAILER, VIA_SIGNED_TRAILER, VIA_SIGNED_MERGE = "trailer", "signed-trailer", "signed-merge"
 
 
 def email_of(person: str) -> str:
@@ -31,6 +41,114 @@ def owners_file(team: str) -> str:
     return f"teams/{team}/OWNERS"
 
 
+def key_fingerprint(key: str) -> str:
+    """'ssh-ed25519 AAAA...' -> 'SHA256:...', as `ssh-keygen -l` prints it; '' if no key."""
+    parts = key.split()
+    if len(parts) < 2:
+        return ""
+    try:
+        blob = base64.b64decode(parts[1], validate=True)
+    except (binascii.Error, ValueError):
+        return ""
+    if not blob:
+        return ""
+    return "SHA256:" + base64.b64encode(hashlib.sha256(blob).digest()).decode().rstrip("=")
+
+
+def parse_owners(text: str) -> tuple[tuple[Owner, ...], tuple[tuple[int, str], ...]]:
+    """An OWNERS file -> its owners, and (line, message) for each line that is not one.
+
+    A line is an e-mail ("li@nlp.example" or "Li Wei <li@nlp.example>"), optionally
+    followed by the owner's public key in git's allowed-signers form:
+    "li@nlp.example ssh-ed25519 AAAA... [comment]" (options such as namespaces="git"
+    between the two are accepted and ignored). '#' starts a comment.
+    """
+    owners: list[Owner] = []
+    problems: list[tuple[int, str]] = []
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        tokens = line.split()
+        at = next(
+            (i for i, t in enumerate(tokens) if i > 0 and t.startswith(KEY_TYPE_PREFIXES)), None
+        )
+        if at is None:
+            owners.append(Owner(email_of(line)))
+            continue
+        # allowed-signers options (namespaces="git", valid-after=...) sit before the key
+        who = " ".join(t for t in tokens[:at] if "=" not in t)
+        email = email_of(who)
+        key = " ".join(tokens[at : at + 2])
+        if "@" not in email or any(c in email for c in "*?,! "):
+            problems.append(
+                (number, f"{who!r} is not an e-mail: a key line is 'e-mail keytype key'")
+            )
+        elif not key_fingerprint(key):
+            problems.append((number, f"the {tokens[at]} key of {email} is not a valid public key"))
+        else:
+            owners.append(Owner(email, key))
+    return tuple(owners), tuple(problems)
+
+
+def _as_owner(owner: Owner | str) -> Owner:
+    return owner if isinstance(owner, Owner) else Owner(email_of(owner))
+
+
+class SignatureStatus(StrEnum):
+    GOOD = "good"  # the signature verifies; whose key it is, the rule decides by fingerprint
+    BAD = "bad"  # signed, but the signature does not verify (altered commit, broken key)
+    NONE = "none"  # not signed
+
+
+@dataclass(frozen=True, slots=True)
+class Signature:
+    """What git said of one commit's signature."""
+
+    status: SignatureStatus
+    fingerprint: str = ""
+    detail: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Vouch:
+    """One claim that someone approved a change: a trailer, or a merge commit.
+
+    `approver` is the e-mail a trailer names ("" for a merge: its signer approves);
+    `signature` is the carrying commit's, as git verified it (None: not checked);
+    `current` is False when the change goes on after the carrying commit (later
+    commits, or a merge commit's own edits): a signature covers only its own tree.
+    """
+
+    commit: str
+    via: str  # "trailer" | "merge"
+    approver: str = ""
+    signature: Signature | None = None
+    current: bool = True
+
+
+def trailer_vouches(approvers: Iterable[str], commit: str = "") -> tuple[Vouch, ...]:
+    """Plain Approved-by/Reviewed-by trailers of `commit`, unverified."""
+    return tuple(Vouch(commit, "trailer", email_of(a)) for a in approvers)
+
+
+def recorded_vouches(approvals: Iterable[Approval]) -> tuple[Vouch, ...]:
+    """The approvals the log recorded, as vouches the rule can judge again (audit).
+
+    A recorded fingerprint stands for a signature git verified when the change was
+    applied; the rule still checks it against the owners' keys at the base, and
+    `audit verify --repo` can ask git again.
+    """
+    out: list[Vouch] = []
+    for a in approvals:
+        signature = Signature(SignatureStatus.GOOD, a.fingerprint) if a.fingerprint else None
+        if a.via == VIA_SIGNED_MERGE:
+            out.append(Vouch(a.commit, "merge", "", signature))
+        else:
+            out.append(Vouch(a.commit, "trailer", email_of(a.approver), signature))
+    return tuple(out)
+
+
 @dataclass(frozen=True, slots=True)
 class TeamApproval:
     """What a change does to one team's governed files, and whether an owner approved it."""
@@ -42,9 +160,14 @@ class TeamApproval:
     approved_by: tuple[str, ...]  # those owners who approved
     authors_among_owners: tuple[str, ...] = ()  # owners who wrote the change: they cannot approve
     line: int | None = None
+    approvals: tuple[Approval, ...] = ()  # the evidence that counted
+    refused: tuple[str, ...] = ()  # why each other claim of approval did not count
+    authors: tuple[str, ...] = ()  # e-mails of who wrote the change
+    signed_required: bool = False
 
     @property
     def unowned(self) -> bool:
+        """Bootstrap: the team has no OWNERS at the base, so nobody can be asked."""
         return not self.owners
 
     @property
@@ -58,12 +181,116 @@ class TeamApproval:
 
     def missing_text(self) -> str:
         who = ", ".join(self.eligible) or "nobody (every owner wrote the change)"
-        text = f"needs an approval from one of {who} ({owners_file(self.team)} at the base commit)"
+        kind = "a signed approval" if self.signed_required else "an approval"
+        text = f"needs {kind} from one of {who} ({owners_file(self.team)} at the base commit)"
         if self.authors_among_owners:
             text += (
                 f"; {', '.join(self.authors_among_owners)} wrote the change and cannot approve it"
             )
+        if self.refused:
+            text += "; not counted: " + "; ".join(self.refused)
         return text
+
+
+@dataclass(frozen=True, slots=True)
+class Judgement:
+    approvals: tuple[Approval, ...]
+    refused: tuple[str, ...]
+
+
+def judge_team(
+    team: str,
+    owners: Sequence[Owner | str],
+    *,
+    authors: Iterable[str],
+    vouches: Iterable[Vouch],
+    signed_required: bool,
+    all_owners: Mapping[str, Sequence[Owner | str]] | None = None,
+) -> Judgement:
+    """Which claims of approval count for a change to `team`, and why the others do not.
+
+    `owners` are the team's OWNERS at the base. A trailer counts when it names an owner
+    who did not write the change. With `signed_required`, it counts only on a commit
+    signed by that owner's key as listed in `owners`; an owner's signed merge commit
+    counts too (with or without the requirement). A key is matched by fingerprint, so
+    a key added on the branch, or listed for another team, is not that owner's key.
+    """
+    listed = tuple(_as_owner(o) for o in owners)
+    emails = {o.email for o in listed}
+    key_owner = {key_fingerprint(o.key): o.email for o in listed if o.key}
+    writers = {email_of(a) for a in authors}
+    elsewhere: dict[str, str] = {}
+    for other, people in sorted((all_owners or {}).items()):
+        for o in map(_as_owner, people):
+            if o.key and other != team:
+                elsewhere.setdefault(key_fingerprint(o.key), f"{o.email} of team {other}")
+    approvals: list[Approval] = []
+    refused: list[str] = []
+
+    def not_listed(fingerprint: str) -> str:
+        whose = elsewhere.get(fingerprint)
+        return f"key {fingerprint} is not listed for team {team} in {owners_file(team)}" + (
+            f" at the base (it is the key of {whose})" if whose else " at the base"
+        )
+
+    for v in vouches:
+        short = v.commit[:12] or "the commit"
+        sig = v.signature
+        good = sig is not None and sig.status is SignatureStatus.GOOD
+        signer = key_owner.get(sig.fingerprint) if good and sig is not None else None
+        if v.via == "merge":
+            if not good or sig is None:
+                continue  # an unsigned merge commit vouches for nothing
+            if signer is None:
+                refused.append(f"merge {short} is signed, but its {not_listed(sig.fingerprint)}")
+            elif signer in writers:
+                refused.append(
+                    f"merge {short} is signed by the change's own author {signer}: "
+                    "an author cannot approve their own change"
+                )
+            else:
+                approvals.append(Approval(signer, VIA_SIGNED_MERGE, v.commit, sig.fingerprint))
+            continue
+        named = email_of(v.approver)
+        if named not in emails:
+            refused.append(f"{named} (trailer on {short}) is not in {owners_file(team)}")
+            continue
+        if named in writers:
+            if signer == named:
+                refused.append(
+                    f"{short} is signed by the change's own author {named}: "
+                    "an author cannot approve their own change"
+                )
+            continue  # missing_text names the owners who wrote the change
+        if signer == named and sig is not None and (v.current or not signed_required):
+            approvals.append(Approval(named, VIA_SIGNED_TRAILER, v.commit, sig.fingerprint))
+        elif signer == named:
+            refused.append(
+                f"{named}'s signed approval on {short} is stale: the change goes on after it "
+                "(later commits, or the merge commit's own edits), and a signature covers "
+                "only its own commit; sign again at the end, or sign the merge"
+            )
+        elif not signed_required:
+            approvals.append(Approval(named, VIA_TRAILER, v.commit))
+        elif sig is None or sig.status is SignatureStatus.NONE:
+            refused.append(
+                f"the trailer naming {named} on {short} has no valid signature (unsigned commit)"
+            )
+        elif sig.status is SignatureStatus.BAD:
+            refused.append(
+                f"the trailer naming {named} on {short} has no valid signature"
+                + (f" ({sig.detail})" if sig.detail else "")
+            )
+        elif signer is None:
+            refused.append(
+                f"the trailer naming {named} on {short} is signed, but its "
+                + not_listed(sig.fingerprint)
+            )
+        else:
+            refused.append(
+                f"the trailer on {short} names {named}, but the commit is signed by {signer}'s key"
+            )
+    return Judgement(tuple(dict.fromkeys(approvals)), tuple(dict.fromkeys(refused)))
 
 
 def _quota_text(fq: FlavorQuota | None) -> str:
@@ -121,24 +348,19 @@ def _team_of(file: str) -> str | None:
     return None
 
 
-def check_approvals(
+def touched_teams(
     *,
     base_queues: Mapping[str, Queue],
     head_queues: Mapping[str, Queue],
-    base_documents: Sequence[Document],
-    head_documents: Sequence[Document],
-    base_owners: Mapping[str, Sequence[str]],
-    head_owners: Mapping[str, Sequence[str]],
-    approvers: Sequence[str],
-    authors: Sequence[str],
-) -> tuple[TeamApproval, ...]:
-    """One TeamApproval for each team whose queue or OWNERS the change touches.
+    base_documents: Sequence[Document] = (),
+    head_documents: Sequence[Document] = (),
+    base_owners: Mapping[str, Sequence[Owner | str]],
+    head_owners: Mapping[str, Sequence[Owner | str]],
+) -> dict[str, list[tuple[str, str, int | None]]]:
+    """Team -> (file, what changed, line) for each change to the team's queue or OWNERS.
 
-    The team is the folder the queue file sits in (teams/<team>/queue.yaml), and the
-    owners are that folder's OWNERS *at the base*: a change cannot approve itself by
-    editing OWNERS. Approvers and authors are matched by e-mail, case-insensitively;
-    an author never counts as an approver of their own change. A team without OWNERS
-    at the base has nobody to ask, so its changes need no approval.
+    The team is the folder the queue file sits in (teams/<team>/queue.yaml, which the
+    schema makes equal to the queue's `team`); documents only locate the line.
     """
     base_homes = _queue_homes(base_documents)
     head_homes = _queue_homes(head_documents)
@@ -155,38 +377,88 @@ def check_approvals(
         touched.setdefault(team, []).append((file, describe_queue_change(before, after), line))
 
     for team in sorted(set(base_owners) | set(head_owners)):
-        old = tuple(email_of(o) for o in base_owners.get(team, ()))
-        new = tuple(email_of(o) for o in head_owners.get(team, ()))
+        old = tuple(_as_owner(o) for o in base_owners.get(team, ()))
+        new = tuple(_as_owner(o) for o in head_owners.get(team, ()))
         if old != new:
-            added = sorted(set(new) - set(old))
-            removed = sorted(set(old) - set(new))
+            old_emails, new_emails = [o.email for o in old], [o.email for o in new]
+            added = sorted(set(new_emails) - set(old_emails))
+            removed = sorted(set(old_emails) - set(new_emails))
+            rekeyed = sorted(
+                {o.email for o in new if o.email in old_emails} - {o.email for o in old if o in new}
+            )
             what = "; ".join(
                 part
                 for part in (
                     f"adds {', '.join(added)}" if added else "",
                     f"removes {', '.join(removed)}" if removed else "",
+                    f"changes the key of {', '.join(rekeyed)}" if rekeyed else "",
                 )
                 if part
             )
             touched.setdefault(team, []).append(
                 (owners_file(team), f"changes the team's owners: {what or 'reorders them'}", None)
             )
+    return touched
 
-    approving = {email_of(a) for a in approvers}
-    writing = {email_of(a) for a in authors}
+
+def check_approvals(
+    *,
+    base_queues: Mapping[str, Queue],
+    head_queues: Mapping[str, Queue],
+    base_documents: Sequence[Document] = (),
+    head_documents: Sequence[Document] = (),
+    base_owners: Mapping[str, Sequence[Owner | str]],
+    head_owners: Mapping[str, Sequence[Owner | str]],
+    authors: Sequence[str],
+    approvers: Sequence[str] = (),
+    vouches: Sequence[Vouch] = (),
+    signed_required: bool = False,
+) -> tuple[TeamApproval, ...]:
+    """One TeamApproval for each team whose queue or OWNERS the change touches.
+
+    The owners are the team's OWNERS *at the base*: a change cannot approve itself by
+    editing OWNERS, nor sign with a key it adds. Approvers and authors are matched by
+    e-mail, case-insensitively; an author never counts as an approver of their own
+    change. A team without OWNERS at the base has nobody to ask (bootstrap: the commit
+    that creates a team's queue and OWNERS), so its changes need no approval.
+    `approvers` are plain trailers (unverified); `vouches` carry where they come from.
+    """
+    touched = touched_teams(
+        base_queues=base_queues,
+        head_queues=head_queues,
+        base_documents=base_documents,
+        head_documents=head_documents,
+        base_owners=base_owners,
+        head_owners=head_owners,
+    )
+    claims = (*trailer_vouches(approvers), *vouches)
+    writing = tuple(dict.fromkeys(email_of(a) for a in authors))
     out: list[TeamApproval] = []
     for team in sorted(touched):
-        owners = tuple(dict.fromkeys(email_of(o) for o in base_owners.get(team, ())))
+        listed = tuple(_as_owner(o) for o in base_owners.get(team, ()))
+        owners = tuple(dict.fromkeys(o.email for o in listed))
         entries = touched[team]
+        verdict = judge_team(
+            team,
+            listed,
+            authors=writing,
+            vouches=claims,
+            signed_required=signed_required,
+            all_owners=base_owners,
+        )
         out.append(
             TeamApproval(
                 team=team,
                 files=tuple(dict.fromkeys(f for f, _, _ in entries)),
                 changes=tuple(c for _, c, _ in entries),
                 owners=owners,
-                approved_by=tuple(o for o in owners if o in approving and o not in writing),
+                approved_by=tuple(dict.fromkeys(a.approver for a in verdict.approvals)),
                 authors_among_owners=tuple(o for o in owners if o in writing),
                 line=next((line for _, _, line in entries if line is not None), None),
+                approvals=verdict.approvals,
+                refused=verdict.refused,
+                authors=writing,
+                signed_required=signed_required,
             )
         )
     return tuple(out)
@@ -212,8 +484,14 @@ def approval_findings(checks: Iterable[TeamApproval]) -> tuple[Finding, ...]:
                 path="$.spec" if check.line is not None else "$",
                 message=(
                     f"{'; '.join(check.changes)}: the commit {check.missing_text()}; "
-                    f"add a trailer '{TRAILER_HINT}' naming one of them "
-                    "(the Policy sets approval.requireOwnerApproval)"
+                    + (
+                        "an owner signs the merge commit, or signs a commit carrying "
+                        f"'{TRAILER_HINT}' naming them (the Policy sets "
+                        "approval.requireSignedApproval)"
+                        if check.signed_required
+                        else f"add a trailer '{TRAILER_HINT}' naming one of them "
+                        "(the Policy sets approval.requireOwnerApproval)"
+                    )
                 ),
                 code=APPROVAL_CODE,
             )
@@ -223,10 +501,20 @@ def approval_findings(checks: Iterable[TeamApproval]) -> tuple[Finding, ...]:
 
 __all__ = [
     "APPROVAL_CODE",
+    "Judgement",
+    "Signature",
+    "SignatureStatus",
     "TeamApproval",
+    "Vouch",
     "approval_findings",
     "check_approvals",
     "describe_queue_change",
     "email_of",
+    "judge_team",
+    "key_fingerprint",
     "owners_file",
+    "parse_owners",
+    "recorded_vouches",
+    "touched_teams",
+    "trailer_vouches",
 ]

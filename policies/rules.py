@@ -9,7 +9,7 @@ from __future__ import annotations
 import difflib
 import functools
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Any
@@ -73,8 +73,20 @@ class _Cluster:
     default_class: str | None
 
 
-def check_repository(docs: Sequence[Document], policy: Mapping[str, Any]) -> tuple[SpecError, ...]:
-    """Every cross-document problem of one commit's valid documents, sorted by file and line."""
+def check_repository(
+    docs: Sequence[Document],
+    policy: Mapping[str, Any],
+    *,
+    unchecked: Sequence[Document] = (),
+    broken_files: Collection[str] = (),
+) -> tuple[SpecError, ...]:
+    """Every cross-document problem of one commit's valid documents, sorted by file and line.
+
+    `unchecked` are documents that parsed but broke their schema: their references
+    (flavors, priority classes, levels, queues) are checked too, so one run reports
+    every error, as check-jsonschema does. `broken_files` had errors of their own: a
+    job whose queue lives in one is not also told that its queue is missing.
+    """
     ordered = sorted(docs, key=lambda d: (d.file, d.index))
     errors: list[SpecError] = list(_layout(ordered))
     by_kind: dict[str, list[Document]] = defaultdict(list)
@@ -95,6 +107,15 @@ def check_repository(docs: Sequence[Document], policy: Mapping[str, Any]) -> tup
         team = place_of(doc.file).team
         if team is not None and place_of(doc.file).area == "queue":
             team_queues.setdefault(team, doc)
+    # Queues whose own file is broken: whoever names them hears about that file only.
+    broken_queues = QueuesInBrokenFiles(
+        names=frozenset(d.name for d in unchecked if d.kind == "Queue" and d.name),
+        teams=frozenset(
+            place.team
+            for place in map(place_of, broken_files)
+            if place.area == "queue" and place.team is not None
+        ),
+    )
 
     for doc in by_kind["Node"]:
         errors.extend(_check_node_spec(doc, _spec(doc), ("spec",), cluster))
@@ -108,12 +129,14 @@ def check_repository(docs: Sequence[Document], policy: Mapping[str, Any]) -> tup
     admission = policy.get("admission")
     limits: Mapping[str, Any] = admission if isinstance(admission, Mapping) else {}
     for doc in by_kind["Job"]:
-        queue = _job_queue(doc, queues, team_queues, errors)
+        queue = _job_queue(doc, queues, team_queues, broken_queues, errors)
         if queue is not None:
             jobs_by_queue[_name(queue)].append(doc)
         errors.extend(_check_job(doc, queue, cluster, limits))
     for queue_name, jobs in jobs_by_queue.items():
         errors.extend(_duplicate_names(jobs, "Job", f" in queue '{queue_name}'"))
+    for doc in sorted(unchecked, key=lambda d: (d.file, d.index)):
+        errors.extend(_unchecked_references(doc, cluster, queues, team_queues, broken_queues))
 
     return tuple(sorted(errors, key=lambda e: (e.file, e.line or 0, e.column or 0, e.message)))
 
@@ -274,8 +297,8 @@ def _check_node_spec(
     gpus = spec.get("gpus", 0)
     what = "node" if doc.kind == "Node" else "node pool"
     if flavor is not None:
-        if cluster is not None and flavor not in cluster.flavors:
-            yield _unknown(doc, (*at, "flavor"), "GPU flavor", flavor, cluster.flavors)
+        if cluster is not None:
+            yield from _flavor_reference(doc, spec, at, cluster)
         if gpus < 1:
             yield doc.error(
                 (*at, "gpus"),
@@ -327,6 +350,20 @@ def _check_pool(doc: Document, cluster: _Cluster | None) -> Iterator[SpecError]:
 # --- queues and jobs ---
 
 
+def _queue_references(
+    doc: Document, spec: Mapping[str, Any], cluster: _Cluster
+) -> Iterator[SpecError]:
+    top = spec.get("maxPriorityClass")
+    if isinstance(top, str) and top not in cluster.classes:
+        yield _unknown(doc, ("spec", "maxPriorityClass"), "priority class", top, cluster.classes)
+    quotas = spec.get("quotas", [])
+    for index, quota in enumerate(quotas if isinstance(quotas, list) else []):
+        flavor = quota.get("flavor") if isinstance(quota, Mapping) else None
+        if isinstance(flavor, str) and flavor not in cluster.flavors:
+            path: JsonPath = ("spec", "quotas", index, "flavor")
+            yield _unknown(doc, path, "GPU flavor", flavor, cluster.flavors)
+
+
 def _check_queue(doc: Document, cluster: _Cluster | None) -> Iterator[SpecError]:
     spec = _spec(doc)
     name = _name(doc)
@@ -339,15 +376,12 @@ def _check_queue(doc: Document, cluster: _Cluster | None) -> Iterator[SpecError]
             f" set team: {place.team} or leave it out",
             "reference",
         )
-    top = spec.get("maxPriorityClass")
-    if cluster is not None and top is not None and top not in cluster.classes:
-        yield _unknown(doc, ("spec", "maxPriorityClass"), "priority class", top, cluster.classes)
+    if cluster is not None:
+        yield from _queue_references(doc, spec, cluster)
     seen: dict[str, int] = {}
     for index, quota in enumerate(spec.get("quotas", [])):
         flavor = quota["flavor"]
         path: JsonPath = ("spec", "quotas", index, "flavor")
-        if cluster is not None and flavor not in cluster.flavors:
-            yield _unknown(doc, path, "GPU flavor", flavor, cluster.flavors)
         if flavor in seen:
             first = _at(doc, ("spec", "quotas", seen[flavor], "flavor"))
             yield doc.error(
@@ -368,32 +402,59 @@ def _check_queue(doc: Document, cluster: _Cluster | None) -> Iterator[SpecError]
             )
 
 
+def queue_owner(queue: Document) -> str | None:
+    """The team that owns a queue: the folder its file sits in (teams/<team>/queue.yaml).
+
+    Only that team's jobs (teams/<team>/jobs/) may submit to it, and only its OWNERS
+    approve changes to it; other teams reach its unused quota by borrowing in a cohort.
+    """
+    return place_of(queue.file).team
+
+
+@dataclass(frozen=True, slots=True)
+class QueuesInBrokenFiles:
+    """Queues a commit may define in files that have errors of their own."""
+
+    names: frozenset[str] = frozenset()
+    teams: frozenset[str] = frozenset()
+
+    def may_define(self, queue: str) -> bool:
+        return queue in self.names or queue in self.teams
+
+
 def _job_queue(
     doc: Document,
     queues: Mapping[str, Document],
     team_queues: Mapping[str, Document],
+    broken: QueuesInBrokenFiles,
     errors: list[SpecError],
 ) -> Document | None:
     """The Queue document a job goes to, reporting a missing one."""
     spec = _spec(doc)
     named = spec.get("queue")
+    team = place_of(doc.file).team
+    if named is not None and not isinstance(named, str):
+        return None  # not a name: its schema error says so
     if named is not None:
         found = queues.get(named)
         if found is None:
+            if not broken.may_define(named):
+                errors.append(_unknown_queue(doc, named, queues))
+        elif team is not None and queue_owner(found) != team:
             errors.append(
                 doc.error(
                     ("spec", "queue"),
-                    f"job '{_name(doc)}' names queue '{named}', which no"
-                    f" teams/<team>/queue.yaml defines{_choices(named, queues)}",
-                    "reference",
+                    f"job '{_name(doc)}' of team '{team}' names queue '{named}', which team"
+                    f" '{queue_owner(found)}' owns ({found.file}); a team's jobs run on its own"
+                    f" queue (teams/{team}/queue.yaml) and borrow through its cohort",
+                    "ownership",
                 )
             )
         return found
-    team = place_of(doc.file).team
     if team is None:
         return None  # a misplaced job: the layout error already says where it belongs
     found = team_queues.get(team)
-    if found is None:
+    if found is None and team not in broken.teams:
         errors.append(
             doc.error(
                 ("spec",),
@@ -403,6 +464,49 @@ def _job_queue(
             )
         )
     return found
+
+
+def _unknown_queue(doc: Document, named: str, queues: Mapping[str, Document]) -> SpecError:
+    return doc.error(
+        ("spec", "queue"),
+        f"job '{_name(doc)}' names queue '{named}', which no"
+        f" teams/<team>/queue.yaml defines{_choices(named, queues)}",
+        "reference",
+    )
+
+
+def _unchecked_references(
+    doc: Document,
+    cluster: _Cluster | None,
+    queues: Mapping[str, Document],
+    team_queues: Mapping[str, Document],
+    broken: QueuesInBrokenFiles,
+) -> Iterator[SpecError]:
+    """The reference errors of a document that broke its schema: only the fields that
+    still have the shape the schema asks for are looked at."""
+    spec = _spec(doc)
+    if doc.kind == "Job":
+        if cluster is not None:
+            yield from _check_job_references(doc, spec, cluster)
+        errors: list[SpecError] = []
+        _job_queue(doc, queues, team_queues, broken, errors)
+        yield from errors
+    elif doc.kind == "Queue" and cluster is not None:
+        yield from _queue_references(doc, spec, cluster)
+    elif doc.kind == "Node" and cluster is not None:
+        yield from _flavor_reference(doc, spec, ("spec",), cluster)
+    elif doc.kind == "NodePool" and cluster is not None:
+        template = spec.get("template")
+        if isinstance(template, Mapping):
+            yield from _flavor_reference(doc, template, ("spec", "template"), cluster)
+
+
+def _flavor_reference(
+    doc: Document, spec: Mapping[str, Any], at: JsonPath, cluster: _Cluster
+) -> Iterator[SpecError]:
+    flavor = spec.get("flavor")
+    if isinstance(flavor, str) and flavor not in cluster.flavors:
+        yield _unknown(doc, (*at, "flavor"), "GPU flavor", flavor, cluster.flavors)
 
 
 def _check_job(
@@ -462,12 +566,14 @@ def _check_job(
 def _check_job_references(
     doc: Document, spec: Mapping[str, Any], cluster: _Cluster
 ) -> Iterator[SpecError]:
-    for index, flavor in enumerate(spec.get("gpuFlavors", [])):
-        if flavor not in cluster.flavors:
+    # Shapes are checked as well as names: a document that broke its schema comes here too.
+    flavors = spec.get("gpuFlavors", [])
+    for index, flavor in enumerate(flavors if isinstance(flavors, list) else []):
+        if isinstance(flavor, str) and flavor not in cluster.flavors:
             path: JsonPath = ("spec", "gpuFlavors", index)
             yield _unknown(doc, path, "GPU flavor", flavor, cluster.flavors)
     wanted = spec.get("priorityClass")
-    if wanted is not None and wanted not in cluster.classes:
+    if isinstance(wanted, str) and wanted not in cluster.classes:
         yield _unknown(doc, ("spec", "priorityClass"), "priority class", wanted, cluster.classes)
     topology = spec.get("topology")
     if isinstance(topology, Mapping):
@@ -490,14 +596,15 @@ def _check_job_topology(
                     "policy",
                 )
         return
-    if level is not None and level not in levels:
+    if isinstance(level, str) and level not in levels:
         yield _unknown(doc, (*at, "level"), "topology level", level, levels)
     slice_level = topology.get("sliceLevel")
     slice_size = topology.get("sliceSize")
-    if slice_level is not None and slice_level not in levels:
+    if isinstance(slice_level, str) and slice_level not in levels:
         yield _unknown(doc, (*at, "sliceLevel"), "topology level", slice_level, levels)
     elif (
-        slice_level is not None
+        isinstance(slice_level, str)
+        and isinstance(level, str)
         and level in levels
         and levels.index(slice_level) >= levels.index(level)
     ):

@@ -7,6 +7,7 @@ and file contents are read from git objects, never from a checkout.
 from __future__ import annotations
 
 import subprocess
+import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -93,6 +94,13 @@ class GitRepo:
             return False
         return True
 
+    def checked_out_branch(self) -> str | None:
+        """The branch HEAD points at ('master' in many older repos), or None when detached."""
+        try:
+            return self._run("symbolic-ref", "--quiet", "--short", "HEAD").strip() or None
+        except GitError:
+            return None
+
     def is_ancestor(self, older: str, newer: str) -> bool:
         done = subprocess.run(
             ["git", "-C", str(self.path), "merge-base", "--is-ancestor", older, newer],
@@ -110,6 +118,9 @@ class GitRepo:
                 "%ae",
                 "%cI",
                 "%s",
+                "%aI",
+                "%cn",
+                "%ce",
                 "%(trailers:key=Approved-by,valueonly,separator=%x1d)",
                 "%(trailers:key=Reviewed-by,valueonly,separator=%x1d)",
             ]
@@ -122,9 +133,14 @@ class GitRepo:
             record = record.strip("\n")
             if not record:
                 continue
-            sha, name, email, date, subject, approved, reviewed = record.split(_FIELD)
+            (sha, name, email, date, subject, authored, committer, committer_email, approved,
+             reviewed) = record.split(_FIELD)  # fmt: skip
             approvers = parse_trailer_people([*approved.split("\x1d"), *reviewed.split("\x1d")])
-            commits.append(CommitInfo(sha, name, email, date, subject, approvers))
+            commits.append(
+                CommitInfo(
+                    sha, name, email, date, subject, approvers, authored, committer, committer_email
+                )
+            )
         return commits
 
     def commits_since(self, branch: str, last_applied: str | None) -> list[CommitInfo]:
@@ -181,3 +197,93 @@ class GitRepo:
             blobs[sha] = out[start : start + size]
             pos = start + size + 1
         return blobs
+
+
+@dataclass(frozen=True, slots=True)
+class ChangeCommit:
+    """One commit of a change as the approval rule reads it: every parent, not only the first."""
+
+    sha: str
+    parents: tuple[str, ...]
+    tree: str
+    author_email: str
+    approvers: tuple[str, ...]
+    changes_files: bool  # False for an empty commit (e.g. one that only carries an approval)
+
+    @property
+    def is_merge(self) -> bool:
+        return len(self.parents) > 1
+
+
+def change_commits(repo: GitRepo, *revisions: str) -> list[ChangeCommit]:
+    """The commits `revisions` select (e.g. 'SHA^!', or 'MERGE', '^MERGE^1': what a merge brings in)."""
+    fmt = _FIELD.join(
+        [
+            "%H",
+            "%P",
+            "%T",
+            "%ae",
+            "%(trailers:key=Approved-by,valueonly,separator=%x1d)",
+            "%(trailers:key=Reviewed-by,valueonly,separator=%x1d)",
+        ]
+    )
+    out = repo._run("log", f"--format={fmt}{_RECORD}", *revisions, "--")
+    # With a pathspec, a commit that changes no file is left out; merges are never authors.
+    changing = set(
+        repo._run(
+            "log", "--no-merges", "--full-history", "--format=%H", *revisions, "--", "."
+        ).split()
+    )
+    found: list[ChangeCommit] = []
+    for record in out.split(_RECORD):
+        record = record.strip("\n")
+        if not record:
+            continue
+        sha, parents, tree, email, approved, reviewed = record.split(_FIELD)
+        approvers = parse_trailer_people([*approved.split("\x1d"), *reviewed.split("\x1d")])
+        found.append(
+            ChangeCommit(
+                sha, tuple(parents.split()), tree, email.lower(), approvers, sha in changing
+            )
+        )
+    return found
+
+
+def merge_edits(repo: GitRepo, sha: str) -> bool:
+    """Whether a merge commit changes files beyond what its parents bring (conflict
+    resolutions, or edits slipped into the merge): `git diff-tree --cc` is empty otherwise."""
+    return bool(repo._run("diff-tree", "--cc", "--name-only", "--no-commit-id", sha).strip())
+
+
+def tree_of(repo: GitRepo, rev: str) -> str:
+    return repo._run("rev-parse", f"{rev}^{{tree}}").strip()
+
+
+def verify_commit(repo: GitRepo, sha: str, allowed_signers: str) -> tuple[bool, str]:
+    """`git verify-commit --raw` with SSH signatures checked against `allowed_signers`
+    (git's allowed-signers file format, one 'e-mail key' a line): (ok, what git said).
+    Offline: ssh-keygen reads only the file and the commit."""
+    with tempfile.TemporaryDirectory(prefix="gitsched-signers-") as folder:
+        signers = Path(folder) / "allowed_signers"
+        signers.write_text(allowed_signers, encoding="utf-8")
+        try:
+            done = subprocess.run(
+                [
+                    "git",
+                    "-C",
+                    str(repo.path),
+                    "-c",
+                    "gpg.format=ssh",
+                    "-c",
+                    f"gpg.ssh.allowedSignersFile={signers}",
+                    "verify-commit",
+                    "--raw",
+                    sha,
+                ],
+                capture_output=True,
+                check=False,
+            )
+        except FileNotFoundError as e:
+            raise TemporaryError("git is not installed or not on PATH") from e
+    text = (done.stderr + done.stdout).decode("utf-8", "replace").strip()
+    return done.returncode == 0, text

@@ -17,26 +17,32 @@ from engine.core import (
     ApplyPlan,
     RejectCommit,
     decide,
+    decision_time,
     keep_waiting_reasons,
     placement_instance,
 )
-from engine.events import CommitApplied, Event, JobChanged, JobSubmitted
+from engine.events import (
+    ApprovalChecked,
+    CommitApplied,
+    Event,
+    JobChanged,
+    JobSubmitted,
+    OwnersChanged,
+)
 from engine.model import CommitInfo, Finding
 from engine.placement.plan import PlacementPlan
 from engine.placement.solvers import solve, solve_changed
 from engine.state import ClusterState, fold
 from eventlog.base import (
-    Clock,
     ConcurrencyConflict,
     DuplicateEvent,
     EventLog,
     LogCorrupted,
-    utc_now,
 )
 from eventlog.codec import encode
-from eventlog.envelope import canonical_json, format_time
+from eventlog.envelope import canonical_json
 from eventlog.replay import Replayed, replay
-from reconciler.approval import missing_approvals
+from reconciler.approval import commit_approval
 from reconciler.git import GitRepo
 from reconciler.specs import SpecCache, load_commit, to_finding
 
@@ -72,11 +78,10 @@ class ReconcileReport:
 
     @property
     def newest_rejected(self) -> bool:
-        """This run rejected the branch's newest commit (not one another writer built on)."""
-        if not self.commits or self.commits[-1].applied:
-            return False
-        newest = self.state.last_commit
-        return newest is None or newest.sha == self.commits[-1].commit.sha
+        """The log's newest commit, the branch's tip once a pass has read it, stands
+        rejected: whether this run rejected it or an earlier one did, the cluster is not
+        at the branch's tip until a new commit fixes it."""
+        return bool(self.state.last_rejection)
 
 
 class Reconciler:
@@ -86,13 +91,11 @@ class Reconciler:
         event_log: EventLog,
         *,
         branch: str = "main",
-        clock: Clock = utc_now,
         solver: str | None = None,
     ) -> None:
         self.repo = repo
         self.log = event_log
         self.branch = branch
-        self.clock = clock
         self.solver = solver
         # The log as this reconciler last knew it: a pass folds only what came after.
         self._tip: Replayed | None = None
@@ -118,15 +121,15 @@ class Reconciler:
         if tip.state.needs_placement and tip.state.last_commit is not None:
             # A log written before commits and their solves shared one append may
             # hold a commit without its solve: finish that solve first.
-            cause = tip.state.last_commit.sha
-            self._append([self._solve(tip.state, cause, report)], report)
+            self._append([self._solve(tip.state, tip.state.last_commit, report)], report)
         state = self._tip.state
         last = state.last_commit.sha if state.last_commit else None
         for commit in self.repo.commits_since(self.branch, last):
             state = self._tip.state
             loaded = load_commit(self.repo, commit.sha, cache=self._specs)
             intent: ApplyCommit | RejectCommit
-            unapproved = missing_approvals(self.repo, state, commit, loaded, self._specs)
+            approval = commit_approval(self.repo, state, commit, loaded, self._specs)
+            unapproved = approval.findings
             if loaded.desired is None:
                 intent = RejectCommit(commit, tuple(to_finding(e) for e in loaded.errors))
                 log.info("commit %s rejected: %d error(s)", commit.sha[:12], len(loaded.errors))
@@ -134,14 +137,14 @@ class Reconciler:
                 intent = RejectCommit(commit, unapproved)
                 log.info("commit %s rejected: owner approval missing", commit.sha[:12])
             else:
-                intent = ApplyCommit(commit, loaded.desired)
+                intent = ApplyCommit(commit, loaded.desired, approval.records)
             events = decide(state, intent)
             groups = [_Group(events, commit.sha, commit.actor, commit.sha)]
             applied = fold(events, state)
             if applied.needs_placement:
                 # The commit and the placement it leads to are one append: no reader
                 # ever sees a change the solver has not answered yet.
-                groups.append(self._solve(applied, commit.sha, report, _changed_jobs(events)))
+                groups.append(self._solve(applied, commit, report, _changed_jobs(events)))
             self._append(groups, report)
             report.commits.append(
                 CommitOutcome(
@@ -155,18 +158,20 @@ class Reconciler:
     def _solve(
         self,
         state: ClusterState,
-        cause: str,
+        commit: CommitInfo,
         report: ReconcileReport,
         changed: frozenset[str] | None = None,
     ) -> _Group:
-        """The solver's events for `state`, to append after what led to it.
+        """The solver's events for `state`, to append after `commit`, which led to it.
 
         When only a few jobs changed (`changed`) and others run, those jobs alone
         are placed (an incremental solve); anything else re-solves the cluster.
+        The solve is decided at the commit's time (`decision_time`), never the clock's.
         """
+        cause = commit.sha
         if state.cluster is None:
             return _Group((), f"{cause}/solve", SOLVER_ACTOR, cause)
-        now = format_time(self.clock())
+        now = decision_time(commit)
         instance = placement_instance(state, now)
         plan = None
         if (
@@ -231,7 +236,7 @@ def _changed_jobs(events: Sequence[Event]) -> frozenset[str] | None:
     for event in events:
         if isinstance(event, JobSubmitted | JobChanged):
             jobs.add(event.job.key)
-        elif not isinstance(event, CommitApplied):
+        elif not isinstance(event, CommitApplied | OwnersChanged | ApprovalChecked):
             return None
     return frozenset(jobs)
 

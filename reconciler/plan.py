@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from engine import events as ev
-from engine.core import ApplyCommit, ApplyPlan, decide, placement_instance
+from engine.core import ApplyCommit, ApplyPlan, decide, decision_time, placement_instance
 from engine.errors import UsageError
 from engine.model import GPU_MILLI, CommitInfo, Placement, Policy, Queue
 from engine.placement.plan import OutcomeStatus, PlacementPlan, SolveStats
@@ -26,11 +26,9 @@ from eventlog.base import EventLog
 from eventlog.codec import decode
 from policies.approval import TeamApproval
 from reconciler.approval import team_approvals
-from reconciler.git import GitRepo
+from reconciler.git import GitRepo, change_commits
 from reconciler.specs import LoadedSpecs, load_commit
 from schemas import SpecError
-
-EXIT_NO_CHANGE, EXIT_CHANGES, EXIT_INVALID = 0, 1, 2
 
 # Policy fields as the Policy YAML spells them, so a reviewer can find the line.
 POLICY_FIELD_NAMES = {
@@ -47,6 +45,7 @@ POLICY_FIELD_NAMES = {
     "preempt_within_queue": "preemption.withinQueue",
     "reclaim_within_cohort": "preemption.reclaimWithinCohort",
     "require_owner_approval": "approval.requireOwnerApproval",
+    "require_signed_approval": "approval.requireSignedApproval",
 }
 
 
@@ -129,6 +128,7 @@ class JobEffect:
     lost_gpu_seconds: float = 0.0
     preempted_by: str | None = None
     previous_reason: str = ""
+    rule: str = ""  # what allowed a preemption (engine.placement.preemption.Rule)
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,6 +152,7 @@ class PullRequestPlan:
     stale: str | None = None
     notes: tuple[str, ...] = ()
     errors: tuple[SpecError, ...] = ()
+    warnings: tuple[SpecError, ...] = ()  # HEAD is valid, but some of it can never run
     spec_changes: tuple[SpecChange, ...] = ()
     queue_changes: tuple[QueueChange, ...] = ()
     policy_changes: tuple[FieldChange, ...] = ()
@@ -170,12 +171,6 @@ class PullRequestPlan:
     @property
     def changed(self) -> bool:
         return bool(self.spec_changes or self.policy_changes or self.approvals)
-
-    @property
-    def exit_code(self) -> int:
-        if self.errors:
-            return EXIT_INVALID
-        return EXIT_CHANGES if self.changed else EXIT_NO_CHANGE
 
     def of(self, action: Action) -> tuple[JobEffect, ...]:
         return tuple(e for e in self.effects if e.action is action)
@@ -230,21 +225,21 @@ def _commit_info(repo: GitRepo, sha: str) -> CommitInfo:
     return commits[-1]
 
 
-def _settle(state: ClusterState, now: str, cause: str) -> ClusterState:
-    """Run the solve a reconciler would run after `state`'s last commit, if one is owed."""
+def _settle(state: ClusterState, cause: CommitInfo) -> ClusterState:
+    """Run the solve a reconciler would run after `state`'s last commit, if one is owed,
+    at that commit's time (as the reconciler does)."""
     if not state.needs_placement or state.cluster is None:
         return state
+    now = decision_time(cause)
     plan = solve(placement_instance(state, now))
-    return fold(decide(state, ApplyPlan(plan, solve_id=f"{cause}/plan", at=now)), state)
+    return fold(decide(state, ApplyPlan(plan, solve_id=f"{cause.sha}/plan", at=now)), state)
 
 
-def _simulate(
-    state: ClusterState, commit: CommitInfo, loaded: LoadedSpecs, now: str
-) -> ClusterState:
+def _simulate(state: ClusterState, commit: CommitInfo, loaded: LoadedSpecs) -> ClusterState:
     if loaded.desired is None:
         return state
     state = fold(decide(state, ApplyCommit(commit, loaded.desired)), state)
-    return _settle(state, now, commit.sha)
+    return _settle(state, commit)
 
 
 # -- the plan ------------------------------------------------------------------------------
@@ -256,7 +251,6 @@ def plan_change(
     base_rev: str | None,
     head_rev: str,
     *,
-    now: str,
     log_name: str = "the log",
 ) -> PullRequestPlan:
     """What applying HEAD would do, starting from the cluster as it is at BASE."""
@@ -283,16 +277,16 @@ def plan_change(
     stale: str | None = None
     newest = view.current.last_commit
     if applied is not None and base_sha == applied.sha:
-        baseline, before = Baseline.LOG, _settle(view.current, now, base_sha)
+        baseline, before = Baseline.LOG, _settle(view.current, base_info)
     elif applied is not None and newest is not None and base_sha == newest.sha:
         # The log's newest commit was rejected: the cluster still runs the last good one.
-        baseline, before = Baseline.LOG, _settle(view.current, now, base_sha)
+        baseline, before = Baseline.LOG, _settle(view.current, base_info)
         notes.append(
             f"base {base.short} was rejected by the reconciler; the cluster runs "
             f"{applied.short} ({applied.subject}), the last commit it applied"
         )
     elif applied is not None and view.at_base is not None:
-        baseline, before = Baseline.LOG_AT_BASE, _settle(view.at_base, now, base_sha)
+        baseline, before = Baseline.LOG_AT_BASE, _settle(view.at_base, base_info)
         stale = (
             f"base {base.short} is not the cluster's current commit: {log_name} has applied "
             f"{applied.short} ({applied.subject}) since. This plan starts from the placements "
@@ -301,7 +295,7 @@ def plan_change(
         )
     elif applied is not None:
         baseline = Baseline.SIMULATED
-        before = _simulate(view.current, base_info, base_loaded, now)
+        before = _simulate(view.current, base_info, base_loaded)
         stale = (
             f"base {base.short} has not been applied to the cluster: {log_name}'s last applied "
             f"commit is {applied.short} ({applied.subject}). The placements at {base.short} "
@@ -309,7 +303,7 @@ def plan_change(
         )
     else:
         baseline = Baseline.FRESH
-        before = _simulate(ClusterState(), base_info, base_loaded, now)
+        before = _simulate(ClusterState(), base_info, base_loaded)
         notes.append(
             f"{log_name} is empty or absent: the placements before are a fresh solve of "
             f"{base.short}, not what the cluster runs"
@@ -338,20 +332,31 @@ def plan_change(
 
     events = decide(before, ApplyCommit(head_info, desired))
     after = fold(events, before)
-    plan = solve(placement_instance(after, now)) if after.needs_placement else None
+    plan = (
+        solve(placement_instance(after, decision_time(head_info)))
+        if after.needs_placement
+        else None
+    )
     effects, kept = _effects(before, after, plan)
     after_placements = plan.placements() if plan is not None else dict(after.placements)
 
-    authors = tuple(dict.fromkeys(c.author_email for c in commits)) or (head_info.author_email,)
+    # The change as one merge of HEAD into BASE: every commit in BASE..HEAD (the rule a
+    # merge commit meets in the reconciler); HEAD itself when BASE is HEAD.
+    signed = before.policy.require_signed_approval or desired.policy.require_signed_approval
     approvals = team_approvals(
+        repo,
         base=base_loaded,
         base_queues=before.queues,
         head=head_loaded,
-        approvers=head_info.approvers,
-        authors=authors,
+        commits=change_commits(repo, head_sha, f"^{base_sha}")
+        if base_sha != head_sha
+        else change_commits(repo, f"{head_sha}^!"),
+        head_sha=head_sha,
+        signed_required=signed,
     )
     return dataclasses.replace(
         skeleton,
+        warnings=head_loaded.warnings,
         spec_changes=tuple(_spec_changes(before, events)),
         queue_changes=tuple(
             QueueChange(name, before.queues.get(name), after.queues.get(name))
@@ -364,7 +369,8 @@ def plan_change(
         usage=_usage(before, after, after_placements),
         solve=plan.stats if plan is not None else None,
         approvals=approvals,
-        approval_enforced=before.policy.require_owner_approval
+        approval_enforced=signed
+        or before.policy.require_owner_approval
         or desired.policy.require_owner_approval,
     )
 
@@ -462,6 +468,7 @@ def _effects(
                     (),
                     o.lost_gpu_seconds,
                     o.preempted_by,
+                    rule=o.rule,
                 )
             )
         else:

@@ -25,6 +25,7 @@ from engine.model import (
     Job,
     Node,
     NodeState,
+    Owner,
     Policy,
     PreemptionScope,
     PriorityClass,
@@ -34,6 +35,8 @@ from engine.model import (
     TopologyRequirement,
     job_key,
 )
+from policies.approval import parse_owners
+from policies.fit import fit_warnings
 from reconciler.git import GitRepo
 from schemas import Document, Limits, SpecError
 
@@ -56,7 +59,15 @@ class LoadedSpecs:
     desired: DesiredState | None
     errors: tuple[SpecError, ...]
     documents: tuple[Document, ...] = ()
-    owners: Mapping[str, tuple[str, ...]] | None = None
+    owners: Mapping[str, tuple[Owner, ...]] | None = None
+
+    @property
+    def warnings(self) -> tuple[SpecError, ...]:
+        """Valid, but can never run as written (policies.fit): what `validate` and `plan`
+        show, never a reason to reject; worked out when asked, off the reconcile path."""
+        if self.desired is None:
+            return ()
+        return fit_warnings(self.documents, self.desired)
 
 
 def is_spec_file(path: str) -> bool:
@@ -188,20 +199,38 @@ def _too_large(path: str, size: int, limits: Limits) -> SpecError:
 K = TypeVar("K")
 V = TypeVar("V")
 
-# One file's documents that passed their schema, and every error of the file itself.
-_Parsed = tuple[tuple[Document, ...], tuple[SpecError, ...]]
+# One file's documents that passed their schema, those that did not (their references
+# are still checked), and every error of the file itself.
+_Parsed = tuple[tuple[Document, ...], tuple[Document, ...], tuple[SpecError, ...]]
 
 
 def _parse_file(path: str, content: bytes, limits: Limits) -> _Parsed:
     docs, errors = schemas.parse_documents(content, path, limits)
+    if not content.strip() or (not docs and not errors):
+        # Read as "nothing here", an emptied file would silently withdraw what it defined.
+        return (
+            (),
+            (),
+            (
+                SpecError(
+                    path,
+                    None,
+                    None,
+                    "$",
+                    "the file is empty (no YAML document, only whitespace or comments); to remove"
+                    " what it defined (a job: to withdraw it), delete the file",
+                    "empty",
+                ),
+            ),
+        )
     all_errors = list(errors)
-    valid = []
+    valid: list[Document] = []
+    invalid: list[Document] = []
     for doc in docs:
         doc_errors = schemas.validate_document(doc)
         all_errors.extend(doc_errors)
-        if not doc_errors:
-            valid.append(doc)
-    return tuple(valid), tuple(all_errors)
+        (invalid if doc_errors else valid).append(doc)
+    return tuple(valid), tuple(invalid), tuple(all_errors)
 
 
 class _LastTwoLoads(Generic[K, V]):
@@ -252,7 +281,7 @@ def parse_files(
 ) -> LoadedSpecs:
     errors: list[SpecError] = []
     valid: list[Document] = []
-    owners: dict[str, tuple[str, ...]] = {}
+    owners: dict[str, tuple[Owner, ...]] = {}
     specs: list[tuple[str, bytes]] = []
     for f in files:
         if f.problem is not None:
@@ -261,7 +290,9 @@ def parse_files(
         assert f.content is not None
         if is_owners_file(f.path):
             team = PurePosixPath(f.path).parts[1]
-            owners[team] = _parse_owners(f.content)
+            listed, problems = parse_owners(f.content.decode("utf-8", "replace"))
+            owners[team] = listed
+            errors.extend(SpecError(f.path, n, None, "$", m, "owners") for n, m in problems)
             continue
         if policies.place_of(f.path).area == "elsewhere":
             errors.append(
@@ -282,15 +313,22 @@ def parse_files(
         if cache is not None
         else [_parse_file(path, content, limits) for path, content in specs]
     )
-    for docs, file_errors in parsed:
+    invalid: list[Document] = []
+    for docs, broken_docs, file_errors in parsed:
         valid.extend(docs)
+        invalid.extend(broken_docs)
         errors.extend(file_errors)
     merged = policies.merge_policies([d for d in valid if d.kind == "Policy"])
-    # Cross-file rules run on every valid document even when others failed: one run, every error.
-    errors.extend(policies.check_repository(valid, merged))
+    # Cross-file rules run on every valid document even when others failed, and the
+    # references of those that failed their schema are checked too: one run, every error.
+    errors.extend(
+        policies.check_repository(
+            valid, merged, unchecked=invalid, broken_files={e.file for e in errors}
+        )
+    )
     if not errors:
         try:
-            desired = build_desired(valid, merged)
+            desired = build_desired(valid, merged, owners)
         except _ModelError as e:
             errors.append(e.error)
         else:
@@ -300,13 +338,6 @@ def parse_files(
 
 def _error_order(e: SpecError) -> tuple[str, int, int, str]:
     return (e.file, e.line or 0, e.column or 0, e.message)
-
-
-def _parse_owners(content: bytes) -> tuple[str, ...]:
-    text = content.decode("utf-8", "replace")
-    return tuple(
-        line.split("#", 1)[0].strip() for line in text.splitlines() if line.split("#", 1)[0].strip()
-    )
 
 
 class _ModelError(Exception):
@@ -330,7 +361,11 @@ def _mib(gib: float) -> int:
     return round(gib * 1024)
 
 
-def build_desired(docs: Sequence[Document], merged_policy: Mapping[str, Any]) -> DesiredState:
+def build_desired(
+    docs: Sequence[Document],
+    merged_policy: Mapping[str, Any],
+    owners: Mapping[str, tuple[Owner, ...]] | None = None,
+) -> DesiredState:
     cluster_doc = next(d for d in docs if d.kind == "Cluster")
     cluster = _cluster(cluster_doc.data["spec"], cluster_doc.name or "cluster")
     nodes: dict[str, Node] = {}
@@ -370,7 +405,12 @@ def build_desired(docs: Sequence[Document], merged_policy: Mapping[str, Any]) ->
             job = _job(doc.name or "", spec, queue_name, cluster, doc.file)
             jobs[job.key] = job
     return DesiredState(
-        cluster=cluster, policy=_policy(merged_policy), nodes=nodes, queues=queues, jobs=jobs
+        cluster=cluster,
+        policy=_policy(merged_policy),
+        nodes=nodes,
+        queues=queues,
+        jobs=jobs,
+        owners={team: listed for team, listed in sorted((owners or {}).items()) if listed},
     )
 
 
@@ -504,6 +544,9 @@ def _policy(spec: Mapping[str, Any]) -> Policy:
         ),
         require_owner_approval=bool(
             approval.get("requireOwnerApproval", base.require_owner_approval)
+        ),
+        require_signed_approval=bool(
+            approval.get("requireSignedApproval", base.require_signed_approval)
         ),
     )
 

@@ -9,7 +9,12 @@ from __future__ import annotations
 from collections import defaultdict
 
 from engine.model import GPU_MILLI, Isolation
-from engine.placement.constraints import QuotaLedger, node_rejection, replica_shape_error
+from engine.placement.constraints import (
+    QuotaLedger,
+    node_rejection,
+    replica_shape_error,
+    replicas_text,
+)
 from engine.placement.plan import OutcomeStatus, PlacementInstance, PlacementPlan
 from engine.placement.topology import Tree, topology_violation
 
@@ -62,7 +67,7 @@ def check_plan(instance: PlacementInstance, plan: PlacementPlan) -> list[str]:
         count = len(outcome.replicas)
         if not job.smallest_gang <= count <= job.replicas:
             problems.append(
-                f"{job.key}: gang split: {count} replicas placed, needs {job.smallest_gang}..{job.replicas}"
+                f"{job.key}: gang split: {replicas_text(count)} placed, needs {job.smallest_gang}..{job.replicas}"
             )
         for replica in outcome.replicas:
             node = nodes.get(replica.node)

@@ -28,6 +28,11 @@ def gpus_text(milli: int) -> str:
     return f"{milli / GPU_MILLI:g}"
 
 
+def replicas_text(count: int) -> str:
+    """1 -> '1 replica', 3 -> '3 replicas'."""
+    return f"{count} replica" if count == 1 else f"{count} replicas"
+
+
 def eligible_flavors(job: Job, queue: Queue | None) -> tuple[str | None, ...]:
     """Flavors the job may run on: its own list, narrowed to what its queue has quota for.
 
@@ -200,6 +205,7 @@ class QuotaLedger:
         self.usage: dict[tuple[str, str], int] = defaultdict(int)
         self.pool: dict[tuple[str, str], int] = defaultdict(int)
         self.members: dict[str, list[Queue]] = defaultdict(list)
+        self.touched: set[str] = set()  # queues whose usage changed (for the admission order)
         for q in self.queues.values():
             if q.cohort is None:
                 continue
@@ -263,10 +269,12 @@ class QuotaLedger:
     def add(self, queue: str, flavor: str | None, amount: int) -> None:
         if flavor is not None:
             self.usage[(queue, flavor)] += amount
+            self.touched.add(queue)
 
     def remove(self, queue: str, flavor: str | None, amount: int) -> None:
         if flavor is not None:
             self.usage[(queue, flavor)] -= amount
+            self.touched.add(queue)
 
     def borrowing(self, queue_name: str, flavor: str) -> bool:
         queue = self.queues.get(queue_name)

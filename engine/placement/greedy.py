@@ -19,7 +19,6 @@ from engine.model import (
     Job,
     Node,
     Placement,
-    PreemptionScope,
     Queue,
     ReplicaPlacement,
 )
@@ -30,6 +29,7 @@ from engine.placement.constraints import (
     gpus_text,
     node_rejection,
     replica_shape_error,
+    replicas_text,
 )
 from engine.placement.objective import (
     broken_soft_constraints,
@@ -42,6 +42,16 @@ from engine.placement.plan import (
     PlacementInstance,
     PlacementPlan,
     SolveStats,
+)
+from engine.placement.preemption import (
+    Party,
+    Rule,
+    admission_order,
+    below_nominal,
+    judge,
+    party,
+    reason_text,
+    victim_order,
 )
 from engine.placement.topology import (
     Tree,
@@ -93,10 +103,18 @@ class Packing:
         self.open: set[str] = {n.name for n in instance.nodes if n.gpus > 0}
         self._domains: dict[tuple[object, ...], dict[str, list[Node]]] = {}
         self.tree = Tree.of(instance.cluster, instance.nodes)
+        self._parties: dict[str, Party] = {}
         self.flavor_free: dict[str | None, int] = defaultdict(int)  # free milli-GPU per flavor
         for n in instance.nodes:
             if n.schedulable:
                 self.flavor_free[n.flavor] += n.gpus * GPU_MILLI
+
+    def party(self, job: Job) -> Party:
+        """The job as the preemption rules see it (cached: it depends on static fields)."""
+        found = self._parties.get(job.key)
+        if found is None:
+            found = self._parties[job.key] = party(job, self.queues)
+        return found
 
     def eligible_nodes(self, job: Job, flavor: str | None) -> list[Node]:
         """Nodes that could ever host a replica (cached: it depends only on static fields)."""
@@ -242,7 +260,13 @@ class Packing:
             misses[0].constraint,
         )
 
-    def _find_on_flavor(self, job: Job, flavor: str | None) -> Fit | Miss:
+    def find_within_nominal(self, job: Job, flavor: str | None) -> Fit | Miss:
+        """A place on `flavor` that keeps the job's queue within its nominal quota."""
+        return self._find_on_flavor(job, flavor, within_nominal=True)
+
+    def _find_on_flavor(
+        self, job: Job, flavor: str | None, within_nominal: bool = False
+    ) -> Fit | Miss:
         candidates = self.eligible_nodes(job, flavor)
         what = f"{gpus_text(job.resources.gpu_milli)} × {flavor}" if flavor else "CPU only"
         if not candidates:
@@ -260,7 +284,15 @@ class Packing:
         for count in range(job.replicas, job.smallest_gang - 1, -1):
             if count % step:
                 continue
-            quota = self.ledger.rejection(job.queue, flavor, count * job.resources.gpu_milli)
+            amount = count * job.resources.gpu_milli
+            quota = self.ledger.rejection(job.queue, flavor, amount)
+            if (
+                quota is None
+                and within_nominal
+                and flavor is not None
+                and not self.ledger.below_nominal(job.queue, flavor, amount)
+            ):
+                quota = (f"queue {job.queue} would borrow", f"quota__{job.queue}__{flavor}")
             result = self._pack_gang(job, flavor, candidates, count, rooms)
             if quota is None and isinstance(result, Fit):
                 return result
@@ -329,7 +361,7 @@ class Packing:
         need = count * job.resources.gpu_milli
         return Miss(
             f"needs {gpus_text(need)} × {flavor or 'CPU'} GPU ({count} × {gpus_text(job.resources.gpu_milli)}) "
-            f"in one {level}; the largest free {level} holds {best} of the {count} replicas",
+            f"in one {level}; the largest free {level} holds {best} of the {replicas_text(count)}",
             f"topology__{job.key}__{gang.limit}",
         )
 
@@ -402,7 +434,7 @@ class Packing:
     ) -> Miss:
         fitting = len(rooms)
         return Miss(
-            f"needs {count} replicas of {gpus_text(job.resources.gpu_milli)} × {flavor or 'CPU'} "
+            f"needs {replicas_text(count)} of {gpus_text(job.resources.gpu_milli)} × {flavor or 'CPU'} "
             f"GPU; {fitting} eligible node(s) have room for one now",
             "capacity",
         )
@@ -433,36 +465,30 @@ class GreedyPlacer:
             else:
                 displaced[job.key] = problem
 
-        # 2. Everything else in priority order, preempting where the policy allows.
-        waiting = priority_order(j for j in instance.jobs if j.key not in packing.running)
+        # 2. Everything else in admission order, preempting where the rules allow.
+        waiting = [j for j in instance.jobs if j.key not in packing.running]
         retry: list[Job] = []
-        for job in waiting:
+        for job in admission_order(waiting, packing.ledger, packing.queues):
             result = packing.find(job)
             preempted_here: list[Job] = []
             if isinstance(result, Miss) and policy.preemption_enabled:
-                victims = self._victims(packing, job, jobs)
-                if victims is not None:
-                    for victim in victims:
-                        packing.release(victim)
+                chosen = self._victims(packing, job, jobs)
+                if chosen is not None:
+                    result, victims = chosen
+                    for victim, rule, flavor in victims:
                         was = instance.current.get(victim.key)
                         lost = lost_gpu_seconds(victim, was, instance.now) if was else 0.0
-                        why = (
-                            f"preempted by {job.key} (priority {job.priority} > {victim.priority})"
-                            if victim.queue == job.queue
-                            else f"preempted by {job.key}: queue {job.queue} reclaims its quota"
-                        )
                         # A job admitted earlier in this same solve never ran: it waits again.
                         outcomes[victim.key] = JobOutcome(
                             victim.key,
                             OutcomeStatus.PREEMPTED if was else OutcomeStatus.PENDING,
-                            reason=why,
+                            reason=reason_text(rule, job, victim, flavor),
                             constraint="preemption",
                             preempted_by=job.key,
                             lost_gpu_seconds=lost,
+                            rule=rule if was else "",
                         )
                         preempted_here.append(victim)
-                    result = packing.find(job)
-                    assert isinstance(result, Fit), "victims were chosen so that the job fits"
             if isinstance(result, Fit):
                 packing.commit(job, result)
                 was_running = job.key in instance.current
@@ -523,99 +549,118 @@ class GreedyPlacer:
                 reason=f"{cause.reason}; no other place: {miss.reason}",
                 constraint=cause.constraint,
                 lost_gpu_seconds=lost,
+                rule=Rule.PLACE_GONE,
             )
         return JobOutcome(
             job.key, OutcomeStatus.PENDING, reason=miss.reason, constraint=miss.constraint
         )
 
     @staticmethod
-    def _victims(packing: Packing, job: Job, jobs: dict[str, Job]) -> list[Job] | None:
-        """The fewest, cheapest running jobs whose removal lets `job` fit; None if none do."""
-        policy = packing.instance.policy
+    def _victims(
+        packing: Packing, job: Job, jobs: dict[str, Job]
+    ) -> tuple[Fit, list[tuple[Job, Rule, str | None]]] | None:
+        """The place and the victims that let `job` in under the rules (Kueue's minimal
+        preemptions): per flavor, candidates in `victim_order`, each taken while the rule
+        still allows it, until the job fits within its queue's nominal quota; then every
+        victim but the last is given back if the job still fits. None if nothing works."""
         queue = packing.queues.get(job.queue)
         if queue is None:
             return None
-        flavors = eligible_flavors(job, queue)
-        candidates: list[Job] = []
-        # Only the job's own queue and its cohort can hold victims.
+        for flavor in eligible_flavors(job, queue):
+            found = GreedyPlacer._victims_on(packing, job, jobs, flavor)
+            if found is not None:
+                return found
+        return None
+
+    @staticmethod
+    def _victims_on(
+        packing: Packing, job: Job, jobs: dict[str, Job], flavor: str | None
+    ) -> tuple[Fit, list[tuple[Job, Rule, str | None]]] | None:
+        """Victims on one flavor (None: a CPU-only job, which preempts in its own queue)."""
+        instance = packing.instance
+        policy = instance.policy
+        ledger = packing.ledger
+        queue = packing.queues[job.queue]
         neighbours = [
             q.name
             for q in packing.queues.values()
             if q.name == job.queue or (queue.cohort is not None and q.cohort == queue.cohort)
         ]
+        claimant = party(job, packing.queues)
+        # Whether the job's queue is below nominal, per flavor: looked up once per pass
+        # (it changes as victims of the own queue go).
+        facts: dict[str | None, bool] = {}
+
+        def rule_for(victim: Job, held: str | None) -> Rule | str:
+            if held not in facts:
+                facts[held] = below_nominal(ledger, job.queue, held)
+            below = facts[held]
+            borrows = held is not None and ledger.borrowing(victim.queue, held)
+            return judge(
+                policy,
+                claimant,
+                packing.party(victim),
+                victim_queue_borrows=borrows,
+                preemptor_queue_below_nominal=below,
+            )
+
+        candidates: list[tuple[tuple[bool, int, float, float, str], Job]] = []
         for key in sorted(k for name in neighbours for k in packing.running_in[name]):
             fit = packing.running[key]
             other = jobs[key]
-            if not other.preemptible:
+            if other.queue != job.queue and (flavor is None or fit.flavor != flavor):
+                continue  # reclaim frees quota and GPUs of the flavor the job needs
+            if not isinstance(rule_for(other, fit.flavor), Rule):
                 continue
-            if other.queue == job.queue:
-                if (
-                    policy.preempt_within_queue is PreemptionScope.LOWER_PRIORITY
-                    and other.priority < job.priority
-                ):
-                    candidates.append(other)
-                continue
-            other_queue = packing.queues.get(other.queue)
-            if other_queue is None or queue.cohort is None or other_queue.cohort != queue.cohort:
-                continue
-            scope = policy.reclaim_within_cohort
-            if scope is PreemptionScope.NEVER:
-                continue
-            if scope is PreemptionScope.LOWER_PRIORITY and other.priority >= job.priority:
-                continue
-            if fit.flavor is None or fit.flavor not in flavors:
-                continue
-            # Reclaim: only borrowed capacity, and only for a queue still within its nominal quota.
-            if packing.ledger.borrowing(other.queue, fit.flavor) and packing.ledger.below_nominal(
-                job.queue, fit.flavor, job.replicas * job.resources.gpu_milli
-            ):
-                candidates.append(other)
+            was = instance.current.get(key)
+            lost = lost_gpu_seconds(other, was, instance.now) if was else 0.0
+            order = victim_order(job, other, lost, was.started_at if was else "")
+            candidates.append((order, other))
         if not candidates:
             return None
-        now = packing.instance.now
-
-        def cost(j: Job) -> tuple[int, float, str]:
-            was = packing.instance.current.get(j.key)
-            return (j.priority, lost_gpu_seconds(j, was, now) if was else 0.0, j.key)
-
-        candidates.sort(key=cost)
-        # Not enough GPUs of the job's flavors even with every candidate gone: no victims help.
+        candidates.sort(key=lambda c: c[0])
         need = job.smallest_gang * job.resources.gpu_milli
-        if need:
-            reachable = sum(packing.flavor_free[f] for f in flavors) + sum(
-                packing.running[v.key].replicas.__len__() * v.resources.gpu_milli
-                for v in candidates
-                if packing.running[v.key].flavor in flavors
-            )
-            if reachable < need:
+        reachable = packing.flavor_free[flavor] + sum(
+            len(packing.running[v.key].replicas) * v.resources.gpu_milli
+            for _, v in candidates
+            if packing.running[v.key].flavor == flavor
+        )
+        if reachable < need:
+            return None  # not enough GPUs of the flavor even with every candidate gone
+
+        def fits() -> Fit | None:
+            if need and packing.flavor_free[flavor] < need:
                 return None
+            found = packing.find_within_nominal(job, flavor)
+            return found if isinstance(found, Fit) else None
 
-        def fits_without(count: int) -> bool:
-            gone = [(victim, packing.release(victim)) for victim in candidates[:count]]
-            fits = isinstance(packing.find(job), Fit)
-            for victim, fit in reversed(gone):
+        removed: list[tuple[Job, Fit, Rule]] = []
+        placed: Fit | None = None
+        for _, victim in candidates:
+            fit = packing.running[victim.key]
+            # Judged again: a queue that no longer borrows is not reclaimed from any more.
+            facts.clear()
+            rule = rule_for(victim, fit.flavor)
+            if not isinstance(rule, Rule):
+                continue
+            removed.append((victim, packing.release(victim), rule))
+            placed = fits()
+            if placed is not None:
+                break
+        if placed is None:
+            for victim, fit, _ in reversed(removed):
                 packing.commit(victim, fit)
-            return fits
-
-        # Room only grows as victims leave, so the shortest prefix of the cheapest
-        # victims that lets the job fit is found by bisection.
-        if not fits_without(len(candidates)):
             return None
-        low, high = 1, len(candidates)
-        while low < high:
-            middle = (low + high) // 2
-            if fits_without(middle):
-                high = middle
+        # Give back every victim the job can do without, the last taken kept.
+        needed = [removed[-1]]
+        for victim, fit, rule in reversed(removed[:-1]):
+            packing.commit(victim, fit)
+            again = fits()
+            if again is not None:
+                placed = again
             else:
-                low = middle + 1
-        removed = [(victim, packing.release(victim)) for victim in candidates[:low]]
-        # Give back every victim the job can do without, most expensive first.
-        needed: list[tuple[Job, Fit]] = []
-        for victim, fit in reversed(removed):
-            packing.commit(victim, fit)
-            if not isinstance(packing.find(job), Fit):
                 packing.release(victim)
-                needed.append((victim, fit))
-        for victim, fit in needed:
-            packing.commit(victim, fit)
-        return [victim for victim, _ in needed]
+                needed.append((victim, fit, rule))
+        placed = fits()
+        assert placed is not None, "victims were chosen so that the job fits"
+        return placed, [(v, rule, flavor) for v, _, rule in needed]

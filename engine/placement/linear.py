@@ -195,6 +195,23 @@ def solve(
 _Result = tuple[str, tuple[float, ...] | None, float | None, float | None]
 
 
+def _new_highs(highspy: Any) -> Any:
+    """A HiGHS instance that has printed nothing, and prints nothing unless HIGHS_LOG is set.
+
+    HiGHS writes its banner ("Running HiGHS ... Copyright ...") to stdout on the first
+    call of an instance method while `output_flag` is on, its default. highspy >= 1.8's
+    `Highs.__init__` makes such a call (`enableCallbacks`) before a caller can turn the
+    flag off, so the banner would land in the middle of `--format json`. The compiled
+    class underneath (`highspy._core._Highs`) does nothing on construction; we need none
+    of the Python callbacks. Older highspy, whose `Highs()` is that class, is used as is.
+    """
+    core = getattr(highspy, "_core", None)
+    cls = getattr(core, "_Highs", None) or highspy.Highs
+    h = cls()
+    h.setOptionValue("output_flag", bool(__import__("os").environ.get("HIGHS_LOG")))
+    return h
+
+
 def _solve_highs(model: LinearModel, limits: SolveLimits, warm: Sequence[float] | None) -> _Result:
     import highspy
     import numpy as np
@@ -237,8 +254,7 @@ def _solve_highs(model: LinearModel, limits: SolveLimits, warm: Sequence[float] 
         lower, upper, cost, integer = lower[free], upper[free], cost[free], integer[free]
         if len(free) == 0:  # nothing left to decide: the constant is the optimum
             return "optimal", tuple(model.col_lower), offset, offset
-    h: Any = highspy.Highs()  # type: ignore[no-untyped-call]
-    h.setOptionValue("output_flag", bool(__import__("os").environ.get("HIGHS_LOG")))
+    h = _new_highs(highspy)
     h.setOptionValue("time_limit", max(0.05, float(limits.time_limit_s)))
     h.setOptionValue("mip_rel_gap", float(limits.gap))
     h.setOptionValue("threads", int(limits.threads))

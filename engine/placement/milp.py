@@ -30,7 +30,6 @@ from engine.placement.model import (
     BuildOptions,
     JobVars,
     PlacementModel,
-    PreemptionRights,
     build,
     job_columns,
     keep_problem,
@@ -49,6 +48,7 @@ from engine.placement.plan import (
     PlacementPlan,
     SolveStats,
 )
+from engine.placement.preemption import Attribution, Rights, attribute
 from engine.placement.topology import compact_allocation, explain_spans, gang_topology
 
 # Instances up to this size get the node-exact model (every node that runs a movable
@@ -132,6 +132,7 @@ class MilpPlacer:
             instance,
             jobs=tuple(j for j in instance.jobs if j.key in running or j.key in free),
             current=running,
+            basis=instance,
         )
         greedy_sub, self._template = incremental_start(sub, free)
         waiting = tuple(
@@ -163,7 +164,7 @@ class MilpPlacer:
             ),
         )
         self._mark("greedy")
-        rights = PreemptionRights(sub)
+        rights = Rights(sub)
         movable = frozenset(
             rights.claimable((jobs[k] for k in sorted(free)), (jobs[k] for k in running))
         )
@@ -500,6 +501,7 @@ class MilpPlacer:
         score = self._score(outcomes) if outcomes is not None else None
         problems = (
             tuple(check_plan(instance, PlacementPlan(outcomes, greedy.stats)))
+            + attribution(instance, outcomes).problems
             if outcomes is not None
             else ()
         )
@@ -590,6 +592,8 @@ def fix_settled_aux(model: PlacementModel, lower: list[float], upper: list[float
             value = max(0.0, param - used)
         elif kind == "touched":
             value = max(lower[col], float(math.ceil(used / param - 1e-9)))
+        elif kind == "over":
+            value = 1.0 if used > param + 1e-9 else 0.0
         else:  # "max"
             value = max((lower[c] for c, _ in terms), default=0.0)
         if lower[col] - INTEGRAL <= value <= upper[col] + INTEGRAL:
@@ -1251,9 +1255,7 @@ def _outcomes(
     status: dict[str, OutcomeStatus],
     notes: dict[str, str],
 ) -> tuple[JobOutcome, ...]:
-    jobs = {j.key: j for j in instance.jobs}
     out: dict[str, JobOutcome] = {}
-    rights = PreemptionRights(instance)
     placed_on: dict[str, set[str]] = defaultdict(set)  # node -> jobs now placed or moved there
     for key, st in status.items():
         if st in (OutcomeStatus.PLACED, OutcomeStatus.MOVED):
@@ -1281,52 +1283,41 @@ def _outcomes(
             )
             continue
         lost = lost_gpu_seconds(job, was, instance.now)
-        by = _preempted_by(rights, job, was, placed_on, jobs)
         why = keep_problem(instance, job, was)
-        if why is not None:
-            reason, constraint = f"{why}; no other place: {miss.reason}", miss.constraint
-        elif by is not None:
-            other = jobs[by]
-            reason = (
-                f"preempted by {by} (priority {other.priority} > {job.priority})"
-                if other.queue == job.queue
-                else f"preempted by {by}: queue {other.queue} reclaims its quota"
-            )
-            constraint = "preemption"
-        else:
-            reason = f"preempted: its place is worth more to the jobs that run now; {miss.reason}"
-            constraint = miss.constraint or "preemption"
         out[key] = JobOutcome(
             key,
             OutcomeStatus.PREEMPTED,
-            reason=reason,
-            constraint=constraint,
-            preempted_by=by,
+            reason=f"{why}; no other place: {miss.reason}" if why else miss.reason,
+            constraint=miss.constraint if why else "preemption",
             lost_gpu_seconds=lost,
         )
+    found = attribution(instance, tuple(out.values()), placed_on)
+    for key, (by, rule, reason) in found.by.items():
+        o = out[key]
+        if by is not None:
+            o = replace(o, reason=reason, preempted_by=by)
+        out[key] = replace(o, rule=rule)
     return explain_spans(instance, tuple(out[j.key] for j in priority_order(instance.jobs)))
 
 
-def _preempted_by(
-    rights: PreemptionRights,
-    victim: Job,
-    was: Placement,
-    placed_on: dict[str, set[str]],
-    jobs: dict[str, Job],
-) -> str | None:
-    """The job that took the victim's place and had the right to: on its nodes, best first."""
-    near = sorted(
-        {k for r in was.replicas for k in placed_on.get(r.node, ())},
-        key=lambda k: (-jobs[k].priority, k),
-    )
-    for key in near:
-        if rights.may(jobs[key], victim):
-            return key
-    # Its GPUs may have gone elsewhere while the quota it held went to the preemptor.
-    others = sorted(
-        {k for keys in placed_on.values() for k in keys}, key=lambda k: (-jobs[k].priority, k)
-    )
-    for key in others:
-        if rights.may(jobs[key], victim):
-            return key
-    return None
+def attribution(
+    instance: PlacementInstance,
+    outcomes: tuple[JobOutcome, ...],
+    placed_on: dict[str, set[str]] | None = None,
+) -> Attribution:
+    """What allowed each preemption of a plan (engine.placement.preemption.attribute): a
+    job placed on the victim's nodes is tried first, highest priority first."""
+    if placed_on is None:
+        placed_on = defaultdict(set)
+        for o in outcomes:
+            if o.status in (OutcomeStatus.PLACED, OutcomeStatus.MOVED):
+                for r in o.replicas:
+                    placed_on[r.node].add(o.job)
+    jobs = {j.key: j for j in instance.jobs}
+
+    def near(victim: Job) -> list[str]:
+        was = instance.current[victim.key]
+        keys = {k for r in was.replicas for k in placed_on.get(r.node, ())}
+        return sorted(keys, key=lambda k: (-jobs[k].priority, k))
+
+    return attribute(instance, outcomes, lambda j, p: keep_problem(instance, j, p), near)

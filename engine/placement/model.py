@@ -29,7 +29,6 @@ from engine.model import (
     Job,
     Node,
     Placement,
-    PreemptionScope,
     ReplicaPlacement,
     Resources,
     TopologyMode,
@@ -48,14 +47,14 @@ from engine.placement.objective import (
     fair_targets,
     fairness_penalty_per_share,
     instance_tree,
-    job_value,
     lost_gpu_seconds,
     move_penalty,
-    nominal_bonus_per_milli,
     preemption_penalty,
     topology_spread_penalty,
+    weights,
 )
 from engine.placement.plan import OutcomeStatus, PlacementInstance, PlacementPlan
+from engine.placement.preemption import Rights, over_limits
 from engine.placement.topology import Tree, span_of, topology_violation
 
 HALF = GPU_MILLI // 2
@@ -282,109 +281,6 @@ def keep_problem(
     return None
 
 
-class PreemptionRights:
-    """Who may take whose place under the policy: the same rules greedy applies.
-
-    Within a queue, with `LowerPriority`, a job of higher priority; within a cohort,
-    any job of another member queue (`Any`) or one of higher priority (`LowerPriority`).
-    """
-
-    def __init__(self, instance: PlacementInstance) -> None:
-        self.policy = instance.policy
-        self.queues = {q.name: q for q in instance.queues}
-        self.top: dict[str, int] = {}
-        for j in instance.jobs:
-            self.top[j.queue] = max(self.top.get(j.queue, j.priority), j.priority)
-        self.members: dict[str, list[str]] = defaultdict(list)
-        for q in instance.queues:
-            if q.cohort is not None:
-                self.members[q.cohort].append(q.name)
-
-    def may(self, other: Job, victim: Job) -> bool:
-        policy = self.policy
-        if not policy.preemption_enabled or not victim.preemptible or other.key == victim.key:
-            return False
-        if other.queue == victim.queue:
-            return (
-                policy.preempt_within_queue is PreemptionScope.LOWER_PRIORITY
-                and other.priority > victim.priority
-            )
-        queue = self.queues.get(victim.queue)
-        other_queue = self.queues.get(other.queue)
-        if queue is None or other_queue is None or queue.cohort is None:
-            return False
-        if other_queue.cohort != queue.cohort:
-            return False
-        scope = policy.reclaim_within_cohort
-        return scope is PreemptionScope.ANY or (
-            scope is PreemptionScope.LOWER_PRIORITY and other.priority > victim.priority
-        )
-
-    def claimable(self, claimants: Iterable[Job], candidates: Iterable[Job]) -> set[str]:
-        """The candidates some claimant may preempt (any claimant that is not the candidate):
-        `may` asked once per queue and priority instead of once per pair."""
-        policy = self.policy
-        if not policy.preemption_enabled:
-            return set()
-        # Per queue the claimants' priorities, highest first, with their keys (two suffice:
-        # a candidate never claims its own place).
-        tops: dict[str, list[tuple[int, str]]] = defaultdict(list)
-        for c in claimants:
-            tops[c.queue].append((c.priority, c.key))
-        for q in tops:
-            tops[q] = sorted(tops[q], reverse=True)[:2]
-        out: set[str] = set()
-        for victim in candidates:
-            if not victim.preemptible:
-                continue
-            key = victim.key
-            queue = self.queues.get(victim.queue)
-            names = [victim.queue]
-            if queue is not None and queue.cohort is not None:
-                names += [n for n in self.members[queue.cohort] if n != victim.queue]
-            for name in names:
-                best = next((t for t in tops.get(name, ()) if t[1] != key), None)
-                if best is None:
-                    continue
-                other = self.queues.get(name)
-                if name == victim.queue:
-                    ok = (
-                        policy.preempt_within_queue is PreemptionScope.LOWER_PRIORITY
-                        and best[0] > victim.priority
-                    )
-                else:
-                    scope = policy.reclaim_within_cohort
-                    ok = other is not None and (
-                        scope is PreemptionScope.ANY
-                        or (scope is PreemptionScope.LOWER_PRIORITY and best[0] > victim.priority)
-                    )
-                if ok:
-                    out.add(key)
-                    break
-        return out
-
-    def anyone_may(self, victim: Job) -> bool:
-        """Whether some job of the instance could ever claim this one's place."""
-        policy = self.policy
-        if not policy.preemption_enabled or not victim.preemptible:
-            return False
-        if (
-            policy.preempt_within_queue is PreemptionScope.LOWER_PRIORITY
-            and self.top.get(victim.queue, victim.priority) > victim.priority
-        ):
-            return True
-        queue = self.queues.get(victim.queue)
-        scope = policy.reclaim_within_cohort
-        if queue is None or queue.cohort is None or scope is PreemptionScope.NEVER:
-            return False
-        for name in self.members[queue.cohort]:
-            if name == victim.queue or name not in self.top:
-                continue
-            if scope is PreemptionScope.ANY or self.top[name] > victim.priority:
-                return True
-        return False
-
-
 def running_jobs(
     instance: PlacementInstance, warm: PlacementPlan, options: BuildOptions
 ) -> dict[str, RunningJob]:
@@ -392,7 +288,7 @@ def running_jobs(
     nodes = {n.name: n for n in instance.nodes}
     warm_outcomes = {o.job: o for o in warm.outcomes}
     out: dict[str, RunningJob] = {}
-    for key, placement in instance.current.items():
+    for key, placement in sorted(instance.current.items()):  # columns in a fixed order
         job = jobs.get(key)
         if job is None:
             continue
@@ -653,7 +549,12 @@ class Builder:
         self.kept_union: dict[str, dict[tuple[int, ...], int]] = {}  # GPUs a set of keeps takes
         self.kept_shares: dict[tuple[str, int], Terms] = defaultdict(list)
         self.share_cols: dict[tuple[str, int], int] = {}
-        self.rights = PreemptionRights(instance)
+        self.rights = Rights(instance)
+        self.own_claims: dict[tuple[str, str], list[Terms]] = defaultdict(list)
+        self.weights = weights(instance)
+        # Usage per queue, flavor and priority (GPUs): what fills nominal quota, in order.
+        self.rank_terms: dict[tuple[str, str, int], Terms] = defaultdict(list)
+        self.rank_const: dict[tuple[str, str, int], float] = defaultdict(float)
         self._domain_free: dict[tuple[object, ...], int] = {}
         self._candidates: dict[
             tuple[object, ...], dict[str | None, list[tuple[NodeClass, int]]]
@@ -666,10 +567,13 @@ class Builder:
         r = job.resources
         if flavor is not None and r.gpu_milli:
             key = (job.queue, flavor)
+            ranked = (job.queue, flavor, job.priority)
             if col is None:
                 self.quota_const[key] += replicas * r.gpu_milli / GPU_MILLI
+                self.rank_const[ranked] += replicas * r.gpu_milli / GPU_MILLI
             else:
                 self.quota_terms[key].append((col, replicas * r.gpu_milli / GPU_MILLI))
+                self.rank_terms[ranked].append((col, replicas * r.gpu_milli / GPU_MILLI))
         for res, amount in (("gpu", r.gpu_milli), ("cpu", r.cpu_milli), ("memory", r.memory_mib)):
             if amount:
                 if col is None:
@@ -699,7 +603,7 @@ class Builder:
             )
             if rj.fixed:
                 self.charge(job, None if exempt else rj.placement.flavor, None, count)
-                self.lp.offset += job_value(job, count, self.policy) - spread_cost
+                self.lp.offset += self.weights.value(job, count) - spread_cost
                 continue
             jv = JobVars(job)
             self.model.jobs[key] = jv
@@ -711,7 +615,7 @@ class Builder:
                     f"keep__{key}",
                     0,
                     1,
-                    cost=job_value(job, count, self.policy) + stop_cost - spread_cost,
+                    cost=self.weights.value(job, count) + stop_cost - spread_cost,
                 )
                 on_class: dict[int, list[str]] = defaultdict(list)
                 for replica in rj.placement.replicas:
@@ -752,6 +656,7 @@ class Builder:
             if (job.preemptible and self.options.moves) or not rj.keepable or moved_by_warm:
                 self.add_placement(jv, stop_cost - move_penalty(job, self.policy))
             parts = [(c, 1.0) for c in (jv.keep, jv.place) if c >= 0]
+            self._own_claim(job, rj.placement.flavor, parts)
             if parts:
                 if len(parts) > 1:
                     self.lp.row(f"run_once__{key}", parts, upper=1)
@@ -759,6 +664,44 @@ class Builder:
                 runs_in_warm = outcome is not None and outcome.running
                 if runs_in_warm and not self.rights.anyone_may(job):
                     self.lp.row(f"protected__{key}", parts, lower=1, upper=1)
+
+    def _own_claim(self, job: Job, flavor: str | None, parts: Terms) -> None:
+        """A running job only its own queue may claim (its queue does not borrow, so no
+        reclaim reaches it): it stops only for a job of its queue, and then the queue must
+        not borrow (never preempt to borrow) -- rows in `add_never_borrow`."""
+        if not parts or not job.preemptible or flavor is None:
+            return
+        ledger = self.rights.ledger
+        queue = self.queues.get(job.queue)
+        if queue is None or queue.cohort is None or queue.quota(flavor) is None:
+            return
+        if ledger.borrowing(job.queue, flavor) or over_limits(ledger, job.queue, flavor):
+            return
+        self.own_claims[(job.queue, flavor)].append(parts)
+
+    def add_never_borrow(self) -> None:
+        """If one of the jobs only its own queue may claim stops, the queue does not borrow:
+        usage - nominal <= M * borrows, and borrows <= keep + place of each such job."""
+        for (queue_name, flavor), claims in sorted(self.own_claims.items()):
+            queue = self.queues[queue_name]
+            fq = queue.quota(flavor)
+            assert fq is not None
+            terms = self.quota_terms.get((queue_name, flavor), [])
+            const = self.quota_const.get((queue_name, flavor), 0.0)
+            nominal = fq.nominal / GPU_MILLI
+            most = const + sum(v for _, v in terms if v > 0) - nominal
+            if most <= 0 or not terms:
+                continue
+            tag = f"{queue_name}__{flavor}"
+            b = self.lp.var(f"borrows__{tag}", 0, 1)
+            self.lp.row(f"borrows__{tag}", [*terms, (b, -most)], upper=nominal - const)
+            for i, parts in enumerate(claims):
+                self.lp.row(
+                    f"never_preempt_to_borrow__{tag}__{i}",
+                    [(b, 1.0)] + [(c, -v) for c, v in parts],
+                    upper=0,
+                )
+            self.aux.append((b, terms, const, "over", nominal))
 
     # -- placing a job anew -----------------------------------------------------------------
     def candidates(self, job: Job) -> dict[str | None, list[tuple[NodeClass, int]]]:
@@ -806,7 +749,7 @@ class Builder:
         level = topo.level if topo is not None else None
         preferred = topo is not None and topo.mode is TopologyMode.PREFERRED
         jv.level = level
-        value = job_value(job, 1, self.policy)
+        value = self.weights.value(job, 1)
         jv.place = lp.var(f"place__{key}", 0, 1, cost=extra_value)
         if job.smallest_gang < job.replicas:
             jv.replicas = lp.var(f"replicas__{key}", 0, job.replicas, cost=value)
@@ -1140,7 +1083,6 @@ class Builder:
     # -- quota, fairness ------------------------------------------------------------------
     def add_quota(self) -> None:
         lp = self.lp
-        bonus_rate = nominal_bonus_per_milli(self.policy) * GPU_MILLI
         keys = sorted(set(self.quota_terms) | set(self.quota_const))
         pools: dict[tuple[str, str], Terms] = defaultdict(list)
         pool_const: dict[tuple[str, str], float] = defaultdict(float)
@@ -1173,12 +1115,7 @@ class Builder:
                     )
                     self.aux.append((e, terms, const, "excess", guaranteed))
                     pools[pkey].append((e, 1.0))
-            if bonus_rate and terms:
-                b = lp.var(f"nominal__{tag}", 0, nominal, cost=bonus_rate, integer=False)
-                lp.row(f"nominal__{tag}", [(b, 1.0), *((c, -v) for c, v in terms)], upper=const)
-                self.aux.append((b, terms, const, "min", nominal))
-            elif bonus_rate:
-                lp.offset += bonus_rate * min(const, nominal)
+            self.add_nominal(queue_name, flavor, nominal, tag)
         for (cohort, flavor), terms in pools.items():
             pool = sum(
                 (fq.nominal - fq.guaranteed) / GPU_MILLI
@@ -1188,6 +1125,24 @@ class Builder:
                 if fq.flavor == flavor
             )
             lp.row(f"cohort__{cohort}__{flavor}", terms, upper=pool - pool_const[(cohort, flavor)])
+
+    def add_nominal(self, queue_name: str, flavor: str, nominal: float, tag: str) -> None:
+        """Level 1 of the objective: the queue's nominal quota filled from its highest
+        priority down, as one capped column per priority (the usage at or above it)."""
+        priorities = {p for (q, f, p) in self.rank_terms if q == queue_name and f == flavor}
+        priorities |= {p for (q, f, p) in self.rank_const if q == queue_name and f == flavor}
+        terms: Terms = []
+        const = 0.0
+        for priority, rate in self.weights.nominal_steps(priorities):
+            terms = terms + self.rank_terms.get((queue_name, flavor, priority), [])
+            const += self.rank_const.get((queue_name, flavor, priority), 0.0)
+            if not terms:
+                self.lp.offset += rate * min(const, nominal)
+                continue
+            name = f"nominal__{tag}__{priority}"
+            b = self.lp.var(name, 0, nominal, cost=rate, integer=False)
+            self.lp.row(name, [(b, 1.0), *((c, -v) for c, v in terms)], upper=const)
+            self.aux.append((b, terms, const, "min", nominal))
 
     def add_fairness(self) -> None:
         capacity = capacity_vector(self.instance.nodes)
@@ -1406,6 +1361,7 @@ class Builder:
         for cls, rows in coarse:
             emit_class_rows(self.lp, cls, rows, frag, self.aux)
         self.add_quota()
+        self.add_never_borrow()
         if self.policy.fairness_weight:
             self.add_fairness()
         return self.model
@@ -1502,6 +1458,8 @@ def warm_values(
             x[col] = max(lp.col_lower[col], float(math.ceil(used / param - 1e-9)))
         elif kind == "max":
             x[col] = max((x[c] for c, _ in terms), default=0.0)
+        elif kind == "over":
+            x[col] = 1.0 if used > param + 1e-9 else 0.0
     return x
 
 

@@ -1,15 +1,19 @@
 """The one objective every solver is scored by, so plans from different solvers compare.
 
-Value of a running job: its GPUs (a CPU-only job counts one tenth of a GPU per
-replica), scaled up by priority; plus a bonus for usage inside a queue's nominal
-quota (nominal quota is guaranteed, borrowing is best effort, as in Kueue);
-minus the cost of moves and of preemptions (lost work since the last
-checkpoint); minus the soft terms: fragmentation, unfair shares, and gangs
-spread over more than their preferred topology domain.
+It is lexicographic, with weights derived from the instance, so that only the order of
+priority classes matters, never their values (engine.placement.preemption has the rules):
+1. GPUs used within a queue's nominal quota, filled by its jobs from the highest priority
+   down (a nominal quota is a guarantee: it goes before any borrowing, whatever the
+   priorities across queues, as Kueue admits and reclaims);
+2. the GPUs of running jobs, higher priority classes first (a CPU-only job counts one
+   tenth of a GPU per replica);
+3. the small terms: moves, preemptions (lost work since the last checkpoint chooses which
+   jobs stop, never whether), fragmentation, unfair shares, and gangs spread over more
+   than their preferred topology domain.
+Each level's weight is above everything the levels below can add up to in the instance.
 
-The MILP in `model.py` expresses each term linearly; its versions never exceed
-these (its objective is an upper bound of this score), so its LP bound bounds
-every plan's score.
+The MILP in `model.py` expresses each term linearly; its versions never exceed these (its
+objective is an upper bound of this score), so its LP bound bounds every plan's score.
 """
 
 from __future__ import annotations
@@ -25,7 +29,6 @@ from engine.model import (
     Node,
     Placement,
     Policy,
-    PreemptionScope,
     Queue,
     TopologyMode,
 )
@@ -33,15 +36,96 @@ from engine.placement.plan import JobOutcome, OutcomeStatus, PlacementInstance
 from engine.placement.topology import Span, Tree, gang_topology, span_of
 
 CPU_JOB_VALUE_MILLI = 100
-NOMINAL_BONUS_PER_GPU = 2.0  # above any priority difference plus a preemption: reclaim wins
-PREFERRED_TOPOLOGY_SHARE = 0.05  # a preferred-topology gang that spreads loses 5% of its value
+PREFERRED_TOPOLOGY_SHARE = 0.05  # a preferred-topology gang that spreads loses 5% of its GPUs
+MARGIN = 1.01  # each level weighs this much more than all the levels below can add up to
+# The widest range of weights a solver's tolerances take in: past it, levels are spaced
+# evenly inside it (each still above the one below, no longer above all it adds up to).
+WEIGHT_RANGE = 1e6
 RESOURCES = ("gpu", "cpu", "memory")
 
 
-def job_value(job: Job, replicas: int, policy: Policy) -> float:
-    """What running `replicas` replicas of `job` is worth."""
+def gpu_value(job: Job, replicas: int) -> float:
+    """Running `replicas` replicas of `job`, in GPUs (a CPU-only replica: a tenth of one)."""
     milli = job.resources.gpu_milli or CPU_JOB_VALUE_MILLI
-    return replicas * milli / GPU_MILLI * (1.0 + policy.priority_weight * job.priority / 1000.0)
+    return replicas * milli / GPU_MILLI
+
+
+@dataclass(frozen=True, slots=True)
+class Weights:
+    """What one GPU of running work is worth per priority value: `running` for any GPU,
+    `nominal` for one within its queue's nominal quota (on top). Lexicographic over the
+    instance's priority classes, in the order of their values."""
+
+    running: Mapping[int, float]
+    nominal: Mapping[int, float]
+
+    def value(self, job: Job, replicas: int) -> float:
+        return gpu_value(job, replicas) * self.running.get(job.priority, 1.0)
+
+    def nominal_steps(self, priorities: Iterable[int]) -> list[tuple[int, float]]:
+        """(priority, weight step) from the highest priority down: the worth of the
+        in-nominal GPUs of the jobs at or above a priority is the sum of the steps down to
+        it times min(nominal, their usage) (a linear form of filling nominal quota in
+        priority order)."""
+        ranks = sorted(set(priorities), reverse=True)
+        out = []
+        for i, p in enumerate(ranks):
+            below = self.nominal[ranks[i + 1]] if i + 1 < len(ranks) else 0.0
+            out.append((p, self.nominal[p] - below))
+        return out
+
+
+def _small_terms_bound(instance: PlacementInstance) -> float:
+    """The most the small terms (level 3) can add up to in the instance."""
+    policy = instance.policy
+    jobs = {j.key: j for j in instance.jobs}
+    total = 1.0
+    for key in sorted(instance.current):
+        job = jobs.get(key)
+        if job is not None:
+            total += move_penalty(job, policy) + preemption_penalty(job, 3600.0 * 1e9, policy)
+    total += policy.fragmentation_weight * len(instance.nodes)
+    for job in instance.jobs:
+        if job.topology is not None and job.topology.mode is TopologyMode.PREFERRED:
+            total += PREFERRED_TOPOLOGY_SHARE * gpu_value(job, job.replicas)
+    return total
+
+
+def weights(instance: PlacementInstance) -> Weights:
+    """The weights of levels 1 and 2 for this instance: each priority class's smallest step
+    (one replica) is worth more than all lower classes and the small terms can add up to;
+    the same again above that for GPUs within nominal quota. Where that needs a range of
+    weights wider than WEIGHT_RANGE (large instances, many classes), the levels are spaced
+    evenly inside it instead. With `priorityWeight: 0` every class weighs the same."""
+    if instance.basis is not None:
+        return weights(instance.basis)
+    capacity = sum(n.gpus for n in instance.nodes if n.schedulable) or 1
+    total: dict[int, float] = defaultdict(float)
+    step: dict[int, float] = {}
+    for job in instance.jobs:
+        p = job.priority if instance.policy.priority_weight else 0
+        total[p] += gpu_value(job, job.replicas)
+        step[p] = min(step.get(p, float("inf")), gpu_value(job, 1))
+    below = _small_terms_bound(instance)
+    running: dict[int, float] = {}
+    for p in sorted(total):
+        running[p] = MARGIN * below / step[p]
+        below += running[p] * min(total[p], capacity)
+    gpu_steps = [j.resources.gpu_milli / GPU_MILLI for j in instance.jobs if j.resources.gpu_milli]
+    scale = MARGIN * below / (min(gpu_steps) if gpu_steps else 1.0)
+    base = min(running.values(), default=1.0)
+    nominal = {p: scale * w / base for p, w in running.items()}
+    if max(nominal.values(), default=1.0) > WEIGHT_RANGE:
+        ranks = sorted(running)
+        rho = WEIGHT_RANGE ** (1.0 / (2 * len(ranks) + 1))
+        running = {p: rho ** (i + 1) for i, p in enumerate(ranks)}
+        nominal = {p: rho ** (len(ranks) + i + 1) for i, p in enumerate(ranks)}
+    if not instance.policy.priority_weight:
+        flat_running = running.get(0, 1.0)
+        flat_nominal = nominal.get(0, scale)
+        ps = {j.priority for j in instance.jobs}
+        return Weights(dict.fromkeys(ps, flat_running), dict.fromkeys(ps, flat_nominal))
+    return Weights(running, nominal)
 
 
 def move_penalty(job: Job, policy: Policy) -> float:
@@ -71,30 +155,26 @@ def lost_gpu_seconds(job: Job, placement: Placement, now: str) -> float:
 
 
 def preemption_penalty(job: Job, lost_seconds: float, policy: Policy) -> float:
-    """Preempting costs the job's value plus the lost work, in GPU-hours."""
-    return policy.preemption_cost * (
-        0.5 * job_value(job, job.replicas, policy) + lost_seconds / 3600.0
-    )
-
-
-def nominal_bonus_per_milli(policy: Policy) -> float:
-    """The worth of one milli-GPU used inside nominal quota (none when nobody may reclaim)."""
-    if policy.reclaim_within_cohort is PreemptionScope.NEVER:
-        return 0.0
-    return NOMINAL_BONUS_PER_GPU / GPU_MILLI
+    """A small term: what stopping the job costs besides its value, growing with the work
+    lost since its checkpoint (GPU-hours, squashed below 1 so that it orders victims and
+    never outweighs a priority class)."""
+    hours = lost_seconds / 3600.0
+    return policy.preemption_cost * (0.1 * gpu_value(job, job.replicas) + hours / (1.0 + hours))
 
 
 def topology_spread_penalty(job: Job, policy: Policy) -> float:
-    """The soft term of a preferred topology: what spreading over several domains costs."""
-    return PREFERRED_TOPOLOGY_SHARE * job_value(job, job.smallest_gang, policy)
+    """The small term of a preferred topology: what spreading over several domains costs."""
+    return PREFERRED_TOPOLOGY_SHARE * gpu_value(job, job.smallest_gang)
 
 
 def compact_unit(job: Job, policy: Policy) -> float:
-    """What one more node costs a gang; one more domain at level rank i costs 2**i of it."""
+    """What one more node costs a gang; one more domain at level rank i costs 2**i of it.
+    A share of one replica's GPUs, whatever its priority: compactness is the second
+    criterion, compared only between plans of equal score (never a priority level)."""
     gang = gang_topology(job)
     if not gang.compact or job.replicas < 2:
         return 0.0
-    return policy.compactness_weight * gang.share * job_value(job, 1, policy)
+    return policy.compactness_weight * gang.share * gpu_value(job, 1)
 
 
 def compactness_penalty(job: Job, span: Span, policy: Policy) -> float:
@@ -215,8 +295,14 @@ def fair_targets(
 
 
 def fairness_penalty_per_share(instance: PlacementInstance) -> float:
-    """What one unit of dominant share below target costs (in GPU-value units)."""
-    return instance.policy.fairness_weight * capacity_vector(instance.nodes)["gpu"] / GPU_MILLI
+    """What one unit of dominant share below target costs: with `fairnessWeight` 1, what
+    the cluster's GPUs are worth within nominal quota at the highest priority. Fair sharing
+    is opt-in and ranks queues above everything else (the preemption rules still hold)."""
+    if not instance.policy.fairness_weight:
+        return 0.0
+    top = max(weights(instance).nominal.values(), default=1.0)
+    gpus = capacity_vector(instance.nodes)["gpu"] / GPU_MILLI
+    return instance.policy.fairness_weight * top * gpus
 
 
 # -- scoring a whole plan -------------------------------------------------------------------
@@ -253,10 +339,11 @@ def objective_terms(instance: PlacementInstance, outcomes: Sequence[JobOutcome])
     jobs = {j.key: j for j in instance.jobs}
     nodes = {n.name: n for n in instance.nodes}
     policy = instance.policy
+    w = weights(instance)
     value = moves = preemptions = topology = compactness = 0.0
     tree = instance_tree(instance)
     node_used: dict[str, int] = defaultdict(int)
-    quota_used: dict[tuple[str, str], int] = defaultdict(int)
+    quota_used: dict[tuple[str, str], dict[int, int]] = defaultdict(lambda: defaultdict(int))
     queue_used: dict[str, dict[str, int]] = defaultdict(lambda: {r: 0 for r in RESOURCES})
     for o in outcomes:
         job = jobs.get(o.job)
@@ -264,11 +351,11 @@ def objective_terms(instance: PlacementInstance, outcomes: Sequence[JobOutcome])
             continue
         if o.running:
             count = len(o.replicas)
-            value += job_value(job, count, policy)
+            value += w.value(job, count)
             for replica in o.replicas:
                 node_used[replica.node] += replica.gpu_milli * len(replica.gpus)
             if o.flavor is not None and not quota_exempt(job, o.status):
-                quota_used[(job.queue, o.flavor)] += count * job.resources.gpu_milli
+                quota_used[(job.queue, o.flavor)][job.priority] += count * job.resources.gpu_milli
             for r, v in job_demand(job, count).items():
                 queue_used[job.queue][r] += v
             topo = job.topology
@@ -283,15 +370,17 @@ def objective_terms(instance: PlacementInstance, outcomes: Sequence[JobOutcome])
             moves += move_penalty(job, policy)
         if o.status is OutcomeStatus.PREEMPTED:
             preemptions += preemption_penalty(job, o.lost_gpu_seconds, policy)
-    bonus_rate = nominal_bonus_per_milli(policy)
     bonus = 0.0
-    if bonus_rate:
-        queues = {q.name: q for q in instance.queues}
-        for (queue_name, flavor), used in quota_used.items():
-            queue = queues.get(queue_name)
-            fq = queue.quota(flavor) if queue else None
-            if fq is not None:
-                bonus += bonus_rate * min(used, fq.nominal)
+    queues = {q.name: q for q in instance.queues}
+    for (queue_name, flavor), by_priority in quota_used.items():
+        queue = queues.get(queue_name)
+        fq = queue.quota(flavor) if queue else None
+        if fq is None:
+            continue
+        above = 0
+        for priority, rate in w.nominal_steps(by_priority):
+            above += by_priority[priority]
+            bonus += rate * min(above, fq.nominal) / GPU_MILLI
     fragmentation = 0.0
     if policy.fragmentation_weight:
         for name, used in node_used.items():

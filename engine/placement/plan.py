@@ -22,6 +22,9 @@ class PlacementInstance:
     current: Mapping[str, Placement]
     policy: Policy
     now: str = ""
+    # Where the objective's weights come from when not from this instance: the whole
+    # instance, for the part of it an incremental solve decides (so both score alike).
+    basis: PlacementInstance | None = None
 
     def queue(self, name: str) -> Queue | None:
         for q in self.queues:
@@ -48,6 +51,7 @@ class JobOutcome:
     constraint: str = ""
     preempted_by: str | None = None
     lost_gpu_seconds: float = 0.0
+    rule: str = ""  # what allowed a preemption (engine.placement.preemption.Rule)
 
     @property
     def running(self) -> bool:

@@ -31,6 +31,7 @@ from audit import compliance as compliance_query
 from audit import history, pointintime, usage
 from audit.store import AuditStore, catch_up, rebuild
 from engine.codec import to_data
+from engine.events import EVENT_TYPES
 from engine.model import (
     GPU_MILLI,
     ClusterSpec,
@@ -45,6 +46,7 @@ from engine.model import (
 )
 from eventlog.envelope import GENESIS_HASH, NewEvent, StoredEvent, format_time, seal_batch
 from eventlog.sqlite import SQLiteEventLog
+from gitsched.options import format_option
 from gitsched.render import table
 
 START = datetime(2025, 10, 1, tzinfo=UTC)
@@ -151,7 +153,14 @@ class Simulation:
         self.batches += 1
         prefix = f"synth/{self.batches}"
         batch = [
-            NewEvent(id=f"{prefix}/{i}", type=t, schema_version=1, data=d, actor=actor, cause=cause)
+            NewEvent(
+                id=f"{prefix}/{i}",
+                type=t,
+                schema_version=EVENT_TYPES[t].schema_version,
+                data=d,
+                actor=actor,
+                cause=cause,
+            )
             for i, (t, d) in enumerate(events)
         ]
         self.out.append((self.stamp, batch))
@@ -171,6 +180,9 @@ class Simulation:
             "committed_at": self.stamp,
             "subject": subject,
             "approvers": list(approvers),
+            "authored_at": self.stamp,
+            "committer": author[0],
+            "committer_email": author[1],
         }
         events.append(("CommitApplied", {"commit": commit, "changes": len(events)}))
         actor = f"{author[0]} <{author[1]}>"
@@ -521,6 +533,7 @@ class Simulation:
                                 "preempted_by": None,
                                 "lost_gpu_seconds": 0.0,
                                 "solve_id": solve_id,
+                                "rule": "place-gone",
                             },
                         )
                     )
@@ -550,6 +563,7 @@ class Simulation:
                                 "preempted_by": job.key,
                                 "lost_gpu_seconds": 60.0,
                                 "solve_id": solve_id,
+                                "rule": "within-queue",
                             },
                         )
                     )
@@ -696,9 +710,7 @@ def _percentiles(samples: list[float]) -> tuple[float, float]:
     help="Where the synthetic log (cached) and the audit view go.",
 )
 @click.option("--samples", default=200, show_default=True, help="Runs of each point query.")
-@click.option(
-    "--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True
-)
+@format_option("text", "json")
 def command(events: int, seed: int, work_dir: str, samples: int, fmt: str) -> None:
     """Audit views: rebuild rate (events/s) and p50/p99 latency of each query on a synthetic log."""
     directory = Path(work_dir)

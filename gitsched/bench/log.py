@@ -255,7 +255,7 @@ def _verdict(result: Result) -> str:
     type=click.IntRange(min=1),
     help="Jobs per commit: one commit is one append (one transaction) of 2 x JOBS + 2 events.",
 )
-@format_option("table", "json")
+@format_option("text", "json")
 def command(logs: tuple[str, ...], kafka: str | None, events: int, jobs: int, fmt: str) -> None:
     """Append and replay throughput of each log backend, side by side.
 

@@ -290,7 +290,7 @@ def _percentile(values: Sequence[float], q: float) -> float:
     "log_url",
     help="An empty log to append to (default: a new SQLite file, deleted afterwards).",
 )
-@format_option("table", "json")
+@format_option("text", "json")
 def command(
     size: str,
     seed: int,

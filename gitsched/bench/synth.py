@@ -63,7 +63,7 @@ def _side(instance: PlacementInstance, plan: PlacementPlan, seconds: float) -> d
         "status": plan.stats.status,
         "objective": round(plan.stats.objective, 2),
         "bound": None if plan.stats.bound is None else round(plan.stats.bound, 2),
-        "gap": None if plan.stats.gap is None else round(100 * plan.stats.gap, 3),
+        "gap_pct": None if plan.stats.gap is None else round(100 * plan.stats.gap, 3),
         "seconds": round(seconds, 2),
         "variables": plan.stats.variables,
         "constraints": plan.stats.constraints,
@@ -87,7 +87,9 @@ def _side(instance: PlacementInstance, plan: PlacementPlan, seconds: float) -> d
     "--incremental", is_flag=True, help="Add 50 jobs to the solved cluster; re-solve what changed."
 )
 @click.option("--time-limit", type=float, help="Override the size's time limit (seconds).")
-@click.option("--gap", type=float, help="Override the size's gap tolerance (a fraction).")
+@click.option(
+    "--gap", type=float, help="Override the size's gap tolerance (a fraction: 0.01 is 1%)."
+)
 @format_option("text", "json")
 def command(
     size: str,
@@ -123,15 +125,18 @@ def command(
         "gpus": sum(n.gpus for n in instance.nodes),
         "jobs": len(instance.jobs),
         "running": len(instance.current),
-        "policy": {"gap_tolerance": policy.gap_tolerance, "time_limit_s": policy.time_limit_s},
+        "policy": {
+            "gap_tolerance_pct": round(100 * policy.gap_tolerance, 6),
+            "time_limit_s": policy.time_limit_s,
+        },
         "generate_seconds": round(built, 2),
         "milp": _side(instance, plan, milp_seconds),
         "greedy": _side(instance, greedy, greedy_seconds),
-        "phases": dict(placer.last_report.phases) if placer.last_report else {},
+        "phases_seconds": dict(placer.last_report.phases) if placer.last_report else {},
     }
     result["looser_than_greedy"] = _looser(result["milp"], result["greedy"])
     result["better_by"] = round(plan.stats.objective - greedy.stats.objective, 2)
-    result["better_by_percent"] = round(
+    result["better_by_pct"] = round(
         100
         * (plan.stats.objective - greedy.stats.objective)
         / max(abs(greedy.stats.objective), 1e-9),
@@ -188,7 +193,7 @@ def _incremental(
         "milp": (milp_side := _side(later, again, seconds)),
         "greedy": (greedy_side := _side(later, greedy, greedy_seconds)),
         "looser_than_greedy": _looser(milp_side, greedy_side),
-        "phases": dict(placer.last_report.phases) if placer.last_report else {},
+        "phases_seconds": dict(placer.last_report.phases) if placer.last_report else {},
     }
 
 
@@ -216,7 +221,7 @@ def _text(r: dict[str, Any]) -> str:
             s["status"],
             s["objective"],
             s["bound"] if s["bound"] is not None else "-",
-            s["gap"] if s["gap"] is not None else "-",
+            s["gap_pct"] if s["gap_pct"] is not None else "-",
             s["seconds"],
             s["admitted_gpus"],
             s["placed"],
@@ -249,11 +254,11 @@ def _text(r: dict[str, Any]) -> str:
     looser = r["looser_than_greedy"]
     lines = [
         f"synth {r['size']} seed {r['seed']}: {r['nodes']} nodes, {r['gpus']} GPUs, {r['jobs']} jobs "
-        f"({r['running']} running); policy gap {r['policy']['gap_tolerance']:.0%}, "
+        f"({r['running']} running); policy gap {r['policy']['gap_tolerance_pct']:g}%, "
         f"time limit {r['policy']['time_limit_s']:g} s",
         table(cols, [row("milp", r["milp"]), row("greedy", r["greedy"])]),
-        f"MILP - greedy: {r['better_by']:+.2f} ({r['better_by_percent']:+.2f}%); phases (s): "
-        + ", ".join(f"{k} {v}" for k, v in r["phases"].items()),
+        f"MILP - greedy: {r['better_by']:+.2f} ({r['better_by_pct']:+.2f}%); phases (s): "
+        + ", ".join(f"{k} {v}" for k, v in r["phases_seconds"].items()),
         table(span_cols, [span_row("milp", r["milp"]), span_row("greedy", r["greedy"])]),
         f"gangs both place anew: {looser['both_placed']}; the MILP's sits wider in "
         f"{looser['milp_looser']}, tighter in {looser['milp_tighter']} (span: levels above the "
@@ -265,7 +270,7 @@ def _text(r: dict[str, Any]) -> str:
             f"incremental: {inc['new_jobs']} new jobs, {inc['new_placed']} placed; running jobs moved "
             f"{inc['running_moved']}, preempted {inc['running_preempted']}",
             table(cols, [row("milp", inc["milp"]), row("greedy", inc["greedy"])]),
-            "phases (s): " + ", ".join(f"{k} {v}" for k, v in inc["phases"].items()),
+            "phases (s): " + ", ".join(f"{k} {v}" for k, v in inc["phases_seconds"].items()),
         ]
     lines.append(
         "every plan checked by check.py: "

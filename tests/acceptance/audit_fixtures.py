@@ -135,7 +135,7 @@ class Step:
     trailers: Sequence[tuple[str, str]] = ()
 
 
-# Ten commits: quotas created without approval, jobs admitted, a job borrowing from
+# Ten commits: quotas and OWNERS created (bootstrap: no owners before), jobs admitted, a job borrowing from
 # its cohort, a reclaim that preempts, a node failure, a self-approved quota raise,
 # a withdrawal and a properly approved quota cut.
 HISTORY: tuple[Step, ...] = (
@@ -149,6 +149,8 @@ HISTORY: tuple[Step, ...] = (
             "teams/ml/queue.yaml": queue("ml", 16, cohort="research", borrowing=16),
             "teams/cv/queue.yaml": queue("cv", 16, cohort="research"),
             "teams/risk/queue.yaml": queue("risk", 8),
+            "teams/ml/OWNERS": "ana@ml.example\n",
+            "teams/cv/OWNERS": "li@cv.example\n",
         },
     ),
     Step(
@@ -248,7 +250,7 @@ def build_audit_log(path: Path, steps: Sequence[Step] = HISTORY) -> Path:
         commit_step(repo, step, when)
         moment = when + timedelta(minutes=1)
         with SQLiteEventLog(log_path, clock=lambda m=moment: m) as event_log:
-            Reconciler(GitRepo(repo), event_log, clock=lambda m=moment: m).run_once()
+            Reconciler(GitRepo(repo), event_log).run_once()
     return repo
 
 

@@ -100,9 +100,13 @@ def test_compliance_names_the_violations_and_their_events(audited: Path) -> None
     golden("compliance", result)
     failed = {c["check"] for c in result["checks"] if c["status"] == "FAIL"}
     assert failed == {"quota-approval"}
-    messages = [v["message"] for v in result["violations"]]
-    assert any("has no approval" in m for m in messages)
-    assert any("approved only by its author" in m for m in messages)
+    # the bootstrap commit creates the queues and OWNERS: nobody owned them at its base;
+    # priya's raise of ml's limit, approved by herself, is not approved by ml's owner
+    (violation,) = result["violations"]
+    assert violation["subject"] == "ml"
+    assert "has no approval from an owner at the base (ana@ml.example)" in violation["message"]
+    assert "priya@platform.example (trailer on" in violation["message"]
+    assert "is not in teams/ml/OWNERS" in violation["message"]
     for v in result["violations"]:
         assert all(e["type"] and e["id"] for e in v["evidence"]), v
     table = gitsched_cli("audit", "compliance", "--repo", audited, expect=1).stdout
@@ -125,7 +129,7 @@ def test_history_tells_why_each_interval_ended(audited: Path) -> None:
     ).stdout
     assert (
         csv.splitlines()[0]
-        == "job,user,nodes,replicas,gpus,flavor,start,end,state,start_reason,end_reason"
+        == "job,user,nodes,replicas,gpus,flavor,queued,start,wait_s,end,state,start_reason,end_reason"
     )
 
 
@@ -206,13 +210,13 @@ def test_a_tampered_log_fails_verify_and_names_the_first_broken_event(audited: P
     gitsched_cli("audit", "history", "--team", "ml", "--repo", audited)  # the view reads it all
     tamper(
         log,
-        "UPDATE events SET data = replace(data, '\"gpu_milli\":1000', '\"gpu_milli\":100') WHERE seq = 22",
+        "UPDATE events SET data = replace(data, '\"gpu_milli\":1000', '\"gpu_milli\":100') WHERE seq = 23",
     )
     broken = gitsched_cli("audit", "verify", "--repo", audited, expect=1)
-    assert broken.stdout.startswith("BROKEN at seq 22 (PlacementDecided ")
+    assert broken.stdout.startswith("BROKEN at seq 23 (PlacementDecided ")
     assert "content does not match its hash" in broken.stdout
     data = gitsched_cli("audit", "verify", "--repo", audited, "--format", "json", expect=1).json()
-    assert data["broken"]["seq"] == 22 and data["broken"]["type"] and data["broken"]["id"]
+    assert data["broken"]["seq"] == 23 and data["broken"]["type"] and data["broken"]["id"]
 
 
 def test_a_deleted_event_is_a_gap_and_the_view_refuses_a_rewritten_log(audited: Path) -> None:
@@ -228,8 +232,11 @@ def test_the_view_refuses_a_log_rewritten_after_it_was_read(audited: Path) -> No
     gitsched_cli("audit", "changes", "--repo", audited)
     last = gitsched_cli("audit", "verify", "--repo", audited, "--format", "json").json()["events"]
     tamper(audited / ".gitsched" / "log.db", f"UPDATE events SET hash = 'x' WHERE seq = {last}")
-    refused = gitsched_cli("audit", "changes", "--repo", audited, expect=2)
+    refused = gitsched_cli("audit", "history", "--team", "ml", "--repo", audited, expect=2)
     assert "rewritten" in refused.stderr and "rebuild" in refused.stderr
+    # Evidence (changes, compliance) checks the whole chain first, and calls it broken.
+    broken = gitsched_cli("audit", "changes", "--repo", audited, expect=1)
+    assert f"the log's hash chain is broken at seq {last}" in broken.stderr
 
 
 def test_mistakes_get_one_line_and_exit_2(audited: Path) -> None:
@@ -268,3 +275,26 @@ def test_a_row_that_is_not_json_stops_the_view_with_one_line(audited: Path) -> N
     assert not list((audited / ".gitsched").glob("audit.db*"))  # no half-built view left
     broken = gitsched_cli("audit", "verify", "--repo", audited, expect=1)
     assert broken.stdout.startswith("BROKEN at seq 14")
+
+
+def test_usage_and_the_report_cover_the_same_default_period(audited: Path) -> None:
+    from datetime import datetime
+
+    from eventlog.timeline import Timeline
+    from tests.acceptance.conftest import read_events
+
+    # The log's first and last facts, dated as every audit answer dates them.
+    timeline: Timeline[object] = Timeline()
+    facts = [
+        fact_time
+        for e in read_events(audited / ".gitsched" / "log.db")
+        for _, fact_time in timeline.add(e, e.type, e.data, e.time, e.cause, e.actor)
+    ]
+    usage = gitsched_cli("audit", "usage", "--repo", audited, "--format", "json").json()
+    first, last = (datetime.fromisoformat(t) for t in (facts[0], facts[-1]))
+    assert datetime.fromisoformat(usage["since"]) == first
+    assert datetime.fromisoformat(usage["until"]) == last  # the log's, not the clock's
+    page = audited.parent / "report.html"
+    gitsched_cli("audit", "report", "--repo", audited, "--output", page)
+    shown = f"Period {first:%Y-%m-%d %H:%M:%S} UTC to {last:%Y-%m-%d %H:%M:%S} UTC"
+    assert shown in page.read_text()

@@ -13,12 +13,14 @@ from tests.acceptance.conftest import (
     PRIYA,
     ClusterRepo,
     assert_chain_intact,
+    finish,
     git,
     gitsched,
     job_yaml,
     of_type,
     queue_yaml,
     read_events,
+    start_gitsched,
 )
 
 
@@ -349,3 +351,74 @@ def test_a_spec_cache_reads_only_changed_files_and_loads_what_a_fresh_read_loads
     assert cached_first == fresh_first and cached_second == fresh_second
     assert cached_second.desired is not None
     assert cached_second.desired.jobs["ml/b"].resources.gpu_milli == 4000
+
+
+def test_a_commit_records_author_date_and_committer_and_is_decided_at_its_committer_date(
+    bootstrapped: ClusterRepo,
+) -> None:
+    # Written on Monday by Ana in UTC+2, merged on Wednesday by Priya in UTC-5, reconciled now.
+    bootstrapped.write("teams/ml/jobs/late.yaml", job_yaml("late", gpu=4))
+    git(bootstrapped.path, "add", "-A")
+    git(
+        bootstrapped.path,
+        "commit",
+        "-q",
+        "--no-verify",
+        "-m",
+        "ml: job late",
+        env={
+            "GIT_AUTHOR_NAME": ANA[0],
+            "GIT_AUTHOR_EMAIL": ANA[1],
+            "GIT_AUTHOR_DATE": "2025-11-17T09:30:00+02:00",
+            "GIT_COMMITTER_NAME": PRIYA[0],
+            "GIT_COMMITTER_EMAIL": PRIYA[1],
+            "GIT_COMMITTER_DATE": "2025-11-19T07:15:00-05:00",
+        },
+    )
+    sha = bootstrapped.head()
+
+    gitsched("reconcile", "--once", bootstrapped.path, expect=0)
+
+    mine = [e for e in read_events(bootstrapped.log_path) if e.cause == sha]
+    (applied,) = of_type(mine, "CommitApplied")
+    assert applied.schema_version == 2
+    commit = applied.data["commit"]
+    assert (commit["author"], commit["authored_at"]) == (ANA[0], "2025-11-17T09:30:00+02:00")
+    assert (commit["committer"], commit["committer_email"]) == PRIYA
+    assert commit["committed_at"] == "2025-11-19T07:15:00-05:00"
+    (placed,) = of_type(mine, "PlacementDecided")
+    # The decision's time is the commit's, in UTC: not the reconciler's clock.
+    assert placed.data["at"] == "2025-11-19T12:15:00.000000Z"
+    (submitted,) = of_type(mine, "JobSubmitted")
+    assert submitted.data["job"]["submitted_at"] == "2025-11-19T07:15:00-05:00"
+    assert applied.time != placed.data["at"]  # the envelope keeps when it was appended
+
+
+def test_an_idle_watcher_says_it_is_alive(bootstrapped: ClusterRepo) -> None:
+    import signal
+
+    args = ("reconcile", bootstrapped.path, "--interval", "0.1", "--heartbeat", "0.3")
+    process = start_gitsched(*args)
+    assert process.stdout is not None
+    lines = []
+    for line in process.stdout:  # the first heartbeat comes after the first pass's report
+        lines.append(line)
+        if "watching main: no new commits" in line:
+            break
+    process.send_signal(signal.SIGTERM)
+    run = finish(process, args)
+    assert run.returncode == 0, run
+    assert lines[0].startswith(f"applied  {bootstrapped.head()[:12]}")
+    heartbeat = lines[-1]
+    assert f"at {bootstrapped.head()[:12]}, log seq " in heartbeat, heartbeat
+
+
+def test_a_master_branch_gets_a_hint_about_branch(bootstrapped: ClusterRepo) -> None:
+    git(bootstrapped.path, "branch", "-m", "main", "master")
+    run = gitsched("reconcile", "--once", bootstrapped.path, expect=2)
+    assert run.stderr == (
+        f"gitsched: unknown revision 'main' in {bootstrapped.path}: no such branch; its"
+        " checked-out branch is 'master': pass --branch master\n"
+    )
+    assert not bootstrapped.log_path.exists()
+    gitsched("reconcile", "--once", bootstrapped.path, "--branch", "master", expect=0)

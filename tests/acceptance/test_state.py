@@ -4,18 +4,21 @@ from __future__ import annotations
 
 import pytest
 
+from engine.model import utc_time
 from tests.acceptance.conftest import ANA, ClusterRepo, gitsched, job_yaml, read_events
 
 
 @pytest.fixture
 def two_runs(bootstrapped: ClusterRepo) -> tuple[ClusterRepo, int, str]:
-    """Bootstrap reconciled in one run, a job submitted and reconciled in a later one."""
+    """Bootstrap reconciled in one run, a job submitted an hour later and reconciled in a
+    later run; with the seq of the first run's last event and the first commit's time."""
     gitsched("reconcile", "--once", bootstrapped.path, expect=0)
-    first = read_events(bootstrapped.log_path)[-1]
+    first = read_events(bootstrapped.log_path)
     bootstrapped.write("teams/ml/jobs/train.yaml", job_yaml("train"))
     bootstrapped.commit("ml: train", author=ANA)
     gitsched("reconcile", "--once", bootstrapped.path, expect=0)
-    return bootstrapped, first.seq, first.time
+    commit = next(e for e in reversed(first) if e.type == "CommitApplied")
+    return bootstrapped, first[-1].seq, utc_time(commit.data["commit"]["committed_at"])
 
 
 def test_state_at_a_seq_is_before_the_job_was_submitted(

@@ -38,6 +38,7 @@ def test_a_valid_repo_is_valid(bootstrapped: ClusterRepo) -> None:
     assert gitsched("validate", bootstrapped.path, "--format", "json", expect=0).json() == {
         "valid": True,
         "errors": [],
+        "warnings": [],
     }
 
 

@@ -6,13 +6,22 @@ import dataclasses
 
 import pytest
 
-from engine.model import FlavorQuota, Queue
+from engine.model import Approval, FlavorQuota, Owner, Queue
 from policies.approval import (
+    Judgement,
+    Signature,
+    SignatureStatus,
     TeamApproval,
+    Vouch,
     approval_findings,
     check_approvals,
     describe_queue_change,
     email_of,
+    judge_team,
+    key_fingerprint,
+    parse_owners,
+    recorded_vouches,
+    trailer_vouches,
 )
 from reconciler.plan import parse_range
 from schemas import Document, parse_documents
@@ -178,3 +187,146 @@ def test_parse_range_refuses_what_it_cannot_mean(text: str) -> None:
 
     with pytest.raises(UsageError):
         parse_range(text)
+
+
+# -- owners' keys and signed approvals ------------------------------------------------------
+
+# A real ed25519 public key and the fingerprint `ssh-keygen -l` prints for it.
+KAI_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIH4PbxmZZsrfyTChxErb7JtWf0pFr7FW+oqo9BndFkbw"
+KAI_FP = "SHA256:FIGfNECVGz8Z/l29ekVqaWKlR22KbNO186tZ1P/Fp+o"
+OTHER_FP = "SHA256:" + "A" * 43
+
+
+def test_key_fingerprint_is_the_one_ssh_keygen_prints() -> None:
+    assert key_fingerprint(KAI_KEY) == KAI_FP
+    assert key_fingerprint("ssh-ed25519 not*base64") == ""
+    assert key_fingerprint("") == ""
+
+
+def test_parse_owners_reads_e_mails_keys_and_names_the_bad_line() -> None:
+    text = (
+        "# vision's owners\n"
+        "Ana <ana@vision.example>\n"
+        f"kai@vision.example {KAI_KEY} kai@laptop\n"
+        f'li@nlp.example namespaces="git" {KAI_KEY}\n'
+        f"Sam Lee <sam@vision.example> {KAI_KEY}\n"
+        "bob@vision.example ssh-ed25519 !!!\n"
+        f"*@vision.example {KAI_KEY}\n"
+    )
+    owners, problems = parse_owners(text)
+    assert owners == (
+        Owner("ana@vision.example"),
+        Owner("kai@vision.example", KAI_KEY),
+        Owner("li@nlp.example", KAI_KEY),
+        Owner("sam@vision.example", KAI_KEY),
+    )
+    assert [n for n, _ in problems] == [6, 7]
+    assert "the ssh-ed25519 key of bob@vision.example is not a valid public key" in problems[0][1]
+    assert "is not an e-mail" in problems[1][1]
+
+
+SIGNED_OWNERS = {
+    "vision": (Owner("ana@vision.example"), Owner("kai@vision.example", KAI_KEY)),
+    "nlp": (Owner("li@nlp.example", "ssh-ed25519 " + "A" * 8),),
+}
+
+
+def signed(fp: str) -> Signature:
+    return Signature(SignatureStatus.GOOD, fp)
+
+
+def judge(*vouches: Vouch, authors: tuple[str, ...] = ("priya@platform.example",)) -> Judgement:
+    return judge_team(
+        "vision",
+        SIGNED_OWNERS["vision"],
+        authors=authors,
+        vouches=vouches,
+        signed_required=True,
+        all_owners=SIGNED_OWNERS,
+    )
+
+
+def test_a_signed_trailer_by_the_owners_listed_key_counts() -> None:
+    verdict = judge(Vouch("c" * 40, "trailer", "kai@vision.example", signed(KAI_FP)))
+    assert verdict.approvals == (
+        Approval("kai@vision.example", "signed-trailer", "c" * 40, KAI_FP),
+    )
+
+
+def test_each_failure_of_a_signed_approval_says_which_it_is() -> None:
+    kai = "kai@vision.example"
+    unsigned = judge(Vouch("a" * 40, "trailer", kai, Signature(SignatureStatus.NONE)))
+    assert unsigned.approvals == ()
+    assert "has no valid signature (unsigned commit)" in unsigned.refused[0]
+    bad = judge(Vouch("a" * 40, "trailer", kai, Signature(SignatureStatus.BAD, detail="broken")))
+    assert "has no valid signature (broken)" in bad.refused[0]
+    nlp_fp = key_fingerprint(SIGNED_OWNERS["nlp"][0].key)
+    other = judge(Vouch("a" * 40, "trailer", kai, signed(nlp_fp)))
+    assert f"key {nlp_fp} is not listed for team vision" in other.refused[0]
+    assert "it is the key of li@nlp.example of team nlp" in other.refused[0]
+    own = judge(Vouch("a" * 40, "trailer", kai, signed(KAI_FP)), authors=(kai,))
+    assert "signed by the change's own author kai@vision.example" in own.refused[0]
+    merge_own = judge(Vouch("m" * 40, "merge", "", signed(KAI_FP)), authors=(kai,))
+    assert "merge mmmmmmmmmmmm is signed by the change's own author" in merge_own.refused[0]
+
+
+def test_a_signed_merge_counts_an_unsigned_one_vouches_for_nothing() -> None:
+    assert judge(Vouch("m" * 40, "merge", "", signed(KAI_FP))).approvals == (
+        Approval("kai@vision.example", "signed-merge", "m" * 40, KAI_FP),
+    )
+    assert judge(Vouch("m" * 40, "merge", "", None)) == Judgement((), ())
+    unknown = judge(Vouch("m" * 40, "merge", "", signed(OTHER_FP)))
+    assert unknown.approvals == () and "not listed for team vision" in unknown.refused[0]
+
+
+def test_without_the_signing_rule_a_trailer_of_an_owner_counts_as_before() -> None:
+    verdict = judge_team(
+        "vision",
+        SIGNED_OWNERS["vision"],
+        authors=("priya@platform.example",),
+        vouches=trailer_vouches(["Ana <ana@vision.example>"], "c" * 40),
+        signed_required=False,
+    )
+    assert verdict.approvals == (Approval("ana@vision.example", "trailer", "c" * 40),)
+
+
+def test_recorded_approvals_are_judged_again_against_the_owners_at_the_base() -> None:
+    recorded = (
+        Approval("kai@vision.example", "signed-merge", "m" * 40, KAI_FP),
+        Approval("ana@vision.example", "trailer", "c" * 40),
+    )
+    verdict = judge(*recorded_vouches(recorded))
+    # signed approvals required: ana's unsigned trailer does not count, kai's merge does
+    assert [a.approver for a in verdict.approvals] == ["kai@vision.example"]
+    # had kai's key not been listed at the base, the recorded merge would not count
+    rekeyed = judge_team(
+        "vision",
+        (Owner("kai@vision.example", SIGNED_OWNERS["nlp"][0].key),),
+        authors=(),
+        vouches=recorded_vouches(recorded[:1]),
+        signed_required=True,
+    )
+    assert rekeyed.approvals == ()
+
+
+def test_a_key_change_in_owners_is_a_change_that_needs_approval() -> None:
+    rekeyed = {
+        **SIGNED_OWNERS,
+        "vision": (Owner("ana@vision.example"), Owner("kai@vision.example")),
+    }
+    (team,) = check_approvals(
+        base_queues={},
+        head_queues={},
+        base_owners=SIGNED_OWNERS,
+        head_owners=rekeyed,
+        authors=("priya@platform.example",),
+        signed_required=True,
+    )
+    assert team.changes == ("changes the team's owners: changes the key of kai@vision.example",)
+    assert not team.satisfied and "needs a signed approval" in team.missing_text()
+
+
+def test_a_signed_approval_the_change_goes_on_after_does_not_count() -> None:
+    stale = Vouch("a" * 40, "trailer", "kai@vision.example", signed(KAI_FP), current=False)
+    verdict = judge(stale)
+    assert verdict.approvals == () and "is stale" in verdict.refused[0]

@@ -19,7 +19,7 @@ from audit.pointintime import cluster_at, seq_at_time
 from audit.projection import ProjectionState
 from audit.store import AuditError, AuditStore, EventList, catch_up
 from engine import events as ev
-from engine.model import CommitInfo, Isolation, NodeState, Policy, ReplicaPlacement
+from engine.model import CommitInfo, Isolation, NodeState, Owner, Policy, ReplicaPlacement
 from eventlog.codec import decode_all, encode
 from eventlog.envelope import GENESIS_HASH, StoredEvent, format_time, seal_batch
 from tests.unit.factories import CLUSTER, job, node, queue
@@ -264,6 +264,31 @@ def test_open_intervals_run_to_the_end_of_the_period() -> None:
         assert series == {"r": [4.0, 4.0]}
 
 
+def test_a_segment_ending_exactly_at_midnight_is_split_over_every_day_it_covers() -> None:
+    # Regression: a segment over several days that ended at 00:00:00 UTC was booked whole to
+    # its first day. r runs 8 GPUs from 14:00 on day 0 until 00:00 on day 3.
+    day0 = datetime(2025, 11, 16, tzinfo=UTC)
+    start = (day0 + timedelta(hours=14) - T0) / timedelta(hours=1)
+    end = (day0 + timedelta(days=3) - T0) / timedelta(hours=1)
+    log = LogBuilder()
+    bootstrap(log)
+    sha = submit(log, start, job("x", queue="r", gpu=8))
+    log.solve(start, sha, [placed("r/x", ("n1", 8))])
+    log.batch(end, [ev.JobFinished("r/x")], actor="kubernetes", cause="k8s")
+    log.batch(end + 30, [ev.JobFinished("r/none")], actor="kubernetes", cause="k8s")
+    with log.view() as store:
+        per_day = []
+        for d in range(4):
+            since = (day0 + timedelta(days=d)).timestamp()
+            per_day.append(rows_by(usage.by_team(store, since, since + 86_400.0), "team"))
+        assert [p["r"]["used_gpu_h"] for p in per_day] == [80.0, 192.0, 192.0, 0.0]
+        total = rows_by(usage.by_team(store, day0.timestamp(), ts(end + 30)), "team")
+        assert total["r"]["used_gpu_h"] == 464.0
+        # A window from between two events to between two others, its edges off the hour.
+        window = rows_by(usage.by_team(store, ts(start + 0.5), ts(end - 0.25)), "team")
+        assert window["r"]["used_gpu_h"] == 8 * (end - start - 0.75)
+
+
 # -- compliance -----------------------------------------------------------------------------
 
 
@@ -297,7 +322,11 @@ def test_a_non_preemptible_job_preempted_is_a_violation_a_node_failure_is_not() 
     )
     with log.view() as store:
         found = violations(store)
-        assert [(c, s) for c, s, _ in found] == [("non-preemptible", "b/also")]
+        # Queues a and b share no cohort: no rule lets a/urgent preempt b/also either.
+        assert [(c, s) for c, s, _ in found] == [
+            ("preemption-rules", "b/also"),
+            ("non-preemptible", "b/also"),
+        ]
         assert seqs[0] in found[0][2]
         result = compliance_query.compliance(store)
         assert not result["ok"]
@@ -357,21 +386,28 @@ def test_a_queue_over_its_limits_is_one_episode_with_its_evidence() -> None:
         assert "uses 24 h100 GPUs; its limit is 16" in limits[0]["message"]
 
 
+OWNER_OF_A = "li@cv.example"
+
+
 @pytest.mark.parametrize(
     ("approvers", "violation"),
     [
-        ((), "has no approval"),
-        (("Priya Raman <priya@platform.example>",), "approved only by its author"),
-        (("priya raman <PRIYA@platform.example>",), "approved only by its author"),
+        ((), "has no approval from an owner at the base (li@cv.example)"),
+        (("Priya Raman <priya@platform.example>",), "is not in teams/a/OWNERS"),
+        (("priya raman <PRIYA@platform.example>",), "is not in teams/a/OWNERS"),
+        # a made-up outsider is not an owner: their trailer counts for nothing
+        (("Mallory <mallory@elsewhere.example>",), "is not in teams/a/OWNERS"),
         ((LI,), None),
         (("Priya Raman <priya@platform.example>", LI), None),
     ],
 )
-def test_every_quota_change_is_approved_by_someone_else(
+def test_every_quota_change_is_approved_by_an_owner_at_the_base(
     approvers: tuple[str, ...], violation: str | None
 ) -> None:
     log = LogBuilder()
-    bootstrap(log, approvers=(LI,))
+    bootstrap(log)
+    # the commit that gives team a its OWNERS: nobody owned it at its base (bootstrap)
+    log.commit(0.5, [ev.OwnersChanged("a", (Owner(OWNER_OF_A),))])
     log.commit(
         1,
         [ev.QueueConfigured(queue("a", cohort="c", quotas={"h100": (16, 8, None)}))],
@@ -383,8 +419,43 @@ def test_every_quota_change_is_approved_by_someone_else(
         if violation is None:
             assert found == []
         else:
-            assert len(found) == 1 and violation in found[0]["message"]
+            assert len(found) == 1 and violation in found[0]["message"], found
             assert found[0]["evidence"] == [log.events[-3].seq - 1, log.events[-3].seq]
+        rows = changes_query.changes(store, team="a")
+        assert rows[0]["approval"]["status"] == "bootstrap"
+        assert rows[-1]["approval"]["status"] == ("missing" if violation else "approved")
+
+
+def test_the_owners_of_a_change_are_those_at_its_base_not_those_it_adds() -> None:
+    log = LogBuilder()
+    bootstrap(log)
+    log.commit(0.5, [ev.OwnersChanged("a", (Owner(OWNER_OF_A),))])
+    # priya adds herself to OWNERS and raises the quota in the same commit, approving it
+    log.commit(
+        1,
+        [
+            ev.QueueConfigured(queue("a", cohort="c", quotas={"h100": (16, 8, None)})),
+            ev.OwnersChanged("a", (Owner(OWNER_OF_A), Owner("mallory@elsewhere.example"))),
+        ],
+        approvers=("Mallory <mallory@elsewhere.example>",),
+        author=("Ana Souza", "ana@ml.example"),
+    )
+    with log.view() as store:
+        (found,) = compliance_query.compliance(store)["violations"]
+        assert "team a" in found["message"] and "not in teams/a/OWNERS" in found["message"]
+        rows = changes_query.changes(store, team="a")
+        owners_row = [r for r in rows if r["kind"] == "owners"][-1]
+        assert owners_row["change"] == "owner mallory@elsewhere.example added"
+        assert owners_row["approval"]["approvals"] == [
+            {
+                "approver": "mallory@elsewhere.example",
+                "owner_at_base": False,
+                "counted": False,
+                "via": "trailer",
+                "commit": owners_row["commit"],
+                "fingerprint": "",
+            }
+        ]
 
 
 # -- changes --------------------------------------------------------------------------------
@@ -480,3 +551,100 @@ def test_a_view_refuses_a_log_rewritten_under_it(tmp_path: Path) -> None:
         catch_up(EventList(other.events), store)
     with AuditStore(tmp_path / "audit.db") as store, pytest.raises(AuditError, match="another log"):
         catch_up(EventList(other.events[:3]), store)
+
+
+def test_a_preemption_the_rules_do_not_allow_fails_compliance() -> None:
+    """A hand-made log: a/high preempts a/low of its own queue (allowed), then a/urgent
+    "reclaims" b/keep although queue b borrows nothing and queue a is at its nominal
+    quota: a preemption to borrow, which the preemption-rules check fails."""
+    log = LogBuilder()
+    bootstrap(log, approvers=(LI,))
+    sha = submit(
+        log,
+        1,
+        job("low", queue="a", gpu=8, priority=100),
+        job("keep", queue="b", gpu=8, priority=100),
+    )
+    log.solve(1, sha, [placed("a/low", ("n1", 8)), placed("b/keep", ("n2", 8))])
+    sha = submit(log, 2, job("high", queue="a", gpu=8, priority=900))
+    log.solve(
+        2,
+        sha,
+        [
+            placed("a/high", ("n1", 8)),
+            ev.JobPreempted("a/low", "preempted by a/high", "a/high", 0.0, "s", "within-queue"),
+        ],
+    )
+    sha = submit(log, 3, job("urgent", queue="a", gpu=8, priority=900))
+    seqs = log.solve(
+        3,
+        sha,
+        [
+            ev.JobPreempted("b/keep", "queue a reclaims", "a/urgent", 0.0, "s", "reclaim"),
+            placed("a/urgent", ("n2", 8)),
+        ],
+    )
+    with log.view() as store:
+        found = violations(store)
+        assert [(c, s) for c, s, _ in found] == [("preemption-rules", "b/keep")]
+        assert seqs[0] in found[0][2]
+        result = compliance_query.compliance(store)
+        (v,) = result["violations"]
+        assert "queue b does not borrow" in v["message"]
+        checks = {c["check"]: c for c in result["checks"]}
+        assert checks["preemption-rules"]["checked"] == 2
+        assert checks["preemption-rules"]["status"] == "FAIL"
+        assert not result["ok"]
+
+
+def test_a_commit_reconciled_late_counts_from_its_date_even_read_in_two_parts(
+    tmp_path: Path,
+) -> None:
+    # Merged at 1h, reconciled (appended) at 30h: its quota, its job and the job's placement
+    # take effect at 1h. The view is read once up to the middle of that append (its changes
+    # held in the saved fold state), then on: it answers as one read from the start.
+    log = LogBuilder()
+    bootstrap(log)
+    sha = f"{99:040x}"
+    info = CommitInfo(sha, *ANA, format_time(hours(1)), "late", ())
+    items: list[ev.Event] = [
+        ev.QueueConfigured(queue("a", cohort="c", quotas={"h100": (16, 8, None)})),
+        ev.JobSubmitted(job("x", queue="a", gpu=8)),
+        ev.CommitApplied(info, 2),
+    ]
+    late = placed("a/x", ("n1", 8))
+    late = ev.PlacementDecided(
+        late.job, late.flavor, late.replicas, late.action, late.reason, "s", format_time(hours(1))
+    )
+    done = ev.SolveCompleted("s", "greedy", "heuristic", 0.0, None, None, 0.0, 0, 0, 1, 0, 0, 0, 0)
+    first = len(log.events) + 1
+    log.events.extend(
+        seal_batch(
+            [encode(e, id=f"{sha}/{i}", actor=info.actor, cause=sha) for i, e in enumerate(items)]
+            + [
+                encode(e, id=f"{sha}/solve/{i}", actor="solver", cause=sha)
+                for i, e in enumerate([late, done])
+            ],
+            first_seq=first,
+            time=format_time(hours(30)),
+            prev_hash=log.events[-1].hash,
+        )
+    )
+    whole = log.view()
+    split_path = tmp_path / "split.db"
+    with AuditStore(split_path) as store:
+        catch_up(EventList(log.events[:first]), store)  # up to the queue change: held
+        assert store.load_state().held
+    with AuditStore(split_path) as store:
+        catch_up(EventList(log.events), store)
+        for view in (whole, store):
+            (interval,) = history.query(view, job="a/x")
+            assert interval.start == format_time(hours(1))
+            used = rows_by(usage.by_team(view, ts(0), ts(2)), "team")["a"]
+            assert used["used_gpu_h"] == 8.0 and used["quota_gpu_h"] == 24.0
+            at = cluster_at(view, seq_at_time(view, format_time(hours(1.5))))
+            assert [p["job"] for p in at["placements"]] == ["a/x"]
+            change = changes_query.changes(view, team="a")[-1]
+            assert change["merged"] == format_time(hours(1))
+            assert change["applied"] == format_time(hours(30))
+    whole.close()

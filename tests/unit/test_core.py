@@ -18,7 +18,7 @@ from engine.core import (
     keep_waiting_reasons,
     placement_instance,
 )
-from engine.model import CommitInfo, Finding, NodeState, Policy
+from engine.model import Approval, CommitInfo, Finding, NodeState, Owner, Policy
 from engine.placement.greedy import GreedyPlacer
 from engine.placement.plan import JobOutcome, OutcomeStatus
 from engine.state import ClusterState, fold
@@ -199,3 +199,27 @@ def test_replaying_the_log_always_gives_the_same_state(history) -> None:  # type
     assert fold(decoded) == state
     assert set(state.placements) <= set(state.jobs)
     assert not (set(state.placements) & set(state.pending))
+
+
+def test_owners_are_recorded_when_they_change_and_approvals_before_commit_applied() -> None:
+    ana, kai = Owner("ana@example.com"), Owner("kai@example.com", "ssh-ed25519 AAAA")
+    first = dataclasses.replace(desired(), owners={"q": (ana,)})
+    state = apply(ClusterState(), ApplyCommit(commit(1), first))
+    assert state.owners["q"] == (ana,)
+    # unchanged OWNERS: nothing recorded again
+    again = decide(state, ApplyCommit(commit(2), first))
+    assert [type(e).__name__ for e in again] == ["CommitApplied"]
+    checked = ev.ApprovalChecked(
+        "q", ("priya@example.com",), (Approval("ana@example.com", "trailer", "c3"),)
+    )
+    rekeyed = dataclasses.replace(first, owners={"q": (ana, kai)})
+    events = decide(state, ApplyCommit(commit(3), rekeyed, (checked,)))
+    assert events == (
+        ev.OwnersChanged("q", (ana, kai)),
+        checked,
+        ev.CommitApplied(commit(3), changes=1),
+    )
+    gone = apply(fold(events, state), ApplyCommit(commit(4), desired()))
+    assert "q" not in gone.owners
+    for event in (*events, ev.OwnersChanged("q", ())):
+        assert from_data(type(event), to_data(event)) == event

@@ -375,3 +375,13 @@ def test_checker_catches_a_split_gang_and_a_broken_domain() -> None:
     problems = check_plan(inst, bad)
     assert any("gang split" in p for p in problems)
     assert any("spans 2 nvlink domains" in p for p in problems)
+
+
+def test_one_replica_is_one_replica_in_a_reason() -> None:
+    nodes = [node("n1", nvlink="d1")]
+    running = job("running", gpu=8, submitted_at="1", preemptible=False)
+    waiting = job("waiting", gpu=8, submitted_at="2")
+    plan = solve(instance(nodes, [queue("q")], [running, waiting]))
+    outcome = plan.outcome("q/waiting")
+    assert outcome is not None and outcome.status is OutcomeStatus.PENDING
+    assert "needs 1 replica of 8" in outcome.reason, outcome.reason

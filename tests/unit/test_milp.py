@@ -14,9 +14,10 @@ from engine.placement.check import check_plan
 from engine.placement.greedy import GreedyPlacer
 from engine.placement.linear import LinearModel, SolveLimits, solve
 from engine.placement.milp import MilpPlacer, incremental_start, realise
-from engine.placement.model import BuildOptions, PreemptionRights, build, warm_values
+from engine.placement.model import BuildOptions, build, warm_values
 from engine.placement.objective import fair_targets, objective_terms, plan_objective
 from engine.placement.plan import OutcomeStatus, PlacementInstance, PlacementPlan
+from engine.placement.preemption import Rights
 from engine.placement.solvers import placer
 from engine.placement.synth import SIZES, synth_instance, with_new_jobs
 from tests.unit.factories import instance, job, node, queue
@@ -304,7 +305,7 @@ def test_share_slots_make_one_node_exact() -> None:
     jobs = [job(f"held{g}", gpu=0.75, preemptible=False, submitted_at="0") for g in (0, 1)]
     jobs += [
         job("whole", gpu=1, submitted_at="1"),
-        job("half", gpu=0.5, priority=900, submitted_at="2"),
+        job("half", gpu=0.5, submitted_at="2"),
         job("quarter1", gpu=0.25, submitted_at="3"),
         job("quarter2", gpu=0.25, submitted_at="4"),
     ]
@@ -362,7 +363,7 @@ def test_claimable_asks_may_once_per_queue_and_priority() -> None:
     ]
     for scope in PreemptionScope:
         inst = instance([node("n1")], queues, jobs, policy=Policy(reclaim_within_cohort=scope))
-        rights = PreemptionRights(inst)
+        rights = Rights(inst)
         for claimants in (jobs[:1], jobs[3:5], jobs[::2], jobs):
             brute = {v.key for v in jobs if any(rights.may(c, v) for c in claimants)}
             assert rights.claimable(claimants, jobs) == brute

@@ -237,12 +237,16 @@ def test_jobs_with_one_name_in_different_queues_are_fine() -> None:
     assert check(files) == []
 
 
-def test_a_job_sent_to_another_queue_counts_in_that_queue() -> None:
+def test_a_team_may_not_submit_to_another_teams_queue() -> None:
     files = with_files(
         teams__nlp__queue_yaml=QUEUE.format(name="nlp", spec="  weight: 1\n"),
         teams__nlp__jobs__train_yaml=job("  queue: vision\n" + JOB_SPEC),
     )
-    assert {e.code for e in check(files)} == {"duplicate-name"}
+    errors = [e for e in check(files) if e.code == "ownership"]
+    assert where(errors) == [("teams/nlp/jobs/train.yaml", 6, "$.spec.queue", "ownership")]
+    assert "team 'vision' owns (teams/vision/queue.yaml)" in errors[0].message
+    files["teams/nlp/jobs/train.yaml"] = job("  queue: nlp\n" + JOB_SPEC)
+    assert check(files) == []
 
 
 def test_two_nodes_with_one_name() -> None:
@@ -315,7 +319,7 @@ def test_a_team_without_queue_yaml_is_an_error_for_its_jobs() -> None:
     assert where(errors) == [("teams/nlp/jobs/bert.yaml", 5, "$.spec", "reference")]
     assert "teams/nlp/ has no queue.yaml" in errors[0].message
     files["teams/nlp/jobs/bert.yaml"] = job("  queue: vision\n" + JOB_SPEC, name="bert")
-    assert check(files) == []
+    assert [e.code for e in check(files)] == ["ownership"]
 
 
 def test_job_flavors_priority_and_topology_must_exist() -> None:

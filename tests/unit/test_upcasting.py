@@ -66,7 +66,7 @@ def test_a_payload_of_the_wrong_shape_is_refused_with_the_path_to_the_bad_value(
             "solve_id": "s",
         },
     )
-    assert codec.decode(good) == ev.JobPreempted("q/a", "r", "q/b", 2.0, "s")
+    assert codec.decode(good) == ev.JobPreempted("q/a", "r", "q/b", 2.0, "s", "unrecorded")
     wrong = stored(
         "JobPreempted",
         1,
@@ -108,3 +108,49 @@ def test_a_job_stored_before_slices_reads_with_no_slices() -> None:
     assert isinstance(event, ev.JobSubmitted)
     assert event.job.topology == TopologyRequirement("rack", TopologyMode.PREFERRED, None, None)
     assert event.job.resources == Resources(8000)
+
+
+def test_a_stored_v1_job_preempted_reads_as_v2_with_its_rule_unrecorded() -> None:
+    """v2 records the rule that allowed a preemption; a v1 event never knew it."""
+    old = stored(
+        "JobPreempted",
+        1,
+        {
+            "job": "q/low",
+            "reason": "preempted by q/high (priority 900 > 100)",
+            "preempted_by": "q/high",
+            "lost_gpu_seconds": 0.0,
+            "solve_id": "s1",
+        },
+    )
+    event = codec.decode(old)
+    assert isinstance(event, ev.JobPreempted)
+    assert event.rule == "unrecorded" and event.preempted_by == "q/high"
+    assert ev.JobPreempted.schema_version == 2
+    new = codec.encode(event, id="x/1", actor="solver", cause="c")
+    assert new.schema_version == 2 and new.data["rule"] == "unrecorded"
+
+
+def test_a_v1_commit_applied_reads_with_its_author_date_and_committer_unknown() -> None:
+    # As the log stored it before v2: the commit without author date or committer.
+    commit = {
+        "sha": "a" * 40,
+        "author": "Ana Souza",
+        "author_email": "ana@ml.example",
+        "committed_at": "2025-11-16T10:00:00+01:00",
+        "subject": "add job",
+        "approvers": ["Priya Raman <priya@platform.example>"],
+    }
+    event = codec.decode(stored("CommitApplied", 1, {"commit": commit, "changes": 3}))
+    assert isinstance(event, ev.CommitApplied)
+    assert event.changes == 3
+    assert event.commit.committed_at == "2025-11-16T10:00:00+01:00"
+    assert (event.commit.authored_at, event.commit.committer, event.commit.committer_email) == (
+        "",
+        "",
+        "",
+    )
+    rejected = codec.decode(stored("CommitRejected", 1, {"commit": commit, "errors": []}))
+    assert isinstance(rejected, ev.CommitRejected)
+    assert rejected.commit.approvers == ("Priya Raman <priya@platform.example>",)
+    assert rejected.commit.committer == ""

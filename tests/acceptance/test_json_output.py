@@ -1,0 +1,141 @@
+"""Every `--format json` command of the CLI prints exactly one JSON document, and nothing
+else reaches stdout or stderr from the libraries below it (the HiGHS banner was one).
+
+The commands are found by walking the CLI, so a new command with a json format fails
+here until it has a case below.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import click
+import pytest
+
+from gitsched.cli import main
+from tests.acceptance.conftest import (
+    ANA,
+    POLICY_YAML,
+    ClusterRepo,
+    git,
+    gitsched,
+    job_yaml,
+)
+from tests.acceptance.test_bench_openb import write_trace
+
+HIGHS_POLICY = POLICY_YAML.replace("{name: greedy}", "{name: highs}")
+
+
+def json_commands(group: click.Group, prefix: tuple[str, ...] = ()) -> Iterator[str]:
+    ctx = click.Context(group)
+    for name in group.list_commands(ctx):
+        command = group.get_command(ctx, name)
+        assert command is not None
+        path = (*prefix, name)
+        if isinstance(command, click.Group):
+            yield from json_commands(command, path)
+            continue
+        for param in command.params:
+            if (
+                isinstance(param, click.Option)
+                and "--format" in param.opts
+                and isinstance(param.type, click.Choice)
+                and "json" in param.type.choices
+            ):
+                yield " ".join(path)
+
+
+# The arguments of each command, with {repo} and {dir} filled in; the exit codes it may give.
+CASES: dict[str, tuple[tuple[str, ...], tuple[int, ...]]] = {
+    "validate": (("validate", "{repo}"), (0,)),
+    "state": (("state", "--repo", "{repo}"), (0,)),
+    "plan": (("plan", "{repo}", "main..pr"), (1,)),
+    "audit history": (("audit", "history", "--team", "ml", "--repo", "{repo}"), (0,)),
+    "audit at": (("audit", "at", "--seq", "3", "--repo", "{repo}"), (0,)),
+    "audit usage": (("audit", "usage", "--repo", "{repo}"), (0,)),
+    "audit changes": (("audit", "changes", "--repo", "{repo}"), (0,)),
+    "audit compliance": (("audit", "compliance", "--repo", "{repo}"), (0, 1)),
+    "audit verify": (("audit", "verify", "--repo", "{repo}"), (0,)),
+    "log info": (("log", "info", "--repo", "{repo}"), (0,)),
+    "bench log": (("bench", "log", "--events", "40", "--jobs", "3"), (0,)),
+    "bench synth": (("bench", "synth", "--size", "S", "--time-limit", "5"), (0,)),
+    "bench reconcile": (
+        ("bench", "reconcile", "--size", "S", "--commits", "1", "--jobs", "2", "--solver", "highs"),
+        (0,),
+    ),
+    "bench openb": (
+        (
+            "bench",
+            "openb",
+            "--nodes",
+            "{dir}/nodes.csv",
+            "--pods",
+            "{dir}/pods.csv",
+            "--seeds",
+            "1",
+            "--mode",
+            "batch",
+            "--commit",
+            "20",
+        ),
+        (0,),
+    ),
+    "bench audit": (
+        ("bench", "audit", "--events", "2000", "--samples", "3", "--work-dir", "{dir}/audit"),
+        (0,),
+    ),
+    # Without an NVIDIA driver it fails (exit 2) and prints nothing on stdout.
+    "inventory nvml": (("inventory", "nvml"), (0, 2)),
+}
+
+
+def test_every_json_command_has_a_case() -> None:
+    assert set(json_commands(main)) == set(CASES)
+
+
+@pytest.fixture(scope="module")
+def highs_repo(tmp_path_factory: pytest.TempPathFactory) -> ClusterRepo:
+    """A reconciled cluster whose Policy solves with HiGHS, and a branch `pr` to plan."""
+    repo = ClusterRepo(tmp_path_factory.mktemp("json") / "cluster")
+    repo.bootstrap()
+    repo.write("policies/default.yaml", HIGHS_POLICY)
+    repo.write("teams/ml/jobs/train.yaml", job_yaml("train", replicas=2, topology="nvlink"))
+    repo.commit("ml: a 2x8 training gang on HiGHS", author=ANA)
+    gitsched("reconcile", "--once", repo.path, expect=0)
+    git(repo.path, "checkout", "-q", "-b", "pr")
+    repo.write("teams/ml/jobs/eval.yaml", job_yaml("eval", gpu=4))
+    repo.commit("ml: an evaluation job", author=ANA)
+    git(repo.path, "checkout", "-q", "main")
+    write_trace(repo.path.parent)
+    return repo
+
+
+@pytest.mark.parametrize("command", sorted(CASES))
+def test_json_output_is_one_document_and_nothing_else(
+    highs_repo: ClusterRepo, command: str
+) -> None:
+    args, codes = CASES[command]
+    filled = [a.format(repo=highs_repo.path, dir=highs_repo.path.parent) for a in args]
+    run = gitsched(*filled, "--format", "json")
+    assert run.returncode in codes, str(run)
+    assert "Running HiGHS" not in run.output, str(run)
+    if run.returncode == 0 or run.stdout:
+        json.loads(run.stdout)  # the whole of stdout: one document, no banner before it
+
+
+def all_keys(value: object) -> set[str]:
+    if isinstance(value, dict):
+        return set(value) | {k for v in value.values() for k in all_keys(v)}
+    if isinstance(value, list):
+        return {k for v in value for k in all_keys(v)}
+    return set()
+
+
+def test_bench_synth_names_the_unit_of_every_gap_and_time() -> None:
+    run = gitsched("bench", "synth", "--size", "S", "--gap", "0.01", "--format", "json", expect=0)
+    result = json.loads(run.stdout)
+    assert result["policy"] == {"gap_tolerance_pct": 1.0, "time_limit_s": 60.0}
+    assert result["milp"]["gap_pct"] is not None and result["greedy"]["gap_pct"] is None
+    assert {"gap", "gap_tolerance", "better_by_percent", "phases"}.isdisjoint(all_keys(result))
+    assert set(result["phases_seconds"]) >= {"build", "solve"}

@@ -1,0 +1,44 @@
+"""One placement decision, printed as the events it appends (their type and data, as JSON):
+run in subprocesses with different PYTHONHASHSEED values by test_determinism.py."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+
+from engine import events as ev
+from engine.codec import to_data
+from engine.core import ApplyPlan, decide, placement_instance
+from engine.placement.solvers import solve
+from engine.placement.synth import synth_instance
+from engine.state import ClusterState, fold
+
+
+def main(solver: str) -> None:
+    inst = synth_instance("S", 1)
+    policy = dataclasses.replace(inst.policy, solver=solver, gap_tolerance=0.0, time_limit_s=120)
+    setup: list[ev.Event] = [ev.PolicyChanged(policy)]
+    if inst.cluster is not None:
+        setup.append(ev.ClusterConfigured(inst.cluster))
+    setup += [ev.NodeRegistered(n) for n in inst.nodes]
+    setup += [ev.QueueConfigured(q) for q in inst.queues]
+    setup += [ev.JobSubmitted(j) for j in inst.jobs]
+    setup += [
+        ev.PlacementDecided(k, p.flavor, p.replicas, "admitted", "admitted", "s0", p.started_at)
+        for k, p in sorted(inst.current.items())
+    ]
+    state = fold(setup, ClusterState())
+    instance = placement_instance(state, inst.now)
+    plan = solve(instance)
+    events = decide(state, ApplyPlan(plan, "s1", inst.now))
+    out = []
+    for e in events:
+        if isinstance(e, ev.SolveCompleted):
+            e = dataclasses.replace(e, seconds=0.0)  # the solve's own wall time
+        out.append({"type": e.type, "data": to_data(e)})
+    json.dump(out, sys.stdout, sort_keys=True, separators=(",", ":"))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
