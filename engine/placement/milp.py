@@ -730,6 +730,7 @@ def best_realisation(
     order only while it would end before `deadline`, a perf_counter time), and its score."""
     best: Packed | None = None
     best_score = 0.0
+    best_order = 0
     last = 0.0
     for order in range(orders):
         began = time.perf_counter()
@@ -739,10 +740,58 @@ def best_realisation(
         template = packed.packing
         score = plan_objective(instance, packed.outcomes(instance, explain=False))
         if best is None or score > best_score + EPS:
-            best, best_score = packed, score
+            best, best_score, best_order = packed, score, order
         last = time.perf_counter() - began
     assert best is not None
+    best, best_score = _stay_where_possible(
+        instance, model, values, best, best_score, best_order, deadline
+    )
     return best.outcomes(instance), best_score
+
+
+def _stay_where_possible(
+    instance: PlacementInstance,
+    model: PlacementModel,
+    values: tuple[float, ...],
+    best: Packed,
+    best_score: float,
+    order: int,
+    deadline: float,
+) -> tuple[Packed, float]:
+    """A running job the model could only keep or stop (it has no column to move it: an
+    incremental solve) and that the packing did not keep, because the solution stopped it
+    and the new jobs took its place first, stays where it is when the plan then scores at
+    least as well: the model's classes count room in aggregate, so it may stop a job whose
+    room the new jobs did not need (and repair then moves it). Highest priority first;
+    each job that stays is kept for the next."""
+    stay: set[str] = set()
+    for job in priority_order(instance.jobs):
+        jv = model.jobs.get(job.key)
+        if (
+            jv is None
+            or jv.keep < 0
+            or jv.place >= 0
+            or best.status.get(job.key) is OutcomeStatus.KEPT
+            or job.key not in instance.current
+        ):
+            continue
+        if time.perf_counter() > deadline:
+            break
+        packed = pack_solution(
+            instance, model, values, order, template=best.packing, stay=frozenset(stay | {job.key})
+        )
+        score = plan_objective(instance, packed.outcomes(instance, explain=False))
+        if packed.status.get(job.key) is OutcomeStatus.KEPT and score >= best_score - _noise(
+            best_score
+        ):
+            stay.add(job.key)
+            best, best_score = packed, score
+    return best, best_score
+
+
+def _noise(score: float) -> float:
+    """What summing a plan's terms in another order may change its score by."""
+    return EPS + 1e-9 * abs(score)
 
 
 def realise(
@@ -833,8 +882,10 @@ def pack_solution(
     order: int = 0,
     follow: bool = False,
     template: Packing | None = None,
+    stay: frozenset[str] = frozenset(),
 ) -> Packed:
-    """`realise` without the reasons: the packing and each running job's status."""
+    """`realise` without the reasons: the packing and each running job's status. The
+    running jobs in `stay` are kept where they are first, whatever the solution says."""
     packing = new_packing(instance, template)
     jobs = {j.key: j for j in instance.jobs}
     status: dict[str, OutcomeStatus] = {}
@@ -870,7 +921,7 @@ def pack_solution(
         if (
             key not in status
             and jv is not None
-            and _chosen(values, jv.keep)
+            and (_chosen(values, jv.keep) or key in stay)
             and try_keep(rj.job, rj.placement)
         ):
             status[key] = OutcomeStatus.KEPT
@@ -920,7 +971,9 @@ def pack_solution(
             else:
                 commit(job, fit, kept=False)
 
-    # 3. Repair: whatever the model admitted but did not pack, and anything that still fits.
+    # 3. Repair: whatever the model admitted but did not pack, and anything that still fits;
+    # a running job the model could only keep or stop (an incremental solve gives it no
+    # column to move) stays where it is or stops, as the model allowed, never moves.
     for job in priority_order(j for j in instance.jobs if j.key not in status):
         placement = instance.current.get(job.key)
         if (
@@ -929,6 +982,9 @@ def pack_solution(
             and try_keep(job, placement)
         ):
             status[job.key] = OutcomeStatus.KEPT
+            continue
+        jv = model.jobs.get(job.key)
+        if placement is not None and job.preemptible and jv is not None and jv.place < 0:
             continue
         result = packing.find(job)
         if isinstance(result, Fit):

@@ -220,6 +220,23 @@ def test_an_incremental_solve_moves_nothing_and_places_the_new_job() -> None:
     }
 
 
+@pytest.mark.parametrize(("seed", "later"), [(1, 3), (3, 3), (4, 3)])
+def test_an_incremental_solve_of_new_jobs_moves_no_running_job(seed: int, later: int) -> None:
+    """The class model may stop a running job whose room the new jobs turn out not to
+    need; the packing then keeps it where it is, and never moves a job the model could
+    only keep or stop (these instances moved 1 to 4 running jobs through repair)."""
+    base = synth_instance("S", seed)
+    inst = replace(base, current=GreedyPlacer().solve(base).placements())
+    after = with_new_jobs(inst, 6, later)
+    new = [j.key for j in after.jobs[len(inst.jobs) :]]
+    plan = HIGHS.solve_incremental(after, new)
+    assert check_plan(after, plan) == []
+    assert [o.job for o in plan.outcomes if o.status is OutcomeStatus.MOVED] == []
+    decided = tuple(j for j in after.jobs if j.key in inst.current or j.key in new)
+    start, _ = incremental_start(replace(after, jobs=decided, basis=after), set(new))
+    assert plan.stats.objective >= start.stats.objective - 1e-6
+
+
 def test_a_running_job_on_a_failed_node_moves_at_its_cost() -> None:
     from engine.model import NodeState
 
