@@ -35,7 +35,7 @@ def _span_summary(spans: list[GangSpan]) -> dict[str, Any]:
     fitted = [s for s in spans if s.tightest is not None]
     return {
         "gangs": len(fitted),
-        "at_tightest_percent": round(100 * sum(s.extra == 0 for s in fitted) / len(fitted), 1)
+        "at_tightest_pct": round(100 * sum(s.extra == 0 for s in fitted) / len(fitted), 1)
         if fitted
         else None,
         "mean_extra_levels": round(sum(s.extra for s in fitted) / len(fitted), 3)
@@ -237,7 +237,7 @@ def _text(r: dict[str, Any]) -> str:
             p = s["span"][part]
             out += [
                 p["gangs"],
-                "-" if p["at_tightest_percent"] is None else p["at_tightest_percent"],
+                "-" if p["at_tightest_pct"] is None else p["at_tightest_pct"],
                 "-" if p["mean_extra_levels"] is None else p["mean_extra_levels"],
             ]
         return out
