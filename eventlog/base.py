@@ -10,8 +10,12 @@ from __future__ import annotations
 import abc
 from collections.abc import Callable, Collection, Iterator, Sequence
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 from eventlog.envelope import NewEvent, StoredEvent, verify_chain
+
+if TYPE_CHECKING:
+    from eventlog.snapshot import SnapshotStore
 
 
 class EventLogError(Exception):
@@ -156,6 +160,10 @@ class EventLog(abc.ABC):
             return None
         for event in self.read(last - 1, until_seq=last):
             return event
+        return None
+
+    def snapshots(self) -> SnapshotStore | None:
+        """Where this log's snapshots of the folded state are kept; None: nowhere."""
         return None
 
     def close(self) -> None:  # noqa: B027 - optional hook

@@ -57,6 +57,7 @@ from eventlog.envelope import (
     seal_batch_records,
     verify_chain,
 )
+from eventlog.snapshot import SnapshotStore
 
 DEFAULT_PORT = 9092
 PARTITION = 0
@@ -171,6 +172,8 @@ class KafkaEventLog(EventLog):
         self._last_offset = -1
         self._sought = 0  # where the reader was last sent (see _await_visible)
         self._corruption: LogCorrupted | None = None
+        # Snapshots live outside the topic (see eventlog.snapshot); open_log sets the folder.
+        self.snapshot_store: SnapshotStore | None = None
         self._ensure_topic(create=create_topic)
 
     @classmethod
@@ -195,6 +198,9 @@ class KafkaEventLog(EventLog):
     @property
     def topic(self) -> str:
         return self._topic
+
+    def snapshots(self) -> SnapshotStore | None:
+        return self.snapshot_store
 
     def _client_config(self, role: str) -> dict[str, Any]:
         return {

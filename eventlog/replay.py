@@ -9,6 +9,7 @@ from eventlog.base import EventLog, LogCorrupted
 from eventlog.codec import decode
 from eventlog.collector import collector_paused
 from eventlog.envelope import GENESIS_HASH, ChainChecker, StoredEvent
+from eventlog.snapshot import load_snapshot, write_snapshot
 from eventlog.timeline import Timeline
 
 
@@ -18,6 +19,10 @@ class Replayed:
     last_seq: int
     last_time: str | None
     last_hash: str = GENESIS_HASH
+    # The seq of the snapshot the fold started from (0: the log's first event), and
+    # why newer snapshots were not used.
+    from_snapshot: int = 0
+    snapshot_problems: tuple[str, ...] = ()
 
 
 def replay(
@@ -27,6 +32,7 @@ def replay(
     until_seq: int | None = None,
     until_time: str | None = None,
     verify: bool = False,
+    use_snapshots: bool = True,
 ) -> Replayed:
     """The state after every event with seq <= until_seq and fact time <= until_time.
 
@@ -36,11 +42,33 @@ def replay(
 
     `since`, an earlier result of this function on the same log, is carried on
     from rather than read again: a long-running reader folds only what is new.
+    Without it, the fold starts from the newest snapshot the log keeps that passes
+    its checks (see eventlog.snapshot), unless `use_snapshots` is off or the read
+    stops at a time (a snapshot does not hold the fact timeline `until_time` reads).
     With `verify`, the hash chain is checked on the way (a writer must never build
     on a log that was altered; content hashes are recomputed unless the log checked
-    them as it read); a break raises LogCorrupted naming its seq.
+    them as it read); a break raises LogCorrupted naming its seq. From a snapshot,
+    the chain is checked from the snapshot's head on.
     """
-    start = since or Replayed(ClusterState(), 0, None)
+    problems: list[str] = []
+    start = since
+    if (
+        start is None
+        and use_snapshots
+        and until_time is None
+        and (store := log.snapshots()) is not None
+    ):
+        loaded = load_snapshot(log, store, until_seq=until_seq, problems=problems)
+        if loaded is not None:
+            info = loaded.info
+            start = Replayed(
+                loaded.state,
+                info.seq,
+                info.last_time,
+                info.head_hash,
+                from_snapshot=info.seq,
+            )
+    start = start or Replayed(ClusterState(), 0, None)
     state, last_seq, last_time, last_hash = (
         start.state,
         start.last_seq,
@@ -81,4 +109,26 @@ def replay(
                 last_seq, last_time, last_hash = event.seq, event.time, event.hash
             if past:
                 break
-    return Replayed(state, last_seq, last_time, last_hash)
+    return Replayed(
+        state,
+        last_seq,
+        last_time,
+        last_hash,
+        from_snapshot=start.from_snapshot,
+        snapshot_problems=tuple(problems) or start.snapshot_problems,
+    )
+
+
+def snapshot(log: EventLog, replayed: Replayed) -> bool:
+    """Keep `replayed` (a fold of `log`) as a snapshot; False when the log keeps none."""
+    store = log.snapshots()
+    if store is None or replayed.last_seq == 0 or replayed.last_time is None:
+        return False
+    write_snapshot(
+        store,
+        replayed.state,
+        seq=replayed.last_seq,
+        head_hash=replayed.last_hash,
+        last_time=replayed.last_time,
+    )
+    return True

@@ -35,6 +35,7 @@ from eventlog.envelope import (
     format_time,
     seal_batch,
 )
+from eventlog.snapshot import SQLiteSnapshotStore
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS events (
@@ -89,6 +90,7 @@ class SQLiteEventLog(EventLog):
     ) -> None:
         self.path = Path(path)
         self._clock = clock
+        self._snapshots: SQLiteSnapshotStore | None = None
         deadline = time.monotonic() + busy_timeout_s
         while True:
             try:
@@ -285,6 +287,11 @@ class SQLiteEventLog(EventLog):
                 event = _row_to_event(row)
                 found[event.id] = event
         return found
+
+    def snapshots(self) -> SQLiteSnapshotStore:
+        if self._snapshots is None:
+            self._snapshots = SQLiteSnapshotStore(self._db)
+        return self._snapshots
 
     def close(self) -> None:
         self._db.close()

@@ -19,7 +19,7 @@ from eventlog.envelope import format_time
 from eventlog.replay import replay
 from gitsched import __version__
 from gitsched.cli_audit import audit
-from gitsched.config import resolve_log_url
+from gitsched.config import resolve_log_url, snapshot_dir
 from gitsched.exit_codes import EXIT_INVALID, EXIT_NOT_FOUND, EXIT_OK
 from gitsched.options import (
     LazyGroup,
@@ -33,7 +33,7 @@ from gitsched.options import (
 )
 from gitsched.render import state_text, state_to_dict
 from reconciler.git import GitRepo
-from reconciler.loop import Reconciler, ReconcileReport
+from reconciler.loop import SNAPSHOT_EVERY, Reconciler, ReconcileReport
 from reconciler.specs import load_commit, load_worktree
 from schemas import SpecError
 
@@ -162,6 +162,16 @@ def report_text(report: ReconcileReport) -> str:
     " watching (0: never).",
 )
 @click.option("--solver", help="Override the Policy's solver (greedy, highs, cbc).")
+@click.option(
+    "--snapshot-every",
+    envvar="GITSCHED_SNAPSHOT_EVERY",
+    show_envvar=True,
+    default=SNAPSHOT_EVERY,
+    show_default=True,
+    type=click.IntRange(min=0),
+    help="Snapshot the folded state after this many new events, so a restart replays at "
+    "most that many (0: never).",
+)
 def reconcile(
     path: str | None,
     repo_opt: str | None,
@@ -171,6 +181,7 @@ def reconcile(
     interval: float,
     heartbeat: float,
     solver: str | None,
+    snapshot_every: int,
 ) -> None:
     """Apply the branch's new commits to the log, then place every job.
 
@@ -186,8 +197,10 @@ def reconcile(
                 f"unknown revision {branch!r} in {path}: no such branch; its checked-out"
                 f" branch is {current!r}: pass --branch {current}"
             )
-        with open_log(url) as event_log:
-            reconciler = Reconciler(repo, event_log, branch=branch, solver=solver)
+        with open_log(url, snapshot_dir=snapshot_dir(path)) as event_log:
+            reconciler = Reconciler(
+                repo, event_log, branch=branch, solver=solver, snapshot_every=snapshot_every
+            )
             if once:
                 report = reconciler.run_once()
                 click.echo(report_text(report))
@@ -266,6 +279,8 @@ def state(log_url: str | None, repo: str, seq: int | None, at_time: str | None, 
             replayed = replay(event_log, until_seq=seq, until_time=until_time, verify=True)
         except LogCorrupted as e:
             fail(str(e), EXIT_INVALID)
+    for problem in replayed.snapshot_problems:
+        click.echo(f"gitsched: warning: {problem}", err=True)
     if fmt == "json":
         click.echo(json.dumps(state_to_dict(replayed.state, replayed.last_seq), indent=2))
     else:

@@ -12,12 +12,16 @@ from engine.errors import GitschedError
 from eventlog import open_log
 from eventlog.base import EventLogError, LogCorrupted
 from eventlog.copy import CopyProgress, CopyRefused, copy_log
+from eventlog.replay import replay, snapshot
+from eventlog.snapshot import check_snapshot
 from gitsched.config import resolve_log_url
 from gitsched.exit_codes import EXIT_INVALID, EXIT_OK
 from gitsched.options import (
+    emit_rows,
     fail,
     format_option,
     log_option,
+    open_event_log,
     repo_option,
     user_errors,
 )
@@ -123,3 +127,76 @@ def copy(source_url: str, target_url: str, chunk: int) -> None:
         f"{target_url} at seq {result.last_seq}, head {result.head_hash or '-'}; chain verified"
     )
     sys.exit(EXIT_OK)
+
+
+@log.command("snapshot")
+@log_option
+@repo_option
+@format_option("text", "json")
+def snapshot_command(log_url: str | None, repo: str, fmt: str) -> None:
+    """Snapshot the folded state at the log's head, so the next start replays only what follows.
+
+    The whole chain is verified on the way (from the newest valid snapshot, if any).
+    The reconciler writes one by itself every --snapshot-every events.
+
+    \b
+    Exit 0 written, 1 the chain is broken, 2 the log keeps no snapshots or another error.
+    """
+    try:
+        with open_event_log(log_url, repo) as event_log:
+            began = time.perf_counter()
+            replayed = replay(event_log, verify=True)
+            if not snapshot(event_log, replayed):
+                fail("the log keeps no snapshots: it is empty, or a Kafka log with no folder")
+            seconds = time.perf_counter() - began
+            store = event_log.snapshots()
+            newest = store.infos()[0] if store is not None else None
+    except LogCorrupted as e:
+        fail(str(e), EXIT_INVALID)
+    except (GitschedError, EventLogError) as e:
+        fail(str(e))
+    assert newest is not None
+    facts = {
+        "seq": newest.seq,
+        "head_hash": newest.head_hash,
+        "size_bytes": newest.size_bytes,
+        "state_format": newest.state_format,
+        "replayed_from_seq": replayed.from_snapshot,
+        "seconds": round(seconds, 3),
+    }
+    if fmt == "json":
+        click.echo(json.dumps(facts, indent=2))
+        return
+    click.echo(
+        f"snapshot at seq {newest.seq} ({newest.size_bytes:,} bytes) written in {seconds:.2f}s"
+    )
+
+
+@log.command("snapshots")
+@log_option
+@repo_option
+@format_option("text", "json")
+def snapshots_command(log_url: str | None, repo: str, fmt: str) -> None:
+    """The log's snapshots, newest first, each checked against the log as a reader would.
+
+    \b
+    Exit 0 when every snapshot may be used (or there are none), 1 when one may not.
+    """
+    rows = []
+    with user_errors(), open_event_log(log_url, repo) as event_log:
+        store = event_log.snapshots()
+        for info in store.infos() if store is not None else []:
+            reason = check_snapshot(event_log, info, store.body(info.seq) if store else None)
+            rows.append(
+                {
+                    "seq": info.seq,
+                    "head_hash": info.head_hash,
+                    "last_time": info.last_time,
+                    "size_bytes": info.size_bytes,
+                    "state_format": info.state_format,
+                    "usable": reason is None,
+                    "problem": reason,
+                }
+            )
+    emit_rows(rows, ["seq", "last_time", "size_bytes", "usable", "problem"], fmt)
+    sys.exit(EXIT_OK if all(r["usable"] for r in rows) else EXIT_INVALID)

@@ -15,7 +15,7 @@ import click
 from engine.errors import GitschedError
 from eventlog import open_log
 from eventlog.base import EventLog, EventLogError
-from gitsched.config import resolve_log_url
+from gitsched.config import resolve_log_url, snapshot_dir
 from gitsched.exit_codes import EXIT_ERROR, EXIT_INVALID
 from gitsched.render import table
 
@@ -87,7 +87,7 @@ def format_option(*choices: str) -> Callable[[Callable[..., Any]], Callable[...,
 
 def open_event_log(log_url: str | None, repo: str | None) -> EventLog:
     """An existing log, for commands that only read: a mistyped path is an error, not an empty cluster."""
-    return open_log(resolve_log_url(log_url, repo), create=False)
+    return open_log(resolve_log_url(log_url, repo), create=False, snapshot_dir=snapshot_dir(repo))
 
 
 def repo_path(f: Callable[..., Any]) -> Callable[..., Any]:

@@ -37,11 +37,12 @@ from eventlog.base import (
     ConcurrencyConflict,
     DuplicateEvent,
     EventLog,
+    EventLogError,
     LogCorrupted,
 )
 from eventlog.codec import encode
 from eventlog.envelope import canonical_json
-from eventlog.replay import Replayed, replay
+from eventlog.replay import Replayed, replay, snapshot
 from reconciler.approval import commit_approval
 from reconciler.git import GitRepo
 from reconciler.specs import SpecCache, load_commit, to_finding
@@ -54,6 +55,9 @@ MAX_RESTARTS = 20
 # A commit that only adds or edits jobs, at most this share of them, is placed by an
 # incremental solve: those jobs are free, every other job stays where it runs or waits.
 INCREMENTAL_SHARE = 0.25
+# A snapshot of the folded state after every this many events, so a restart replays
+# at most this many (eventlog.snapshot); 0 writes none.
+SNAPSHOT_EVERY = 100_000
 
 
 class _Superseded(Exception):
@@ -92,11 +96,14 @@ class Reconciler:
         *,
         branch: str = "main",
         solver: str | None = None,
+        snapshot_every: int = SNAPSHOT_EVERY,
     ) -> None:
         self.repo = repo
         self.log = event_log
         self.branch = branch
         self.solver = solver
+        self.snapshot_every = snapshot_every
+        self._snapshot_seq: int | None = None  # the newest snapshot's seq, once known
         # The log as this reconciler last knew it: a pass folds only what came after.
         self._tip: Replayed | None = None
         # The files of the commits read last: the next reads only what changed.
@@ -107,6 +114,7 @@ class Reconciler:
         for _ in range(MAX_RESTARTS):
             try:
                 self._pass(report)
+                self._keep_snapshot()
             except _Superseded:
                 # Another reconciler wrote first; our in-memory state is stale, so
                 # start over from the log (event ids make the replayed work a no-op).
@@ -154,6 +162,26 @@ class Reconciler:
                     len(events),
                 )
             )
+
+    def _keep_snapshot(self) -> None:
+        """Snapshot the tip when SNAPSHOT_EVERY events have come since the newest one."""
+        tip = self._tip
+        store = self.log.snapshots()
+        if tip is None or store is None or self.snapshot_every <= 0:
+            return
+        if self._snapshot_seq is None:
+            infos = store.infos()
+            self._snapshot_seq = infos[0].seq if infos else 0
+        if tip.last_seq - self._snapshot_seq < self.snapshot_every:
+            return
+        try:
+            snapshot(self.log, tip)
+        except EventLogError as e:
+            # A cache that could not be written costs a longer restart, nothing else.
+            log.warning("could not write a snapshot at seq %d: %s", tip.last_seq, e)
+            return
+        self._snapshot_seq = tip.last_seq
+        log.info("snapshot of the state at seq %d written", tip.last_seq)
 
     def _solve(
         self,

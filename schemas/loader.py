@@ -574,10 +574,17 @@ def _check_characters(text: str, file: str) -> SpecError | None:
     )
 
 
-def _yaml_error(file: str, text: str, exc: yaml.YAMLError) -> SpecError:
+def _yaml_error(file: str, text: str, exc: yaml.YAMLError, max_depth: int) -> SpecError:
     if isinstance(exc, yaml.MarkedYAMLError):
         mark = exc.problem_mark or exc.context_mark
         problem = exc.problem or exc.context or "invalid YAML"
+        if "maximum nesting depth" in problem:
+            # libyaml (PyYAML >= 6.0.3 bundles one with a limit) refuses deep flow
+            # nesting while scanning ahead, before our own limit sees the level.
+            line = mark.line + 1 if mark is not None else None
+            return SpecError(
+                file, line, None, "$", f"nesting deeper than {max_depth} levels", "too-deep"
+            )
         if exc.context and exc.problem:
             problem = f"{problem} ({exc.context}"
             if exc.context_mark is not None:
@@ -651,7 +658,7 @@ def parse_documents(
     except _Stop as stop:
         errors.append(SpecError(file, stop.line, stop.column, "$", stop.message, stop.code))
     except yaml.YAMLError as exc:
-        errors.append(_yaml_error(file, text, exc))
+        errors.append(_yaml_error(file, text, exc, limits.max_depth))
     except Exception as exc:  # a parser bug must still not reach the user as a traceback
         errors.append(
             SpecError(file, None, None, "$", f"could not parse YAML: {type(exc).__name__}", "yaml")

@@ -4,8 +4,12 @@ Synthetic but realistic events are appended through the real `EventLog.append`
 one commit at a time, as the reconciler appends them: a commit of N jobs is one
 transaction of 2N + 2 events (N JobSubmitted, CommitApplied, then the solve's N
 PlacementDecided and SolveCompleted, encoded through eventlog.codec), acks=all and
-idempotence on Kafka. Then a fresh instance reads them all back and decodes them,
-as `gitsched state` would.
+idempotence on Kafka. Jobs also finish (N JobFinished in the commits after the
+first LIVE jobs), so the cluster holds about LIVE jobs at any time, as a real one
+does, whatever the length of the log. Then a fresh instance reads them all back
+and decodes them, as `gitsched state` would; another folds them; and a restart
+(the reconciler's verified fold) is timed from the first event and from a
+snapshot taken SNAPSHOT_EVERY events behind the head, as the reconciler keeps them.
 """
 
 from __future__ import annotations
@@ -24,16 +28,24 @@ from pathlib import Path
 import click
 
 from engine.errors import GitschedError
-from engine.events import CommitApplied, Event, JobSubmitted, PlacementDecided, SolveCompleted
+from engine.events import (
+    CommitApplied,
+    Event,
+    JobFinished,
+    JobSubmitted,
+    PlacementDecided,
+    SolveCompleted,
+)
 from engine.model import CommitInfo, Job, ReplicaPlacement, Resources, TopologyRequirement
 from eventlog import open_log
 from eventlog.base import EventLog, EventLogError
 from eventlog.codec import decode, encode
 from eventlog.collector import collector_paused
 from eventlog.envelope import NewEvent
-from eventlog.replay import replay
+from eventlog.replay import replay, snapshot
 from gitsched.options import fail, format_option
 from gitsched.render import table
+from reconciler.loop import SNAPSHOT_EVERY
 
 # The targets of issue #3, on one machine.
 APPEND_TARGET = {"kafka": 20_000}
@@ -56,13 +68,25 @@ class Result:
     replay_per_s: float
     fold_s: float
     fold_per_s: float
+    live_jobs: int
+    restart_s: float  # the reconciler's start: a verified fold from the first event
+    snapshot_seq: int  # where the snapshot was taken (SNAPSHOT_EVERY behind the head)
+    snapshot_bytes: int
+    restart_from_snapshot_s: float  # the same start from that snapshot: load, check, tail
 
 
-def synthetic_commits(events: int, jobs: int, run: str, seed: int = 7) -> Iterator[list[NewEvent]]:
-    """`events` events, one list per commit of `jobs` jobs (the last one cut short)."""
+def synthetic_commits(
+    events: int, jobs: int, run: str, seed: int = 7, live: int | None = None
+) -> Iterator[list[NewEvent]]:
+    """`events` events, one list per commit of `jobs` jobs (the last one cut short).
+
+    With `live`, each commit also finishes the jobs of the commit `live // jobs` before
+    it, so about `live` jobs are in the cluster at any time.
+    """
     rng = random.Random(seed)
     made = 0
     number = 0
+    submitted: list[list[str]] = []
     while made < events:
         sha = f"{rng.getrandbits(160):040x}"
         at = f"2026-01-{1 + number % 28:02d}T{number % 24:02d}:00:00.000000Z"
@@ -76,9 +100,18 @@ def synthetic_commits(events: int, jobs: int, run: str, seed: int = 7) -> Iterat
         )
         solve_id = f"{sha}/solve"
         names = [f"job-{number}-{i}" for i in range(jobs)]
-        changed: list[Event] = [_job(rng, name, at) for name in names]
-        changed.append(CommitApplied(commit=commit, changes=jobs))
-        solved: list[Event] = [_placement(rng, name, solve_id, at) for name in names]
+        teams = [rng.choice(TEAMS) for _ in names]
+        changed: list[Event] = [
+            _job(rng, team, name, at) for team, name in zip(teams, names, strict=True)
+        ]
+        submitted.append([f"{team}/{name}" for team, name in zip(teams, names, strict=True)])
+        if live is not None and len(submitted) > max(1, live // jobs):
+            changed.extend(JobFinished(job=key) for key in submitted.pop(0))
+        changed.append(CommitApplied(commit=commit, changes=len(changed)))
+        solved: list[Event] = [
+            _placement(rng, team, name, solve_id, at)
+            for team, name in zip(teams, names, strict=True)
+        ]
         solved.append(_solve(rng, solve_id, jobs))
         batch = [
             encode(e, id=f"bench/{run}/{sha}/{i}", actor=commit.actor, cause=sha)
@@ -93,8 +126,7 @@ def synthetic_commits(events: int, jobs: int, run: str, seed: int = 7) -> Iterat
         number += 1
 
 
-def _job(rng: random.Random, name: str, at: str) -> JobSubmitted:
-    team = rng.choice(TEAMS)
+def _job(rng: random.Random, team: str, name: str, at: str) -> JobSubmitted:
     replicas = rng.choice((1, 2, 4, 8))
     return JobSubmitted(
         Job(
@@ -113,8 +145,9 @@ def _job(rng: random.Random, name: str, at: str) -> JobSubmitted:
     )
 
 
-def _placement(rng: random.Random, name: str, solve_id: str, at: str) -> PlacementDecided:
-    team = rng.choice(TEAMS)
+def _placement(
+    rng: random.Random, team: str, name: str, solve_id: str, at: str
+) -> PlacementDecided:
     rack = rng.choice("abcd")
     replicas = tuple(
         ReplicaPlacement(
@@ -152,14 +185,16 @@ def _solve(rng: random.Random, solve_id: str, decisions: int) -> SolveCompleted:
     )
 
 
-def measure(url: str, events: int, jobs: int) -> Result:
+def measure(url: str, events: int, jobs: int, live: int, snapshot_dir: Path) -> Result:
     run = uuid.uuid4().hex[:8]
     latencies: list[float] = []
+    batch = 0
     with open_log(url) as event_log:
         if event_log.last_seq() != 0:
             raise GitschedError(f"{url} is not empty: bench log appends only to a new, empty log")
         last_seq = 0
-        for chunk in synthetic_commits(events, jobs, run):
+        for chunk in synthetic_commits(events, jobs, run, live=live):
+            batch = max(batch, len(chunk))
             began = time.perf_counter()
             stored = event_log.append(chunk, expected_last_seq=last_seq)
             latencies.append(time.perf_counter() - began)
@@ -180,12 +215,13 @@ def measure(url: str, events: int, jobs: int) -> Result:
         fold_s = time.perf_counter() - began
     if folded != events:
         raise GitschedError(f"{url}: the fold reached seq {folded}, {events} were appended")
+    restart_s, snapshot_seq, snapshot_bytes, from_snapshot_s = _restarts(url, events, snapshot_dir)
     ordered = sorted(latencies)
     return Result(
         log=url,
         backend=url.split(":", 1)[0],
         events=events,
-        batch=2 * jobs + 2,
+        batch=batch,
         append_s=appended,
         append_per_s=events / appended,
         append_p50_ms=statistics.median(ordered) * 1000,
@@ -194,7 +230,38 @@ def measure(url: str, events: int, jobs: int) -> Result:
         replay_per_s=events / replay_s,
         fold_s=fold_s,
         fold_per_s=events / fold_s,
+        live_jobs=live,
+        restart_s=restart_s,
+        snapshot_seq=snapshot_seq,
+        snapshot_bytes=snapshot_bytes,
+        restart_from_snapshot_s=from_snapshot_s,
     )
+
+
+def _restarts(url: str, events: int, snapshot_dir: Path) -> tuple[float, int, int, float]:
+    """A restarted reconciler's verified fold, from the first event and from a snapshot.
+
+    One pass serves both the full figure and the snapshot: the fold stops at the
+    snapshot's seq, which is kept, then goes on to the head.
+    """
+    at = max(events - SNAPSHOT_EVERY, events // 2)
+    with open_log(url, create=False, snapshot_dir=snapshot_dir) as event_log:
+        began = time.perf_counter()
+        part = replay(event_log, until_seq=at, verify=True, use_snapshots=False)
+        full = replay(event_log, since=part, verify=True)
+        restart_s = time.perf_counter() - began
+        snapshot(event_log, part)
+    with open_log(url, create=False, snapshot_dir=snapshot_dir) as event_log:
+        began = time.perf_counter()
+        resumed = replay(event_log, verify=True)
+        from_snapshot_s = time.perf_counter() - began
+        store = event_log.snapshots()
+        size = store.infos()[0].size_bytes if store is not None else 0
+    if resumed.from_snapshot != at or resumed.state != full.state:
+        raise GitschedError(
+            f"{url}: the restart from the snapshot at seq {at} did not give the full fold's state"
+        )
+    return restart_s, at, size, from_snapshot_s
 
 
 def _replay(event_log: EventLog) -> int:
@@ -256,14 +323,26 @@ def _verdict(result: Result) -> str:
     help="Jobs per commit: one commit is one append (one transaction) of 2 x JOBS + 2 events.",
 )
 @format_option("text", "json")
-def command(logs: tuple[str, ...], kafka: str | None, events: int, jobs: int, fmt: str) -> None:
+@click.option(
+    "--live-jobs",
+    default=10_000,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Jobs in the cluster at any time: older commits' jobs finish as new ones come.",
+)
+def command(
+    logs: tuple[str, ...], kafka: str | None, events: int, jobs: int, live_jobs: int, fmt: str
+) -> None:
     """Append and replay throughput of each log backend, side by side.
 
     Appends EVENTS synthetic events one commit at a time, as the reconciler does
     (a commit of JOBS jobs and its placement decisions: one transaction of
     2 x JOBS + 2 events; acks=all and idempotence on Kafka), then replays them all
     through a new instance (read + decode), and folds them into the cluster state
-    through another (FOLD: what `gitsched state` or a restarted reconciler does).
+    through another (FOLD: what `gitsched state` does), and times a restarted
+    reconciler's verified fold from the first event (RESTART) and from a snapshot
+    SNAPSHOT_EVERY events behind the head (FROM SNAPSHOT: what it does when the
+    reconciler has kept them). About LIVE_JOBS jobs are in the cluster at any time.
     Targets (issue #3): Kafka appends >= 20,000 events/s, replay >= 100,000 events/s.
     """
     owned_topics: list[str] = []
@@ -278,7 +357,7 @@ def command(logs: tuple[str, ...], kafka: str | None, events: int, jobs: int, fm
         results = []
         try:
             for url in urls:
-                results.append(measure(url, events, jobs))
+                results.append(measure(url, events, jobs, live_jobs, Path(scratch, "snapshots")))
         except (GitschedError, EventLogError) as e:
             fail(str(e))
         finally:
@@ -306,6 +385,8 @@ def command(logs: tuple[str, ...], kafka: str | None, events: int, jobs: int, fm
                 "APPEND P99 MS",
                 "REPLAY EV/S",
                 "FOLD EV/S",
+                "RESTART S",
+                "FROM SNAPSHOT S",
                 "TARGETS",
             ],
             [
@@ -318,6 +399,8 @@ def command(logs: tuple[str, ...], kafka: str | None, events: int, jobs: int, fm
                     f"{r.append_p99_ms:.2f}",
                     f"{r.replay_per_s:,.0f}",
                     f"{r.fold_per_s:,.0f}",
+                    f"{r.restart_s:.2f}",
+                    f"{r.restart_from_snapshot_s:.2f}",
                     _verdict(r),
                 ]
                 for r in results

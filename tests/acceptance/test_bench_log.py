@@ -35,6 +35,20 @@ def test_one_append_per_commit_of_jobs_and_their_placements(tmp_path: Path) -> N
         ["JobSubmitted"] * 10 + ["CommitApplied"] + ["PlacementDecided"] * 10 + ["SolveCompleted"]
     )
     assert all(len(set(times[i : i + 22])) == 1 for i in range(0, 230, 22))
+    # The restart is timed from the first event and from a snapshot half way.
+    assert sqlite["snapshot_seq"] == 115 and int(str(sqlite["snapshot_bytes"])) > 0
+    assert float(str(sqlite["restart_s"])) > 0 and float(str(sqlite["restart_from_snapshot_s"])) > 0
+
+
+def test_jobs_finish_so_the_cluster_holds_about_live_jobs(tmp_path: Path) -> None:
+    log = tmp_path / "bench.db"
+    gitsched(
+        "bench", "log", "--log", f"sqlite:///{log}", "--events", "2000", "--jobs", "10",
+        "--live-jobs", "30", "--format", "json", expect=0,
+    )  # fmt: skip
+    state = gitsched("state", "--log", f"sqlite:///{log}", "--format", "json", expect=0).json()
+    finished = [e for e in read_events(log) if e.type == "JobFinished"]
+    assert finished and len(state["placements"]) <= 40
 
 
 def test_a_log_that_is_not_empty_is_refused(tmp_path: Path) -> None:

@@ -58,6 +58,8 @@ CASES: dict[str, tuple[tuple[str, ...], tuple[int, ...]]] = {
     "audit compliance": (("audit", "compliance", "--repo", "{repo}"), (0, 1)),
     "audit verify": (("audit", "verify", "--repo", "{repo}"), (0,)),
     "log info": (("log", "info", "--repo", "{repo}"), (0,)),
+    "log snapshot": (("log", "snapshot", "--repo", "{repo}"), (0,)),
+    "log snapshots": (("log", "snapshots", "--repo", "{repo}"), (0,)),
     "bench log": (("bench", "log", "--events", "40", "--jobs", "3"), (0,)),
     "bench synth": (("bench", "synth", "--size", "S", "--time-limit", "5"), (0,)),
     "bench reconcile": (
