@@ -757,35 +757,71 @@ def _stay_where_possible(
     best_score: float,
     order: int,
     deadline: float,
+    follow: bool = False,
 ) -> tuple[Packed, float]:
     """A running job the model could only keep or stop (it has no column to move it: an
-    incremental solve) and that the packing did not keep, because the solution stopped it
-    and the new jobs took its place first, stays where it is when the plan then scores at
-    least as well: the model's classes count room in aggregate, so it may stop a job whose
-    room the new jobs did not need (and repair then moves it). Highest priority first;
-    each job that stays is kept for the next."""
+    incremental solve) and that the packing did not keep stays where it is when the plan
+    then scores at least as well, or when no rule allows its stop (the model ties stops
+    to the rules per queue, not per preemptor, and counts room by class in aggregate: it
+    may stop a job whose room the new jobs did not need, or that no admitted job may
+    preempt). Highest priority first; each job that stays is kept for the next."""
+    candidates = [
+        job
+        for job in priority_order(instance.jobs)
+        if (jv := model.jobs.get(job.key)) is not None
+        and jv.keep >= 0
+        and jv.place < 0
+        and job.key in instance.current
+    ]
     stay: set[str] = set()
-    for job in priority_order(instance.jobs):
-        jv = model.jobs.get(job.key)
-        if (
-            jv is None
-            or jv.keep < 0
-            or jv.place >= 0
-            or best.status.get(job.key) is OutcomeStatus.KEPT
-            or job.key not in instance.current
-        ):
-            continue
-        if time.perf_counter() > deadline:
+    last = 0.0
+    # A job that stays may change which stops are lawful: another round for those (the
+    # rounds end when none stays, a few at most).
+    for _ in range(3):
+        lawful: set[str] | None = None
+        changed = False
+        for job in candidates:
+            if best.status.get(job.key) is OutcomeStatus.KEPT:
+                continue
+            began = time.perf_counter()
+            if began + last > deadline:
+                return best, best_score
+            placement = instance.current[job.key]
+            amount = len(placement.replicas) * job.resources.gpu_milli
+            if _can_take(best.packing, job, placement.replicas) and (
+                best.packing.ledger.rejection(job.queue, placement.flavor, amount) is None
+            ):
+                # Its place is still free: it stays, and the plan only gains.
+                best.packing.commit(job, Fit(placement.flavor, placement.replicas))
+                if not job.preemptible:
+                    best.packing.ledger.remove(job.queue, placement.flavor, amount)
+                best.status[job.key] = OutcomeStatus.KEPT
+                best.notes.pop(job.key, None)
+                best_score = plan_objective(instance, best.outcomes(instance, explain=False))
+                stay.add(job.key)
+                lawful, changed = None, True
+                continue
+            if lawful is None:
+                lawful = set(attribution(instance, best.outcomes(instance, explain=False)).by)
+            packed = pack_solution(
+                instance,
+                model,
+                values,
+                order,
+                follow,
+                template=best.packing,
+                stay=frozenset(stay | {job.key}),
+            )
+            score = plan_objective(instance, packed.outcomes(instance, explain=False))
+            if packed.status.get(job.key) is OutcomeStatus.KEPT and (
+                score >= best_score - _noise(best_score) or job.key not in lawful
+            ):
+                stay.add(job.key)
+                best, best_score = packed, score
+                lawful, changed = None, True
+            last = time.perf_counter() - began
+        if not changed:
             break
-        packed = pack_solution(
-            instance, model, values, order, template=best.packing, stay=frozenset(stay | {job.key})
-        )
-        score = plan_objective(instance, packed.outcomes(instance, explain=False))
-        if packed.status.get(job.key) is OutcomeStatus.KEPT and score >= best_score - _noise(
-            best_score
-        ):
-            stay.add(job.key)
-            best, best_score = packed, score
     return best, best_score
 
 
@@ -804,7 +840,12 @@ def realise(
     """Pack the solution onto nodes and GPUs; jobs that do not pack go through greedy repair.
     `follow`: a per-node solution, whose replicas go exactly to the nodes it names (a job
     it moves back onto its own nodes stays put afterwards, where its GPUs are still free)."""
-    return pack_solution(instance, model, values, order, follow).outcomes(instance)
+    packed = pack_solution(instance, model, values, order, follow)
+    score = plan_objective(instance, packed.outcomes(instance, explain=False))
+    packed, _ = _stay_where_possible(
+        instance, model, values, packed, score, order, math.inf, follow
+    )
+    return packed.outcomes(instance)
 
 
 class SharedPacking(Packing):

@@ -237,6 +237,24 @@ def test_an_incremental_solve_of_new_jobs_moves_no_running_job(seed: int, later:
     assert plan.stats.objective >= start.stats.objective - 1e-6
 
 
+def test_an_incremental_solve_keeps_a_job_no_admitted_job_may_preempt() -> None:
+    """The model ties a stop to the rules per queue, not per preemptor: here it stops
+    team01/job00169 though no job it admits may preempt it (team01 does not borrow).
+    That job stays where it is, the MILP's plan passes audit's attribution, and the
+    solve does not fall back to its greedy start (which it did, admitting none of the 50)."""
+    base = synth_instance("S", 2)
+    plan = GreedyPlacer().solve(base)
+    running = {k: replace(p, started_at=base.now) for k, p in plan.placements().items()}
+    after = with_new_jobs(replace(base, current=running), 50, 1)
+    new = [j.key for j in after.jobs[len(base.jobs) :]]
+    again = HIGHS.solve_incremental(after, new)
+    report = HIGHS.last_report
+    assert report is not None and report.problems == () and not report.fell_back
+    assert check_plan(after, again) == []
+    assert again.outcome("team01/job00169").status is OutcomeStatus.KEPT  # type: ignore[union-attr]
+    assert not any(o.status is OutcomeStatus.MOVED for o in again.outcomes)
+
+
 def test_a_running_job_on_a_failed_node_moves_at_its_cost() -> None:
     from engine.model import NodeState
 
