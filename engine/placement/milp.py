@@ -827,7 +827,7 @@ def _stay_where_possible(
 
 def _noise(score: float) -> float:
     """What summing a plan's terms in another order may change its score by."""
-    return EPS + 1e-9 * abs(score)
+    return EPS + 1e-12 * abs(score)
 
 
 def realise(
