@@ -760,11 +760,14 @@ def _stay_where_possible(
     follow: bool = False,
 ) -> tuple[Packed, float]:
     """A running job the model could only keep or stop (it has no column to move it: an
-    incremental solve) and that the packing did not keep stays where it is when the plan
-    then scores at least as well, or when no rule allows its stop (the model ties stops
+    incremental solve) and that the packing did not keep stays where it is when no rule
+    allows its stop, or when the plan then scores at least as well. The model ties stops
     to the rules per queue, not per preemptor, and counts room by class in aggregate: it
-    may stop a job whose room the new jobs did not need, or that no admitted job may
-    preempt). Highest priority first; each job that stays is kept for the next."""
+    may stop a job that no admitted job may preempt, or whose room the new jobs did not
+    need. Per round: every such job whose place is still free stays (the plan only
+    gains); those no rule lets stop stay together (one repack: a plan that stops them is
+    not lawful); then, while time allows, each other one, highest priority first, if the
+    plan scores as well. A job that stays can change which stops are lawful: a few rounds."""
     candidates = [
         job
         for job in priority_order(instance.jobs)
@@ -774,51 +777,55 @@ def _stay_where_possible(
         and job.key in instance.current
     ]
     stay: set[str] = set()
-    last = 0.0
-    # A job that stays may change which stops are lawful: another round for those (the
-    # rounds end when none stays, a few at most).
+
+    def repack(keys: set[str]) -> tuple[Packed, float]:
+        packed = pack_solution(
+            instance, model, values, order, follow, template=best.packing, stay=frozenset(keys)
+        )
+        return packed, plan_objective(instance, packed.outcomes(instance, explain=False))
+
     for _ in range(3):
-        lawful: set[str] | None = None
         changed = False
-        for job in candidates:
-            if best.status.get(job.key) is OutcomeStatus.KEPT:
-                continue
-            began = time.perf_counter()
-            if began + last > deadline:
-                return best, best_score
+        stopped = [j for j in candidates if best.status.get(j.key) is None]
+        if not stopped:
+            break
+        for job in stopped:
             placement = instance.current[job.key]
             amount = len(placement.replicas) * job.resources.gpu_milli
             if _can_take(best.packing, job, placement.replicas) and (
                 best.packing.ledger.rejection(job.queue, placement.flavor, amount) is None
             ):
-                # Its place is still free: it stays, and the plan only gains.
                 best.packing.commit(job, Fit(placement.flavor, placement.replicas))
                 if not job.preemptible:
                     best.packing.ledger.remove(job.queue, placement.flavor, amount)
                 best.status[job.key] = OutcomeStatus.KEPT
-                best.notes.pop(job.key, None)
-                best_score = plan_objective(instance, best.outcomes(instance, explain=False))
                 stay.add(job.key)
-                lawful, changed = None, True
+                changed = True
+        if changed:
+            best_score = plan_objective(instance, best.outcomes(instance, explain=False))
+        lawful = attribution(instance, best.outcomes(instance, explain=False)).by
+        unlawful = {j.key for j in candidates if best.status.get(j.key) is None} - set(lawful)
+        if unlawful:
+            packed, score = repack(stay | unlawful)
+            kept = {k for k in unlawful if packed.status.get(k) is OutcomeStatus.KEPT}
+            if kept:
+                stay |= kept
+                best, best_score = packed, score
+                changed = True
+        last = 0.0
+        for job in candidates:
+            if best.status.get(job.key) is not None or job.key in unlawful:
                 continue
-            if lawful is None:
-                lawful = set(attribution(instance, best.outcomes(instance, explain=False)).by)
-            packed = pack_solution(
-                instance,
-                model,
-                values,
-                order,
-                follow,
-                template=best.packing,
-                stay=frozenset(stay | {job.key}),
-            )
-            score = plan_objective(instance, packed.outcomes(instance, explain=False))
-            if packed.status.get(job.key) is OutcomeStatus.KEPT and (
-                score >= best_score - _noise(best_score) or job.key not in lawful
+            began = time.perf_counter()
+            if began + last > deadline:
+                return best, best_score
+            packed, score = repack(stay | {job.key})
+            if packed.status.get(job.key) is OutcomeStatus.KEPT and score >= best_score - _noise(
+                best_score
             ):
                 stay.add(job.key)
                 best, best_score = packed, score
-                lawful, changed = None, True
+                changed = True
             last = time.perf_counter() - began
         if not changed:
             break
