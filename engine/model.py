@@ -28,6 +28,7 @@ class Isolation(StrEnum):
 class TopologyMode(StrEnum):
     REQUIRED = "required"
     PREFERRED = "preferred"
+    UNCONSTRAINED = "unconstrained"  # no level, and not even kept compact
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,8 +142,16 @@ class Resources:
 
 @dataclass(frozen=True, slots=True)
 class TopologyRequirement:
-    level: str
+    """Where a gang's replicas go in the network tree (engine/placement/topology.py).
+
+    `level` is None only with mode unconstrained. With `slice_size`, each consecutive
+    group of that many replicas sits in one domain of `slice_level` (below `level`).
+    """
+
+    level: str | None
     mode: TopologyMode = TopologyMode.REQUIRED
+    slice_size: int | None = None
+    slice_level: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,6 +222,7 @@ class Policy:
     preemption_cost: float = 1.0
     fragmentation_weight: float = 0.1
     fairness_weight: float = 0.0
+    compactness_weight: float = 1.0  # scales each gang's cost per extra domain (topology.py)
     preemption_enabled: bool = True
     preempt_within_queue: PreemptionScope = PreemptionScope.LOWER_PRIORITY
     reclaim_within_cohort: PreemptionScope = PreemptionScope.ANY

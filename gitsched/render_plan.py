@@ -269,7 +269,7 @@ def plan_text(plan: PullRequestPlan) -> str:
     for e in effects:
         where, why = effect_detail(e)
         out.append(f"  {_SIGNS[e.action]} {e.action.value:<14} {e.job:<{width}}  {where}".rstrip())
-        if why and e.action is not Action.ADMITTED:
+        if why and (e.action is not Action.ADMITTED or why != "admitted"):
             out.append(f"      why: {why}")
 
     if plan.usage:

@@ -577,10 +577,53 @@ def _check_job_references(
         yield _unknown(doc, ("spec", "priorityClass"), "priority class", wanted, cluster.classes)
     topology = spec.get("topology")
     if isinstance(topology, Mapping):
-        level = topology.get("level")
-        levels = (_IMPLICIT_LEVEL, *cluster.levels)
-        if isinstance(level, str) and level not in levels:
-            yield _unknown(doc, ("spec", "topology", "level"), "topology level", level, levels)
+        yield from _check_job_topology(doc, spec, topology, (_IMPLICIT_LEVEL, *cluster.levels))
+
+
+def _check_job_topology(
+    doc: Document, spec: Mapping[str, Any], topology: Mapping[str, Any], levels: tuple[str, ...]
+) -> Iterator[SpecError]:
+    """Levels the cluster has; slices below the level, and a whole number of them."""
+    at: JsonPath = ("spec", "topology")
+    level = topology.get("level")
+    if topology.get("mode") == "unconstrained":
+        for key in ("level", "sliceSize", "sliceLevel"):
+            if key in topology:
+                yield doc.error(
+                    (*at, key),
+                    f"mode unconstrained places the replicas anywhere; drop {key}"
+                    " (or use mode preferred)",
+                    "policy",
+                )
+        return
+    if isinstance(level, str) and level not in levels:
+        yield _unknown(doc, (*at, "level"), "topology level", level, levels)
+    slice_level = topology.get("sliceLevel")
+    slice_size = topology.get("sliceSize")
+    if isinstance(slice_level, str) and slice_level not in levels:
+        yield _unknown(doc, (*at, "sliceLevel"), "topology level", slice_level, levels)
+    elif (
+        isinstance(slice_level, str)
+        and isinstance(level, str)
+        and level in levels
+        and levels.index(slice_level) >= levels.index(level)
+    ):
+        yield doc.error(
+            (*at, "sliceLevel"),
+            f"sliceLevel '{slice_level}' must be below level '{level}'"
+            f" (levels narrowest first: {', '.join(levels)})",
+            "policy",
+        )
+    if isinstance(slice_size, int) and slice_size > 0:
+        for key in ("replicas", "minReplicas"):
+            count = spec.get(key, 1 if key == "replicas" else None)
+            if isinstance(count, int) and count % slice_size:
+                yield doc.error(
+                    (*at, "sliceSize"),
+                    f"{key} ({count}) is not a multiple of sliceSize ({slice_size}):"
+                    " every slice needs all its replicas",
+                    "policy",
+                )
 
 
 def _check_job_priority(

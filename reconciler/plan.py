@@ -40,6 +40,7 @@ POLICY_FIELD_NAMES = {
     "preemption_cost": "objective.preemptionCost",
     "fragmentation_weight": "objective.fragmentationWeight",
     "fairness_weight": "objective.fairnessWeight",
+    "compactness_weight": "objective.compactnessWeight",
     "preemption_enabled": "preemption.enabled",
     "preempt_within_queue": "preemption.withinQueue",
     "reclaim_within_cohort": "preemption.reclaimWithinCohort",

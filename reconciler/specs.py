@@ -502,7 +502,10 @@ def _job(name: str, spec: Mapping[str, Any], queue: str, cluster: ClusterSpec, f
         ),
         gpu_flavors=tuple(spec.get("gpuFlavors", ())),
         topology=TopologyRequirement(
-            topology["level"], TopologyMode(topology.get("mode", "required"))
+            topology.get("level"),
+            TopologyMode(topology.get("mode", "required")),
+            topology.get("sliceSize"),
+            topology.get("sliceLevel"),
         )
         if topology
         else None,
@@ -531,6 +534,7 @@ def _policy(spec: Mapping[str, Any]) -> Policy:
         move_cost=float(objective.get("moveCost", base.move_cost)),
         preemption_cost=float(objective.get("preemptionCost", base.preemption_cost)),
         fragmentation_weight=float(objective.get("fragmentationWeight", base.fragmentation_weight)),
+        compactness_weight=float(objective.get("compactnessWeight", base.compactness_weight)),
         fairness_weight=float(objective.get("fairnessWeight", base.fairness_weight)),
         preemption_enabled=bool(preemption.get("enabled", base.preemption_enabled)),
         preempt_within_queue=PreemptionScope(

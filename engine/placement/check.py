@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from engine.model import GPU_MILLI, Isolation, TopologyMode
+from engine.model import GPU_MILLI, Isolation
 from engine.placement.constraints import (
     QuotaLedger,
     node_rejection,
@@ -16,6 +16,7 @@ from engine.placement.constraints import (
     replicas_text,
 )
 from engine.placement.plan import OutcomeStatus, PlacementInstance, PlacementPlan
+from engine.placement.topology import Tree, topology_violation
 
 
 def check_plan(instance: PlacementInstance, plan: PlacementPlan) -> list[str]:
@@ -23,6 +24,7 @@ def check_plan(instance: PlacementInstance, plan: PlacementPlan) -> list[str]:
     problems: list[str] = []
     jobs = {j.key: j for j in instance.jobs}
     nodes = {n.name: n for n in instance.nodes}
+    tree = Tree.of(instance.cluster, instance.nodes)
     seen: set[str] = set()
     gpu_use: dict[tuple[str, int], int] = defaultdict(int)
     cpu_use: dict[str, int] = defaultdict(int)
@@ -87,16 +89,9 @@ def check_plan(instance: PlacementInstance, plan: PlacementPlan) -> list[str]:
             cpu_use[node.name] += job.resources.cpu_milli
             mem_use[node.name] += job.resources.memory_mib
             holders[node.name].add(job.key)
-        if job.topology is not None and job.topology.mode is TopologyMode.REQUIRED:
-            domains = {
-                nodes[r.node].domain(job.topology.level)
-                for r in outcome.replicas
-                if r.node in nodes
-            }
-            if len(domains) > 1:
-                problems.append(
-                    f"{job.key}: spans {len(domains)} {job.topology.level} domains, needs one"
-                )
+        broken = topology_violation(tree, job, [r.node for r in outcome.replicas])
+        if broken is not None:
+            problems.append(f"{job.key}: {broken}")
         exempt = outcome.status is OutcomeStatus.KEPT and not job.preemptible
         if not exempt:
             ledger.add(job.queue, outcome.flavor, count * job.resources.gpu_milli)

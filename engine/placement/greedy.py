@@ -21,7 +21,6 @@ from engine.model import (
     Placement,
     Queue,
     ReplicaPlacement,
-    TopologyMode,
 )
 from engine.placement.constraints import (
     NodeFree,
@@ -54,18 +53,33 @@ from engine.placement.preemption import (
     reason_text,
     victim_order,
 )
+from engine.placement.topology import (
+    Tree,
+    compact_allocation,
+    gang_topology,
+    largest_domain_room,
+    largest_slice_room,
+    placement_note,
+    span_of,
+    topology_violation,
+)
 
 
 @dataclass(frozen=True, slots=True)
 class Fit:
     flavor: str | None
     replicas: tuple[ReplicaPlacement, ...]
+    note: str = ""  # where a preferred gang went, and why, as it was at the decision
 
 
 @dataclass(frozen=True, slots=True)
 class Miss:
     reason: str
     constraint: str
+
+
+def _noted(reason: str, fit: Fit) -> str:
+    return f"{reason}; {fit.note}" if fit.note else reason
 
 
 def priority_order(jobs: Iterable[Job]) -> list[Job]:
@@ -88,6 +102,7 @@ class Packing:
         # Nodes with some GPU left: when the cluster is full, the only ones worth a look.
         self.open: set[str] = {n.name for n in instance.nodes if n.gpus > 0}
         self._domains: dict[tuple[object, ...], dict[str, list[Node]]] = {}
+        self.tree = Tree.of(instance.cluster, instance.nodes)
         self._parties: dict[str, Party] = {}
         self.flavor_free: dict[str | None, int] = defaultdict(int)  # free milli-GPU per flavor
         for n in instance.nodes:
@@ -200,10 +215,9 @@ class Packing:
             shape = replica_shape_error(job, replica)
             if shape is not None:
                 return Miss("the job's resources changed", "spec")
-        if job.topology is not None and job.topology.mode is TopologyMode.REQUIRED:
-            domains = {self.nodes[r.node].domain(job.topology.level) for r in placement.replicas}
-            if len(domains) > 1:
-                return Miss(f"the job now needs one {job.topology.level} domain", "spec")
+        broken = topology_violation(self.tree, job, [r.node for r in placement.replicas])
+        if broken is not None:
+            return Miss(f"the job's topology changed: it {broken}", "spec")
         # Check capacity on a copy: a replica must not half-commit.
         taken: list[ReplicaPlacement] = []
         for replica in placement.replicas:
@@ -266,7 +280,10 @@ class Packing:
         # What each node can take does not change while this job is being fitted.
         rooms = self.rooms(job, flavor, candidates)
         first_miss: Miss | None = None
+        step = gang_topology(job).slice_size
         for count in range(job.replicas, job.smallest_gang - 1, -1):
+            if count % step:
+                continue
             amount = count * job.resources.gpu_milli
             quota = self.ledger.rejection(job.queue, flavor, amount)
             if (
@@ -302,40 +319,70 @@ class Packing:
         count: int,
         rooms: dict[str, int],
     ) -> Fit | Miss:
-        topo = job.topology
-        if topo is None:
+        gang = gang_topology(job)
+        if not gang.compact or (count == 1 and gang.slice_size == 1):
             return self.pack(job, flavor, candidates, count, rooms) or self._capacity_miss(
                 job, flavor, candidates, count, rooms
             )
-        groups = self.domains(job, flavor, topo.level)
-        # Best fit over domains: the fullest domain that still holds the gang.
-        held: dict[str, int] = defaultdict(int)
-        for name, k in rooms.items():
-            held[self.nodes[name].domain(topo.level)] += min(k, count)
-        holding = [d for d, k in held.items() if k >= count]
-        if holding:
-            domain = min(holding, key=lambda d: (self._domain_free(groups[d]), d))
-            fit = self.pack(job, flavor, groups[domain], count, rooms)
-            assert fit is not None
-            return fit
-        if topo.mode is TopologyMode.PREFERRED:
-            return self.pack(job, flavor, candidates, count, rooms) or self._capacity_miss(
-                job, flavor, candidates, count, rooms
+        allocation = compact_allocation(
+            self.tree,
+            rooms,
+            count,
+            self.fullness,
+            gang.limit,
+            gang.slice_size,
+            gang.slice_level,
+        )
+        if allocation is not None:
+            fit = self.pack_allocation(job, flavor, allocation)
+            if not gang.preferred:
+                return fit
+            # The allocation sits in the narrowest domain that had room: the tightest span.
+            span = span_of(self.tree, (name for name, _ in allocation))
+            return Fit(flavor, fit.replicas, placement_note(self.tree, job, span, span.level))
+        if gang.slice_size > 1:
+            slices = count // gang.slice_size
+            where = f" within one {gang.limit} domain" if gang.limit else ""
+            held = largest_slice_room(
+                self.tree, rooms, count, gang.slice_size, gang.slice_level, gang.limit
             )
-        spare: dict[str, int] = defaultdict(int)
-        for name, k in rooms.items():
-            spare[self.nodes[name].domain(topo.level)] += k
-        best = min(job.replicas, max(spare.values(), default=0))
-        level = "node" if topo.level == NODE_LEVEL else f"{topo.level} domain"
+            return Miss(
+                f"needs {slices} slices of {gang.slice_size} replicas of "
+                f"{gpus_text(job.resources.gpu_milli)} × {flavor or 'CPU'} GPU, each slice in"
+                f" one {gang.slice_level} domain{where}; the largest free "
+                f"{gang.limit or 'cluster'}{' domain' if gang.limit else ''} holds {held} of"
+                f" the {slices} slices",
+                f"topology__{job.key}__{gang.slice_level}",
+            )
+        if gang.limit is None:
+            return self._capacity_miss(job, flavor, candidates, count, rooms)
+        best = largest_domain_room(self.tree, rooms, count, gang.limit)
+        level = "node" if gang.limit == NODE_LEVEL else f"{gang.limit} domain"
         need = count * job.resources.gpu_milli
         return Miss(
             f"needs {gpus_text(need)} × {flavor or 'CPU'} GPU ({count} × {gpus_text(job.resources.gpu_milli)}) "
             f"in one {level}; the largest free {level} holds {best} of the {replicas_text(count)}",
-            f"topology__{job.key}__{topo.level}",
+            f"topology__{job.key}__{gang.limit}",
         )
 
-    def _domain_free(self, nodes: Sequence[Node]) -> int:
-        return sum(self.free[n.name].free_gpu_milli for n in nodes)
+    def fullness(self, name: str) -> tuple[int, int]:
+        """How much a node has left: best fit prefers the domain with the least."""
+        free = self.free[name]
+        return free.free_gpu_milli, free.cpu_free
+
+    def pack_allocation(
+        self, job: Job, flavor: str | None, allocation: Sequence[tuple[str, int]]
+    ) -> Fit:
+        """Replicas on the nodes of a compact allocation, in its order (slices stay together)."""
+        r = job.resources
+        placed: list[ReplicaPlacement] = []
+        for name, k in allocation:
+            scratch = self.free[name].copy()
+            for _ in range(k):
+                replica = scratch.choose(r)
+                scratch.take(replica, r, job)
+                placed.append(replica)
+        return Fit(flavor, tuple(placed))
 
     def pack(
         self,
@@ -450,9 +497,12 @@ class GreedyPlacer:
                     OutcomeStatus.MOVED if was_running else OutcomeStatus.PLACED,
                     result.flavor,
                     result.replicas,
-                    reason=displaced[job.key].reason
-                    if was_running and job.key in displaced
-                    else "admitted",
+                    reason=_noted(
+                        displaced[job.key].reason
+                        if was_running and job.key in displaced
+                        else "admitted",
+                        result,
+                    ),
                 )
             else:
                 outcomes[job.key] = self._not_running(instance, job, result, displaced)
@@ -468,7 +518,9 @@ class GreedyPlacer:
                     OutcomeStatus.MOVED if victim.key in instance.current else OutcomeStatus.PLACED,
                     result.flavor,
                     result.replicas,
-                    reason=f"moved to make room for {outcomes[victim.key].preempted_by}",
+                    reason=_noted(
+                        f"moved to make room for {outcomes[victim.key].preempted_by}", result
+                    ),
                 )
 
         ordered = tuple(outcomes[j.key] for j in priority_order(instance.jobs))

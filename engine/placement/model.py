@@ -42,8 +42,11 @@ from engine.placement.constraints import (
 from engine.placement.linear import INF, LinearModel
 from engine.placement.objective import (
     capacity_vector,
+    compact_unit,
+    compactness_penalty,
     fair_targets,
     fairness_penalty_per_share,
+    instance_tree,
     lost_gpu_seconds,
     move_penalty,
     preemption_penalty,
@@ -52,6 +55,7 @@ from engine.placement.objective import (
 )
 from engine.placement.plan import OutcomeStatus, PlacementInstance, PlacementPlan
 from engine.placement.preemption import Rights, over_limits
+from engine.placement.topology import Tree, span_of, topology_violation
 
 HALF = GPU_MILLI // 2
 Terms = list[tuple[int, float]]
@@ -240,6 +244,7 @@ class BuildOptions:
     moves: bool = True  # running jobs may move (else only stay or stop)
     per_node: bool = False  # with small: every node is its own class (the rows are exact)
     unkeepable: frozenset[str] | None = None  # running jobs known not to stay (None: ask)
+    compactness: bool = False  # with small: each domain a gang uses costs (second criterion)
 
 
 # -- what runs now ----------------------------------------------------------------------------
@@ -270,10 +275,9 @@ def keep_problem(
             return "the job's resources changed"
         if any(not 0 <= g < node.gpus for g in replica.gpus):
             return "the job's GPUs are gone"
-    if job.topology is not None and job.topology.mode is TopologyMode.REQUIRED:
-        domains = {nodes[r.node].domain(job.topology.level) for r in placement.replicas}
-        if len(domains) > 1:
-            return f"the job now needs one {job.topology.level} domain"
+    broken = topology_violation(instance_tree(instance), job, [r.node for r in placement.replicas])
+    if broken is not None:
+        return f"the job's topology changed: it {broken}"
     return None
 
 
@@ -303,8 +307,14 @@ def running_jobs(
 # -- node classes -----------------------------------------------------------------------------
 
 
-def topology_levels(jobs: Iterable[Job]) -> list[str]:
-    return sorted({j.topology.level for j in jobs if j.topology and j.topology.level != NODE_LEVEL})
+def topology_levels(jobs: Iterable[Job], tree: Tree | None = None) -> list[str]:
+    """The levels node classes resolve: those gangs ask for, and on small instances every
+    level of the tree (the compactness columns count domains at each)."""
+    named = {j.topology.level for j in jobs if j.topology and j.topology.level}
+    named |= {j.topology.slice_level for j in jobs if j.topology and j.topology.slice_level}
+    if tree is not None:
+        named.update(tree.levels)
+    return sorted(named - {NODE_LEVEL})
 
 
 def node_classes(
@@ -507,7 +517,11 @@ class Builder:
         self.options = options
         self.lp = LinearModel()
         self.running = running_jobs(instance, warm, options)
-        self.levels = topology_levels(instance.jobs)
+        self.tree = instance_tree(instance)
+        self.levels = topology_levels(
+            instance.jobs, self.tree if options.small and options.compactness else None
+        )
+        self._class_domains: dict[tuple[int, bool, int], tuple[str, ...] | None] = {}
         self.classes, self.coarse, self.node_class, self.residual = node_classes(
             instance, self.running, self.levels, options.small, options.per_node
         )
@@ -580,9 +594,16 @@ class Builder:
             job = rj.job
             count = len(rj.placement.replicas)
             exempt = not job.preemptible
+            spread_cost = (
+                compactness_penalty(
+                    job, span_of(self.tree, (r.node for r in rj.placement.replicas)), self.policy
+                )
+                if self.options.compactness
+                else 0.0
+            )
             if rj.fixed:
                 self.charge(job, None if exempt else rj.placement.flavor, None, count)
-                self.lp.offset += self.weights.value(job, count)
+                self.lp.offset += self.weights.value(job, count) - spread_cost
                 continue
             jv = JobVars(job)
             self.model.jobs[key] = jv
@@ -591,7 +612,10 @@ class Builder:
             self.lp.offset -= stop_cost
             if rj.keepable:
                 jv.keep = self.lp.var(
-                    f"keep__{key}", 0, 1, cost=self.weights.value(job, count) + stop_cost
+                    f"keep__{key}",
+                    0,
+                    1,
+                    cost=self.weights.value(job, count) + stop_cost - spread_cost,
                 )
                 on_class: dict[int, list[str]] = defaultdict(list)
                 for replica in rj.placement.replicas:
@@ -750,8 +774,10 @@ class Builder:
                 entries += self._loose(jv, opts, use_coarse)
             else:
                 entries += self._topology(jv, flavor, opts, level, preferred, choices)
-                if preferred and use_coarse:
-                    loose = self._loose(jv, opts, True)
+                if preferred:
+                    # Spread: any class (on small instances, those no domain column covers).
+                    rest = [(c, cap) for c, cap in opts if c.id not in jv.per_class]
+                    loose = self._loose(jv, opts if use_coarse else rest, use_coarse)
                     for e in loose:
                         lp.row(
                             f"spread__{key}__{e.cls.name}",
@@ -795,11 +821,57 @@ class Builder:
             lower=0,
             upper=0,
         )
+        self._compactness(jv, all_entries)
         if level is not None:
             if choices:
                 lp.row(f"one_domain__{key}", [*choices, (jv.place, -1.0)], lower=0, upper=0)
             else:
                 lp.col_upper[jv.place] = 0
+
+    def _class_domain(self, e: Entry, rank: int) -> tuple[str, ...] | None:
+        """The domain at `rank` that every node of the entry's class lies in; None if none."""
+        key = (e.cls.id, e.coarse, rank)
+        if key not in self._class_domains:
+            found = {self.tree.domain(n.name, rank) for n in e.cls.nodes}
+            self._class_domains[key] = next(iter(found)) if len(found) == 1 else None
+        return self._class_domains[key]
+
+    def _compactness(self, jv: JobVars, entries: list[Entry]) -> None:
+        """Compactness models (small, for the second criterion): one column per level and
+        domain a gang may use, each costing what one more domain of that level costs
+        (objective.compactness_penalty), at the levels where every column of the gang lies
+        inside one domain (per node: all of them, so the cost is exact)."""
+        job = jv.job
+        unit = compact_unit(job, self.policy)
+        if not self.options.compactness or not self.options.small or not unit or not entries:
+            return
+        for rank in range(len(self.tree.levels)):
+            groups: dict[tuple[str, ...], Terms] = defaultdict(list)
+            for e in entries:
+                d = (
+                    ("single", str(e.col))
+                    if rank == 0 and e.single
+                    else self._class_domain(e, rank)
+                )
+                if d is None:
+                    break
+                groups[d].append((e.col, e.mult))
+            else:
+                if len(groups) < 2:
+                    continue
+                weight = unit * (1 << rank)
+                self.lp.add_cost(jv.place, weight)
+                for d, terms in groups.items():
+                    tag = "/".join(reversed(d))
+                    u = self.lp.var(f"uses__{job.key}__{self.tree.levels[rank]}__{tag}", 0, 1)
+                    self.lp.add_cost(u, -weight)
+                    size = float(job.replicas)
+                    self.lp.row(
+                        f"uses__{job.key}__{self.tree.levels[rank]}__{tag}",
+                        [*terms, (u, -size)],
+                        upper=0,
+                    )
+                    self.aux.append((u, terms, 0.0, "touched", size))
 
     def _loose(self, jv: JobVars, opts: list[tuple[NodeClass, int]], coarse: bool) -> list[Entry]:
         """Replica columns with no topology: per fine class, or per coarse class on large instances."""

@@ -33,6 +33,7 @@ from engine.model import (
     TopologyMode,
 )
 from engine.placement.plan import JobOutcome, OutcomeStatus, PlacementInstance
+from engine.placement.topology import Span, Tree, gang_topology, span_of
 
 CPU_JOB_VALUE_MILLI = 100
 PREFERRED_TOPOLOGY_SHARE = 0.05  # a preferred-topology gang that spreads loses 5% of its GPUs
@@ -166,6 +167,39 @@ def topology_spread_penalty(job: Job, policy: Policy) -> float:
     return PREFERRED_TOPOLOGY_SHARE * gpu_value(job, job.smallest_gang)
 
 
+def compact_unit(job: Job, policy: Policy) -> float:
+    """What one more node costs a gang; one more domain at level rank i costs 2**i of it.
+    A share of one replica's GPUs, whatever its priority: compactness is the second
+    criterion, compared only between plans of equal score (never a priority level)."""
+    gang = gang_topology(job)
+    if not gang.compact or job.replicas < 2:
+        return 0.0
+    return policy.compactness_weight * gang.share * gpu_value(job, 1)
+
+
+def compactness_penalty(job: Job, span: Span, policy: Policy) -> float:
+    """The soft cost of a gang's span: per level, each domain beyond the first, weighted by level."""
+    unit = compact_unit(job, policy)
+    if not unit:
+        return 0.0
+    return unit * sum((1 << rank) * (used - 1) for rank, used in enumerate(span.used) if used > 1)
+
+
+_TREES: dict[int, tuple[tuple[Node, ...], Tree]] = {}
+
+
+def instance_tree(instance: PlacementInstance) -> Tree:
+    """The instance's tree, built once per node list (plans are scored many times a solve)."""
+    found = _TREES.get(id(instance.nodes))
+    if found is not None and found[0] is instance.nodes:
+        return found[1]
+    if len(_TREES) > 8:
+        _TREES.clear()
+    tree = Tree.of(instance.cluster, instance.nodes)
+    _TREES[id(instance.nodes)] = (instance.nodes, tree)
+    return tree
+
+
 def node_fragmentation(capacity_milli: int, used_milli: int) -> float:
     """The share of a node's GPUs stranded next to work: 0 for an empty or full node."""
     if capacity_milli <= 0 or used_milli <= 0 or used_milli >= capacity_milli:
@@ -283,6 +317,9 @@ class ObjectiveTerms:
     fragmentation: float = 0.0
     fairness: float = 0.0
     topology: float = 0.0
+    # Second criterion, not in `total`: among plans of equal score, the tighter wins
+    # (topology.py; weighted by level, see compactness_penalty).
+    compactness: float = 0.0
 
     @property
     def total(self) -> float:
@@ -303,7 +340,8 @@ def objective_terms(instance: PlacementInstance, outcomes: Sequence[JobOutcome])
     nodes = {n.name: n for n in instance.nodes}
     policy = instance.policy
     w = weights(instance)
-    value = moves = preemptions = topology = 0.0
+    value = moves = preemptions = topology = compactness = 0.0
+    tree = instance_tree(instance)
     node_used: dict[str, int] = defaultdict(int)
     quota_used: dict[tuple[str, str], dict[int, int]] = defaultdict(lambda: defaultdict(int))
     queue_used: dict[str, dict[str, int]] = defaultdict(lambda: {r: 0 for r in RESOURCES})
@@ -321,10 +359,13 @@ def objective_terms(instance: PlacementInstance, outcomes: Sequence[JobOutcome])
             for r, v in job_demand(job, count).items():
                 queue_used[job.queue][r] += v
             topo = job.topology
-            if topo is not None and topo.mode is TopologyMode.PREFERRED:
+            if topo is not None and topo.mode is TopologyMode.PREFERRED and topo.level:
                 domains = {nodes[r.node].domain(topo.level) for r in o.replicas if r.node in nodes}
                 if len(domains) > 1:
                     topology += topology_spread_penalty(job, policy)
+            if count > 1 and policy.compactness_weight:
+                span = span_of(tree, (r.node for r in o.replicas))
+                compactness += compactness_penalty(job, span, policy)
         if o.status is OutcomeStatus.MOVED:
             moves += move_penalty(job, policy)
         if o.status is OutcomeStatus.PREEMPTED:
@@ -354,7 +395,23 @@ def objective_terms(instance: PlacementInstance, outcomes: Sequence[JobOutcome])
         for target in fair_targets(instance.queues, instance.jobs, capacity).values():
             share = queue_used[target.queue][target.resource] / capacity[target.resource]
             fairness += rate * max(0.0, target.share - share)
-    return ObjectiveTerms(value, bonus, moves, preemptions, fragmentation, fairness, topology)
+    return ObjectiveTerms(
+        value, bonus, moves, preemptions, fragmentation, fairness, topology, compactness
+    )
+
+
+def plan_compactness(instance: PlacementInstance, outcomes: Sequence[JobOutcome]) -> float:
+    """The plan's second criterion: what its gangs' spans cost (lower is tighter)."""
+    jobs = {j.key: j for j in instance.jobs}
+    tree = instance_tree(instance)
+    cost = 0.0
+    for o in outcomes:
+        job = jobs.get(o.job)
+        if job is not None and o.running and len(o.replicas) > 1:
+            cost += compactness_penalty(
+                job, span_of(tree, (r.node for r in o.replicas)), instance.policy
+            )
+    return cost
 
 
 def plan_objective(instance: PlacementInstance, outcomes: Sequence[JobOutcome]) -> float:
@@ -377,7 +434,7 @@ def broken_soft_constraints(
         for r, v in job_demand(job, len(o.replicas)).items():
             queue_used[job.queue][r] += v
         topo = job.topology
-        if topo is not None and topo.mode is TopologyMode.PREFERRED:
+        if topo is not None and topo.mode is TopologyMode.PREFERRED and topo.level:
             domains = {nodes[r.node].domain(topo.level) for r in o.replicas if r.node in nodes}
             if len(domains) > 1:
                 broken.append(f"topology__{job.key}__{topo.level}")

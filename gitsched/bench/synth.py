@@ -21,11 +21,38 @@ from engine.placement.greedy import GreedyPlacer
 from engine.placement.milp import MilpPlacer
 from engine.placement.plan import OutcomeStatus, PlacementInstance, PlacementPlan
 from engine.placement.synth import SIZES, synth_instance, with_new_jobs
+from engine.placement.topology import GangSpan, gang_spans
 from gitsched.options import fail, format_option
 from gitsched.render import table
 
 GOALS = {"S": (0.0, 60.0), "M": (0.01, 10.0), "L": (0.02, 30.0)}  # gap, time limit
 NEW_JOBS = 50
+
+
+def _span_summary(spans: list[GangSpan]) -> dict[str, Any]:
+    """Share of gangs at the tightest span free at decision time, and how many levels wider
+    the others sit, on average over all gangs."""
+    fitted = [s for s in spans if s.tightest is not None]
+    return {
+        "gangs": len(fitted),
+        "at_tightest_pct": round(100 * sum(s.extra == 0 for s in fitted) / len(fitted), 1)
+        if fitted
+        else None,
+        "mean_extra_levels": round(sum(s.extra for s in fitted) / len(fitted), 3)
+        if fitted
+        else None,
+    }
+
+
+def _spans(instance: PlacementInstance, plan: PlacementPlan) -> dict[str, Any]:
+    """Every gang the plan places or moves: its span against the tightest free span, with
+    every other job where the plan puts it (topology.gang_spans)."""
+    spans = gang_spans(instance, plan.outcomes)
+    return {
+        "named": _span_summary([s for s in spans if s.named]),
+        "unnamed": _span_summary([s for s in spans if not s.named]),
+        "extra_by_job": {s.job: s.extra for s in spans if s.tightest is not None},
+    }
 
 
 def _side(instance: PlacementInstance, plan: PlacementPlan, seconds: float) -> dict[str, Any]:
@@ -48,6 +75,7 @@ def _side(instance: PlacementInstance, plan: PlacementPlan, seconds: float) -> d
         **{s.value: counts[s] for s in OutcomeStatus},
         "checked": not problems,
         "problems": problems[:5],
+        "span": _spans(instance, plan),
     }
 
 
@@ -106,6 +134,7 @@ def command(
         "greedy": _side(instance, greedy, greedy_seconds),
         "phases_seconds": dict(placer.last_report.phases) if placer.last_report else {},
     }
+    result["looser_than_greedy"] = _looser(result["milp"], result["greedy"])
     result["better_by"] = round(plan.stats.objective - greedy.stats.objective, 2)
     result["better_by_pct"] = round(
         100
@@ -124,6 +153,20 @@ def command(
     )
     if not all(s["checked"] for s in sides):
         fail("check.py found problems: " + "; ".join(p for s in sides for p in s["problems"]))
+
+
+def _looser(milp: dict[str, Any], greedy: dict[str, Any]) -> dict[str, int]:
+    """Gangs both plans place anew: how many sit wider (more levels above their tightest)
+    in the MILP's plan than in greedy's, and how many tighter."""
+    a, b = milp["span"]["extra_by_job"], greedy["span"]["extra_by_job"]
+    both = a.keys() & b.keys()
+    out = {
+        "both_placed": len(both),
+        "milp_looser": sum(a[k] > b[k] for k in both),
+        "milp_tighter": sum(a[k] < b[k] for k in both),
+    }
+    del milp["span"]["extra_by_job"], greedy["span"]["extra_by_job"]
+    return out
 
 
 def _incremental(
@@ -147,8 +190,9 @@ def _incremental(
         "new_placed": sum(1 for k in new if (o := again.outcome(k)) is not None and o.running),
         "running_moved": len(moved),
         "running_preempted": len(stopped),
-        "milp": _side(later, again, seconds),
-        "greedy": _side(later, greedy, greedy_seconds),
+        "milp": (milp_side := _side(later, again, seconds)),
+        "greedy": (greedy_side := _side(later, greedy, greedy_seconds)),
+        "looser_than_greedy": _looser(milp_side, greedy_side),
         "phases_seconds": dict(placer.last_report.phases) if placer.last_report else {},
     }
 
@@ -187,6 +231,27 @@ def _text(r: dict[str, Any]) -> str:
             s["pending"],
         ]
 
+    def span_row(name: str, s: dict[str, Any]) -> list[object]:
+        out: list[object] = [name]
+        for part in ("named", "unnamed"):
+            p = s["span"][part]
+            out += [
+                p["gangs"],
+                "-" if p["at_tightest_pct"] is None else p["at_tightest_pct"],
+                "-" if p["mean_extra_levels"] is None else p["mean_extra_levels"],
+            ]
+        return out
+
+    span_cols = [
+        "span",
+        "gangs (level named)",
+        "at tightest %",
+        "mean extra levels",
+        "gangs (no level)",
+        "at tightest %",
+        "mean extra levels",
+    ]
+    looser = r["looser_than_greedy"]
     lines = [
         f"synth {r['size']} seed {r['seed']}: {r['nodes']} nodes, {r['gpus']} GPUs, {r['jobs']} jobs "
         f"({r['running']} running); policy gap {r['policy']['gap_tolerance_pct']:g}%, "
@@ -194,6 +259,10 @@ def _text(r: dict[str, Any]) -> str:
         table(cols, [row("milp", r["milp"]), row("greedy", r["greedy"])]),
         f"MILP - greedy: {r['better_by']:+.2f} ({r['better_by_pct']:+.2f}%); phases (s): "
         + ", ".join(f"{k} {v}" for k, v in r["phases_seconds"].items()),
+        table(span_cols, [span_row("milp", r["milp"]), span_row("greedy", r["greedy"])]),
+        f"gangs both place anew: {looser['both_placed']}; the MILP's sits wider in "
+        f"{looser['milp_looser']}, tighter in {looser['milp_tighter']} (span: levels above the "
+        "tightest span free with every other job where the plan puts it)",
     ]
     inc = r.get("incremental")
     if inc:

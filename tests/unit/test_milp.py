@@ -15,7 +15,7 @@ from engine.placement.greedy import GreedyPlacer
 from engine.placement.linear import LinearModel, SolveLimits, solve
 from engine.placement.milp import MilpPlacer, incremental_start, realise
 from engine.placement.model import BuildOptions, build, warm_values
-from engine.placement.objective import fair_targets, plan_objective
+from engine.placement.objective import fair_targets, objective_terms, plan_objective
 from engine.placement.plan import OutcomeStatus, PlacementInstance, PlacementPlan
 from engine.placement.preemption import Rights
 from engine.placement.solvers import placer
@@ -103,6 +103,19 @@ def test_the_warm_start_scores_in_the_model_what_greedy_scores() -> None:
         warm = warm_values(model, inst, greedy)
         assert warm is not None and model.lp.violations(warm) == []
         assert model.lp.objective(warm) == pytest.approx(greedy.stats.objective)
+
+
+def test_the_per_node_model_scores_compactness_as_the_plan_does() -> None:
+    """Every node its own class: the compactness model counts each domain a gang uses at
+    every level, so its warm start scores greedy's plan less exactly what its spans cost."""
+    inst = scenario(Policy(fragmentation_weight=0.0))
+    greedy = GreedyPlacer().solve(inst)
+    spans = objective_terms(inst, greedy.outcomes).compactness
+    assert spans > 0
+    model = build(inst, greedy, BuildOptions(small=True, per_node=True, compactness=True))
+    warm = warm_values(model, inst, greedy)
+    assert warm is not None and model.lp.violations(warm) == []
+    assert model.lp.objective(warm) == pytest.approx(greedy.stats.objective - spans)
 
 
 def test_the_bound_bounds_every_legal_plan() -> None:
@@ -205,6 +218,41 @@ def test_an_incremental_solve_moves_nothing_and_places_the_new_job() -> None:
     assert {o.job for o in waiting} == {
         o.job for o in first.outcomes if o.status is OutcomeStatus.PENDING
     }
+
+
+@pytest.mark.parametrize(("seed", "later"), [(1, 3), (3, 3), (4, 3)])
+def test_an_incremental_solve_of_new_jobs_moves_no_running_job(seed: int, later: int) -> None:
+    """The class model may stop a running job whose room the new jobs turn out not to
+    need; the packing then keeps it where it is, and never moves a job the model could
+    only keep or stop (these instances moved 1 to 4 running jobs through repair)."""
+    base = synth_instance("S", seed)
+    inst = replace(base, current=GreedyPlacer().solve(base).placements())
+    after = with_new_jobs(inst, 6, later)
+    new = [j.key for j in after.jobs[len(inst.jobs) :]]
+    plan = HIGHS.solve_incremental(after, new)
+    assert check_plan(after, plan) == []
+    assert [o.job for o in plan.outcomes if o.status is OutcomeStatus.MOVED] == []
+    decided = tuple(j for j in after.jobs if j.key in inst.current or j.key in new)
+    start, _ = incremental_start(replace(after, jobs=decided, basis=after), set(new))
+    assert plan.stats.objective >= start.stats.objective - 1e-6
+
+
+def test_an_incremental_solve_keeps_a_job_no_admitted_job_may_preempt() -> None:
+    """The model ties a stop to the rules per queue, not per preemptor: here it stops
+    team01/job00169 though no job it admits may preempt it (team01 does not borrow).
+    That job stays where it is, the MILP's plan passes audit's attribution, and the
+    solve does not fall back to its greedy start (which it did, admitting none of the 50)."""
+    base = synth_instance("S", 2)
+    plan = GreedyPlacer().solve(base)
+    running = {k: replace(p, started_at=base.now) for k, p in plan.placements().items()}
+    after = with_new_jobs(replace(base, current=running), 50, 1)
+    new = [j.key for j in after.jobs[len(base.jobs) :]]
+    again = HIGHS.solve_incremental(after, new)
+    report = HIGHS.last_report
+    assert report is not None and report.problems == () and not report.fell_back
+    assert check_plan(after, again) == []
+    assert again.outcome("team01/job00169").status is OutcomeStatus.KEPT  # type: ignore[union-attr]
+    assert not any(o.status is OutcomeStatus.MOVED for o in again.outcomes)
 
 
 def test_a_running_job_on_a_failed_node_moves_at_its_cost() -> None:

@@ -547,3 +547,30 @@ def test_merge_policies_deep_merges_in_file_name_order() -> None:
     assert merged["solver"] == {"name": "cbc", "timeLimitSeconds": 60, "gapTolerance": 0.01}
     assert merged["admission"] == default_policy()["admission"]
     assert merge_policies([]) == default_policy()
+
+
+def test_job_slices_are_a_whole_number_below_the_level() -> None:
+    errors = check_job(
+        "  replicas: 6\n  resources: {gpu: 8}\n"
+        "  topology: {level: zone, sliceSize: 4, sliceLevel: nvlink}\n"  # 8
+    )
+    assert where(errors) == [
+        ("teams/vision/jobs/train.yaml", 8, "$.spec.topology.sliceSize", "policy")
+    ]
+    assert "replicas (6) is not a multiple of sliceSize (4)" in errors[0].message
+    errors = check_job(
+        "  replicas: 4\n  resources: {gpu: 8}\n"
+        "  topology: {level: nvlink, sliceSize: 2, sliceLevel: rack}\n"  # 8
+    )
+    assert where(errors) == [
+        ("teams/vision/jobs/train.yaml", 8, "$.spec.topology.sliceLevel", "policy")
+    ]
+    assert "sliceLevel 'rack' must be below level 'nvlink'" in errors[0].message
+    good = "  replicas: 4\n  resources: {gpu: 8}\n  topology: {level: zone, sliceSize: 2, sliceLevel: rack}\n"
+    assert check_job(good) == []
+
+
+def test_an_unconstrained_job_names_no_level() -> None:
+    errors = check_job(JOB_SPEC + "  topology: {mode: unconstrained, level: rack}\n")  # 8
+    assert where(errors) == [("teams/vision/jobs/train.yaml", 8, "$.spec.topology.level", "policy")]
+    assert check_job(JOB_SPEC + "  topology: {mode: unconstrained}\n") == []

@@ -425,3 +425,19 @@ def test_the_fast_check_passes_valid_documents_and_fails_the_classic_mistakes() 
     bad_levels = {**cluster["spec"], "topologyLevels": ["node"]}
     assert validate_document(Document("cluster.yaml", 0, {**cluster, "spec": bad_levels}))
     assert not _passes_fast_check("Cluster", {**cluster, "spec": bad_levels})
+
+
+def test_topology_level_is_required_unless_unconstrained() -> None:
+    assert job("  replicas: 2\n  resources: {gpu: 8}\n  topology: {mode: unconstrained}\n") == []
+    assert (
+        job(
+            "  replicas: 4\n  resources: {gpu: 8}\n  topology: {level: block, sliceSize: 2, sliceLevel: rack}\n"
+        )
+        == []
+    )
+    (error,) = job("  replicas: 2\n  resources: {gpu: 8}\n  topology: {mode: preferred}\n")
+    assert error.path == "$.spec.topology" and "level" in error.message
+    (error,) = job(
+        "  replicas: 2\n  resources: {gpu: 8}\n  topology: {level: block, sliceSize: 2}\n"
+    )
+    assert error.path == "$.spec.topology" and "sliceLevel" in error.message

@@ -85,6 +85,31 @@ def test_a_payload_of_the_wrong_shape_is_refused_with_the_path_to_the_bad_value(
         codec.decode(missing)
 
 
+def test_a_job_stored_before_slices_reads_with_no_slices() -> None:
+    """JobSubmitted v1 written before topology had sliceSize/sliceLevel (and mode unconstrained)."""
+    from engine.model import Resources, TopologyMode, TopologyRequirement
+
+    old = stored(
+        "JobSubmitted",
+        1,
+        {
+            "job": {
+                "name": "train",
+                "queue": "q",
+                "replicas": 2,
+                "resources": {"gpu_milli": 8000, "cpu_milli": 0, "memory_mib": 0},
+                "priority_class": "normal",
+                "priority": 500,
+                "topology": {"level": "rack", "mode": "preferred"},
+            }
+        },
+    )
+    event = codec.decode(old)
+    assert isinstance(event, ev.JobSubmitted)
+    assert event.job.topology == TopologyRequirement("rack", TopologyMode.PREFERRED, None, None)
+    assert event.job.resources == Resources(8000)
+
+
 def test_a_stored_v1_job_preempted_reads_as_v2_with_its_rule_unrecorded() -> None:
     """v2 records the rule that allowed a preemption; a v1 event never knew it."""
     old = stored(
