@@ -68,6 +68,7 @@ RESERVE_MAX_S = 5.0
 # Neighbourhood searches go on while the model's own gap is above this share of the policy's
 # gap: the rest is left for what packing the counts onto nodes loses.
 PACKING_SHARE = 0.5
+QUOTA_TIME_SHARE = 1.0  # of the time left: the quota neighbourhood gains most where it runs
 
 
 @dataclass(frozen=True, slots=True)
@@ -351,11 +352,16 @@ class MilpPlacer:
     ) -> tuple[LinearSolution, float | None]:
         """LP relaxation (every domain open: the bound); then MIPs over neighbourhoods the LP
         suggests, each from the best plan so far: the jobs the LP left fractional, every
-        other job fixed where the LP put it (RENS); the same with the single-replica jobs the
+        other job fixed where the LP put it (RENS); the jobs of the priority class whose
+        nominal quotas the best plan fills furthest short of the LP's, every other job only
+        free to stop (quota: level 1 of the lexicographic objective is a subset sum per queue
+        that the LP fills with part-gangs, and whose integral answer moves hundreds of jobs,
+        far from where RENS fixes them); the same with the single-replica jobs the
         LP leaves out free too, to fill what an integral plan leaves of the LP's part-gangs
         (fill); where that finds nothing better, the jobs the LP runs at all, with the jobs it
         leaves out and the running jobs it keeps fixed (its support); then, while time and gap
-        allow, the jobs where the LP and the best plan disagree (RINS)."""
+        allow, the jobs where the LP and the best plan disagree (RINS), and the quota
+        neighbourhood of the other classes."""
         relaxed = solve(model.lp, self.backend, SolveLimits(left(), 0.0, relax=True))
         self._mark("relaxation")
         bound = relaxed.bound
@@ -370,11 +376,11 @@ class MilpPlacer:
         def short_of_gap() -> bool:
             return best.objective is None or (target is not None and best.objective < target)
 
-        def improve(mode: str, share: float) -> bool:
+        def improve(mode: str, share: float, loose: set[str] | None = None) -> bool:
             nonlocal best
             incumbent = best.values if mode != "rens" else None
             sub = self._fix_and_solve(
-                model, closed, lp_values, incumbent, mode, left, gap, share, target
+                model, closed, lp_values, incumbent, mode, left, gap, share, target, loose
             )
             if sub.values is None or sub.objective is None:
                 return False
@@ -386,6 +392,20 @@ class MilpPlacer:
         improve("rens", 1.0)
         # A solver stops a little after its time limit: a second of margin on large models.
         margin = min(1.0, self._reserve / 4)
+        tried: list[int] = []
+
+        def quota() -> bool:
+            """The next priority class short of its nominal quotas, from the best plan."""
+            if best.values is None or not short_of_gap() or left() <= self._reserve + margin:
+                return False
+            short = _short_of_nominal(model, lp_values, best.values, tried)
+            if short is None:
+                return False
+            tried.append(short[0])
+            improve("quota", QUOTA_TIME_SHARE, short[1])
+            return True
+
+        quota()
         filled = short_of_gap() and left() > self._reserve + margin and improve("fill", 1.0)
         if short_of_gap() and not filled and left() > self._reserve + margin:
             improve("support", 0.85)
@@ -399,6 +419,8 @@ class MilpPlacer:
             rounds += 1
             if not improve("rins", 1.0):
                 break
+        while quota():
+            pass
         return best, bound
 
     def _fix_and_solve(
@@ -412,6 +434,7 @@ class MilpPlacer:
         gap: float,
         share: float,
         enough: float | None = None,
+        loose: set[str] | None = None,
     ) -> LinearSolution:
         """Fix every job whose columns the neighbourhood settles and solve the MIP over the
         others, from the incumbent if there is one, for `share` of the time left or until it
@@ -419,15 +442,18 @@ class MilpPlacer:
         `mode`: "rens" settles the jobs the LP makes integral; "fill" those but the
         single-replica jobs without topology the LP leaves out; "support" the jobs the LP
         leaves out entirely and the running jobs it keeps; "rins" the jobs where the LP and
-        the incumbent agree."""
+        the incumbent agree; "quota" every job but `loose`, each only between the incumbent's
+        values and zero (it may stop, to make room)."""
         lower = list(closed.col_lower)
         upper = list(closed.col_upper)
         fixed_jobs = free_jobs = 0
-        target = lp_values if incumbent is None or mode != "rins" else incumbent
+        target = lp_values if incumbent is None or mode not in ("rins", "quota") else incumbent
         hot = _contested_classes(model, lp_values) if mode == "support" else set()
         for jv in model.jobs.values():
             cols = job_columns(jv)
-            if mode in ("rens", "fill"):
+            if mode == "quota":
+                settled = jv.job.key not in (loose or ())
+            elif mode in ("rens", "fill"):
                 settled = all(abs(lp_values[c] - round(lp_values[c])) <= INTEGRAL for c in cols)
                 settled = settled and not any(lp_values[c] > INTEGRAL for c in jv.escapes)
                 if mode == "fill" and settled and _filler(jv, lp_values):
@@ -444,7 +470,10 @@ class MilpPlacer:
             else:
                 assert incumbent is not None
                 settled = all(abs(lp_values[c] - incumbent[c]) <= INTEGRAL for c in cols)
-            if settled:
+            if settled and mode == "quota":
+                for c in cols:
+                    lower[c], upper[c] = 0.0, float(round(target[c]))
+            elif settled:
                 fixed_jobs += 1
                 for c in cols:
                     lower[c] = upper[c] = float(round(target[c]))
@@ -466,7 +495,9 @@ class MilpPlacer:
         seconds = max(0.2, (left() - self._reserve - margin) * share)
         # A plan as good as the search asks for ends the solve (HiGHS; CBC has no such stop).
         extra = () if enough is None else (("objective_target", enough),)
-        limits = SolveLimits(seconds, gap / 4 if mode in ("support", "fill") else gap, extra=extra)
+        limits = SolveLimits(
+            seconds, gap / 4 if mode in ("support", "fill", "quota") else gap, extra=extra
+        )
         return solve(closed.with_bounds(lower, upper), self.backend, limits, incumbent)
 
     def _mark(self, phase: str) -> None:
@@ -598,6 +629,31 @@ def fix_settled_aux(model: PlacementModel, lower: list[float], upper: list[float
             value = max((lower[c] for c, _ in terms), default=0.0)
         if lower[col] - INTEGRAL <= value <= upper[col] + INTEGRAL:
             lower[col] = upper[col] = value
+
+
+def _short_of_nominal(
+    model: PlacementModel,
+    lp_values: tuple[float, ...],
+    incumbent: tuple[float, ...],
+    tried: Collection[int],
+) -> tuple[int, set[str]] | None:
+    """The priority class, of those not `tried`, whose nominal quotas the incumbent fills
+    furthest short of the LP's (in the objective's value), and its jobs in the queues where
+    it falls short; None where no class falls short."""
+    lost: dict[tuple[str, str, int], float] = {}
+    for col, where in model.nominal.items():
+        lost[where] = model.lp.col_cost[col] * (lp_values[col] - incumbent[col])
+    by_priority: dict[int, float] = defaultdict(float)
+    for (_, _, p), v in lost.items():
+        if p not in tried:
+            by_priority[p] += max(0.0, v)
+    if not by_priority or max(by_priority.values()) <= 0:
+        return None
+    top = max(sorted(by_priority), key=lambda p: by_priority[p])
+    queues = {q for (q, _, p), v in lost.items() if p == top and v > 0}
+    return top, {
+        key for key, jv in model.jobs.items() if jv.job.priority == top and jv.job.queue in queues
+    }
 
 
 def _filler(jv: JobVars, lp_values: tuple[float, ...]) -> bool:

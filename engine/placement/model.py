@@ -225,6 +225,8 @@ class PlacementModel:
     escapes: list[int] = field(default_factory=list)  # pruned domains, in aggregate (bound only)
     # Columns whose warm-start value follows from the others: (col, terms, constant, kind, parameter).
     aux: list[tuple[int, Terms, float, str, float]] = field(default_factory=list)
+    # Level 1 of the objective: each nominal column's queue, flavor and priority.
+    nominal: dict[int, tuple[str, str, int]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -1143,6 +1145,7 @@ class Builder:
             b = self.lp.var(name, 0, nominal, cost=rate, integer=False)
             self.lp.row(name, [(b, 1.0), *((c, -v) for c, v in terms)], upper=const)
             self.aux.append((b, terms, const, "min", nominal))
+            self.model.nominal[b] = (queue_name, flavor, priority)
 
     def add_fairness(self) -> None:
         capacity = capacity_vector(self.instance.nodes)

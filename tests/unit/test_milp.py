@@ -13,7 +13,7 @@ from engine.model import Node, Placement, Policy, PreemptionScope, ReplicaPlacem
 from engine.placement.check import check_plan
 from engine.placement.greedy import GreedyPlacer
 from engine.placement.linear import LinearModel, SolveLimits, solve
-from engine.placement.milp import MilpPlacer, incremental_start, realise
+from engine.placement.milp import MilpPlacer, _short_of_nominal, incremental_start, realise
 from engine.placement.model import BuildOptions, build, warm_values
 from engine.placement.objective import fair_targets, objective_terms, plan_objective
 from engine.placement.plan import OutcomeStatus, PlacementInstance, PlacementPlan
@@ -313,6 +313,53 @@ def test_the_fill_neighbourhood_frees_the_single_replicas_the_lp_leaves_out() ->
         found[mode] = {k for k, jv in model.jobs.items() if sub.values[jv.place] > 0.5}
     assert found["rens"] == set()
     assert found["fill"] == {"q/s0", "q/s1", "q/s2"}
+
+
+def test_the_quota_neighbourhood_frees_the_class_that_falls_short_of_nominal_quota() -> None:
+    """Level 1 of the objective is where an integral plan loses most: from RENS's empty
+    plan, the class that falls furthest short of the LP's nominal fill comes first (the
+    gang, which cannot fit), then the next; the other jobs may only stop, and freeing the
+    small jobs of the lower class fills the quota with them."""
+    jobs = [job("big", replicas=2, gpu=8, priority=900, submitted_at="0")]
+    jobs += [job(f"s{i}", gpu=4, priority=100, submitted_at=str(i + 1)) for i in range(3)]
+    inst = instance(
+        [node("n0"), node("n1")],
+        [queue("q", quotas={"h100": (12, None, None)})],
+        jobs,
+        policy=Policy(gap_tolerance=0.0),
+    )
+    model = build(inst, GreedyPlacer().solve(inst), BuildOptions(small=False))
+    relaxed = solve(model.lp, "highs", SolveLimits(60, 0.0, relax=True))
+    assert relaxed.values is not None
+    placer = MilpPlacer("highs")
+    placer._start()
+    best = placer._fix_and_solve(model, model.lp, relaxed.values, None, "rens", lambda: 60.0, 0, 1)
+    assert best.values is not None
+    tried: list[int] = []
+    classes = []
+    while (short := _short_of_nominal(model, relaxed.values, best.values, tried)) is not None:
+        tried.append(short[0])
+        classes.append(short)
+        sub = placer._fix_and_solve(
+            model,
+            model.lp,
+            relaxed.values,
+            best.values,
+            "quota",
+            lambda: 60.0,
+            0,
+            1,
+            None,
+            short[1],
+        )
+        assert sub.values is not None and model.lp.violations(sub.values) == []
+        best = sub
+    assert classes[:2] == [(900, {"q/big"}), (100, {"q/s0", "q/s1", "q/s2"})]
+    assert {k for k, jv in model.jobs.items() if best.values[jv.place] > 0.5} == {
+        "q/s0",
+        "q/s1",
+        "q/s2",
+    }
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
