@@ -494,7 +494,10 @@ class MilpPlacer:
         margin = min(1.0, self._reserve / 4)
         seconds = max(0.2, (left() - self._reserve - margin) * share)
         # A plan as good as the search asks for ends the solve (HiGHS; CBC has no such stop).
-        extra = () if enough is None else (("objective_target", enough),)
+        # Not in the quota neighbourhood: there HiGHS dropped the start plan, worse than the
+        # target, and found nothing as good in the time (bench synth L: no user solution in
+        # its log), where without the target it starts from it.
+        extra = () if enough is None or mode == "quota" else (("objective_target", enough),)
         limits = SolveLimits(
             seconds, gap / 4 if mode in ("support", "fill", "quota") else gap, extra=extra
         )
