@@ -835,6 +835,8 @@ def _stay_where_possible(
         and jv.place < 0
         and job.key in instance.current
     ]
+    # Any running job the plan stops, moveable or not: a stop no rule allows is undone.
+    running = [job for job in priority_order(instance.jobs) if job.key in instance.current]
     stay: set[str] = set()
 
     def repack(keys: set[str]) -> tuple[Packed, float]:
@@ -846,7 +848,7 @@ def _stay_where_possible(
     for _ in range(3):
         changed = False
         stopped = [j for j in candidates if best.status.get(j.key) is None]
-        if not stopped:
+        if not stopped and all(best.status.get(j.key) is not None for j in running):
             break
         for job in stopped:
             placement = instance.current[job.key]
@@ -863,7 +865,7 @@ def _stay_where_possible(
         if changed:
             best_score = plan_objective(instance, best.outcomes(instance, explain=False))
         lawful = attribution(instance, best.outcomes(instance, explain=False)).by
-        unlawful = {j.key for j in candidates if best.status.get(j.key) is None} - set(lawful)
+        unlawful = {j.key for j in running if best.status.get(j.key) is None} - set(lawful)
         if unlawful:
             packed, score = repack(stay | unlawful)
             kept = {k for k in unlawful if packed.status.get(k) is OutcomeStatus.KEPT}

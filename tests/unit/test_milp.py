@@ -530,3 +530,37 @@ def test_the_allocation_bound_is_at_least_what_any_run_reaches() -> None:
     nodes = trace_nodes()
     run = run_online(nodes, pods, Workload.of(pods, {"T4", "V100"}), "fgd", 1.0)
     assert allocation_bound(nodes, pods, "highs") >= run.allocation - 1e-9
+
+
+@pytest.mark.parametrize("backend", ["highs", "cbc"])
+def test_a_re_solve_never_stops_a_running_job_for_one_of_equal_priority(backend: str) -> None:
+    # Found by hypothesis (tests/contract/test_solvers.py). The model ties stops to the
+    # rules per queue: qa/j4 (priority 100) may be stopped by some job of qa, so once the
+    # non-preemptible j0 is gone the model stopped j4 to admit j3, also priority 100. The
+    # realisation now undoes any stop no rule allows, for every running job.
+    jobs = [
+        job("j0", queue="qa", gpu=0.25, priority=500, preemptible=False, submitted_at="0"),
+        job("j1", queue="qa", gpu=0, priority=100, preemptible=False, submitted_at="1"),
+        job("j2", queue="qa", gpu=0, priority=500, preemptible=False, submitted_at="2"),
+        job("j3", queue="qa", gpu=8, priority=100, preemptible=False, submitted_at="3"),
+        job("j4", queue="qa", gpu=0.25, priority=100, submitted_at="4"),
+    ]
+    queues = [
+        queue("qa", quotas={"h100": (8, None, None), "a100": (0, None, None)}),
+        queue("qb", quotas={"h100": (0, None, None), "a100": (0, None, None)}),
+    ]
+    policy = Policy(solver=backend, preempt_within_queue=PreemptionScope.LOWER_PRIORITY)
+    first_inst = instance([node("n0", gpus=8)], queues, jobs, policy=policy)
+    milp = MilpPlacer(backend)
+    first = milp.solve(first_inst)
+    running = {k: p for k, p in first.placements().items() if k != "qa/j0"}
+    assert "qa/j4" in running and "qa/j3" not in running
+
+    second_inst = replace(first_inst, jobs=tuple(jobs[1:]), current=running)
+    second = milp.solve(second_inst)
+    report = milp.last_report
+    assert report is not None and report.problems == () and not report.fell_back
+    status = {o.job: o.status for o in second.outcomes}
+    assert status["qa/j4"] is OutcomeStatus.KEPT
+    assert status["qa/j3"] is OutcomeStatus.PENDING
+    assert check_plan(second_inst, second) == []
