@@ -14,7 +14,7 @@ from engine.placement.check import check_plan
 from engine.placement.greedy import GreedyPlacer
 from engine.placement.linear import LinearModel, SolveLimits, solve
 from engine.placement.milp import MilpPlacer, _short_of_nominal, incremental_start, realise
-from engine.placement.model import BuildOptions, build, warm_values
+from engine.placement.model import BuildOptions, PlacementModel, build, warm_values
 from engine.placement.objective import fair_targets, objective_terms, plan_objective
 from engine.placement.plan import OutcomeStatus, PlacementInstance, PlacementPlan
 from engine.placement.preemption import Rights
@@ -285,10 +285,10 @@ def test_the_generator_is_seeded_and_sized() -> None:
     assert len(more.jobs) == len(a.jobs) + 5
 
 
-def test_the_fill_neighbourhood_frees_the_single_replicas_the_lp_leaves_out() -> None:
-    """The quota holds three quarters of a gang: the LP runs that, and none of the small
-    jobs. RENS fixes the small jobs where the LP left them and finds only the empty plan;
-    the fill neighbourhood frees them too and fills the quota with them."""
+def _gang_beside_small_jobs() -> tuple[PlacementModel, tuple[float, ...]]:
+    """A quota of 12 GPUs, a 2x8 gang at priority 900 and three 4-GPU jobs at 100: the
+    LP runs three quarters of the gang and none of the small jobs. The model and the LP's
+    values."""
     jobs = [job("big", replicas=2, gpu=8, priority=900, submitted_at="0")]
     jobs += [job(f"s{i}", gpu=4, priority=100, submitted_at=str(i + 1)) for i in range(3)]
     inst = instance(
@@ -300,14 +300,20 @@ def test_the_fill_neighbourhood_frees_the_single_replicas_the_lp_leaves_out() ->
     model = build(inst, GreedyPlacer().solve(inst), BuildOptions(small=False))
     relaxed = solve(model.lp, "highs", SolveLimits(60, 0.0, relax=True))
     assert relaxed.values is not None
-    assert 0 < relaxed.values[model.jobs["q/big"].place] < 1
+    return model, relaxed.values
+
+
+def test_the_fill_neighbourhood_frees_the_single_replicas_the_lp_leaves_out() -> None:
+    """The quota holds three quarters of a gang: the LP runs that, and none of the small
+    jobs. RENS fixes the small jobs where the LP left them and finds only the empty plan;
+    the fill neighbourhood frees them too and fills the quota with them."""
+    model, lp_values = _gang_beside_small_jobs()
+    assert 0 < lp_values[model.jobs["q/big"].place] < 1
     placer = MilpPlacer("highs")
     placer._start()
     found: dict[str, set[str]] = {}
     for mode in ("rens", "fill"):
-        sub = placer._fix_and_solve(
-            model, model.lp, relaxed.values, None, mode, lambda: 60.0, 0.0, 1.0
-        )
+        sub = placer._fix_and_solve(model, model.lp, lp_values, None, mode, lambda: 60.0, 0.0, 1.0)
         assert sub.values is not None and sub.objective is not None
         assert model.lp.violations(sub.values) == []
         found[mode] = {k for k, jv in model.jobs.items() if sub.values[jv.place] > 0.5}
@@ -320,30 +326,20 @@ def test_the_quota_neighbourhood_frees_the_class_that_falls_short_of_nominal_quo
     plan, the class that falls furthest short of the LP's nominal fill comes first (the
     gang, which cannot fit), then the next; the other jobs may only stop, and freeing the
     small jobs of the lower class fills the quota with them."""
-    jobs = [job("big", replicas=2, gpu=8, priority=900, submitted_at="0")]
-    jobs += [job(f"s{i}", gpu=4, priority=100, submitted_at=str(i + 1)) for i in range(3)]
-    inst = instance(
-        [node("n0"), node("n1")],
-        [queue("q", quotas={"h100": (12, None, None)})],
-        jobs,
-        policy=Policy(gap_tolerance=0.0),
-    )
-    model = build(inst, GreedyPlacer().solve(inst), BuildOptions(small=False))
-    relaxed = solve(model.lp, "highs", SolveLimits(60, 0.0, relax=True))
-    assert relaxed.values is not None
+    model, lp_values = _gang_beside_small_jobs()
     placer = MilpPlacer("highs")
     placer._start()
-    best = placer._fix_and_solve(model, model.lp, relaxed.values, None, "rens", lambda: 60.0, 0, 1)
+    best = placer._fix_and_solve(model, model.lp, lp_values, None, "rens", lambda: 60.0, 0, 1)
     assert best.values is not None
     tried: list[int] = []
     classes = []
-    while (short := _short_of_nominal(model, relaxed.values, best.values, tried)) is not None:
+    while (short := _short_of_nominal(model, lp_values, best.values, tried)) is not None:
         tried.append(short[0])
         classes.append(short)
         sub = placer._fix_and_solve(
             model,
             model.lp,
-            relaxed.values,
+            lp_values,
             best.values,
             "quota",
             lambda: 60.0,
