@@ -320,9 +320,9 @@ def _verdict(result: Result) -> str:
     default=50,
     show_default=True,
     type=click.IntRange(min=1),
-    help="Jobs per commit: one commit is one append (one transaction) of 2 x JOBS + 2 events.",
+    help="Jobs per commit: one commit is one append (one transaction) of 2 x JOBS + 2 events,"
+    " plus JOBS JobFinished once LIVE_JOBS are running.",
 )
-@format_option("text", "json")
 @click.option(
     "--live-jobs",
     default=10_000,
@@ -330,6 +330,7 @@ def _verdict(result: Result) -> str:
     type=click.IntRange(min=1),
     help="Jobs in the cluster at any time: older commits' jobs finish as new ones come.",
 )
+@format_option("text", "json")
 def command(
     logs: tuple[str, ...], kafka: str | None, events: int, jobs: int, live_jobs: int, fmt: str
 ) -> None:
