@@ -23,7 +23,9 @@ import click
 
 from engine.model import Node
 from engine.placement.check import check_plan
-from engine.placement.trace import (
+from gitsched.options import fail, format_option
+from gitsched.render import table
+from simulation.trace import (
     TracePod,
     TraceRun,
     Workload,
@@ -35,8 +37,6 @@ from engine.placement.trace import (
     run_online,
     sample_arrivals,
 )
-from gitsched.options import fail, format_option
-from gitsched.render import table
 
 NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
 POD_COLUMNS = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli")

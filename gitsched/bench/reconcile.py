@@ -30,13 +30,13 @@ import yaml
 from engine.errors import GitschedError
 from engine.model import GPU_MILLI, Isolation, Job, Node, Queue
 from engine.placement.plan import OutcomeStatus
-from engine.placement.synth import CLUSTER, SIZES, synth_jobs, synth_nodes, synth_queues
 from eventlog import open_log
 from eventlog.base import EventLogError
 from gitsched.options import fail, format_option
 from gitsched.render import table
 from reconciler.git import GitRepo
 from reconciler.loop import Reconciler
+from simulation.synth import CLUSTER, SIZES, synth_jobs, synth_nodes, synth_queues
 
 API = "gitsched.io/v1"
 GOAL_TIME = {"S": 60.0, "M": 10.0, "L": 30.0}  # the size's solve time limit, as in bench synth

@@ -20,10 +20,10 @@ from engine.placement.check import check_plan
 from engine.placement.greedy import GreedyPlacer
 from engine.placement.milp import MilpPlacer
 from engine.placement.plan import OutcomeStatus, PlacementInstance, PlacementPlan
-from engine.placement.synth import SIZES, synth_instance, with_new_jobs
 from engine.placement.topology import GangSpan, gang_spans
 from gitsched.options import fail, format_option
 from gitsched.render import table
+from simulation.synth import SIZES, synth_instance, with_new_jobs
 
 GOALS = {"S": (0.0, 60.0), "M": (0.01, 10.0), "L": (0.02, 30.0)}  # gap, time limit
 NEW_JOBS = 50

@@ -11,8 +11,8 @@ from engine import events as ev
 from engine.codec import to_data
 from engine.core import ApplyPlan, decide, placement_instance
 from engine.placement.solvers import solve
-from engine.placement.synth import synth_instance
 from engine.state import ClusterState, fold
+from simulation.synth import synth_instance
 
 
 def main(solver: str) -> None:

@@ -19,7 +19,7 @@ from engine.placement.objective import fair_targets, objective_terms, plan_objec
 from engine.placement.plan import OutcomeStatus, PlacementInstance, PlacementPlan
 from engine.placement.preemption import Rights
 from engine.placement.solvers import placer
-from engine.placement.synth import SIZES, synth_instance, with_new_jobs
+from simulation.synth import SIZES, synth_instance, with_new_jobs
 from tests.unit.factories import instance, job, node, queue
 
 HIGHS = MilpPlacer("highs")
@@ -472,7 +472,7 @@ def trace_nodes() -> list[Node]:
 def test_arrivals_stop_before_passing_the_demand() -> None:
     import random
 
-    from engine.placement.trace import TracePod, sample_arrivals
+    from simulation.trace import TracePod, sample_arrivals
 
     pods = [TracePod("a", 1000, 1024, 1, 1000), TracePod("b", 1000, 1024, 1, 500)]
     arrivals = sample_arrivals(pods, 5000, 1.3, random.Random(1).randrange)
@@ -493,7 +493,7 @@ def test_workload_fragmentation_counts_what_the_shapes_cannot_use() -> None:
 
 
 def test_online_trace_plans_pass_the_checker_and_keep_whole_gpus_for_whole_pods() -> None:
-    from engine.placement.trace import TracePod, Workload, as_plan, run_online
+    from simulation.trace import TracePod, Workload, as_plan, run_online
 
     pods = [TracePod("s", 1000, 1024, 1, 500)] * 2 + [TracePod("w", 1000, 1024, 2, 1000)]
     workload = Workload.of(pods, {"T4", "V100"})
@@ -505,7 +505,7 @@ def test_online_trace_plans_pass_the_checker_and_keep_whole_gpus_for_whole_pods(
 
 
 def test_a_window_solve_moves_a_share_to_make_room_for_a_whole_gpu() -> None:
-    from engine.placement.trace import TraceCluster, TracePod, TraceRun, Workload, window_solve
+    from simulation.trace import TraceCluster, TracePod, TraceRun, Workload, window_solve
 
     nodes = trace_nodes()[:1]
     share = TracePod("s", 1000, 1024, 1, 300)
@@ -520,7 +520,7 @@ def test_a_window_solve_moves_a_share_to_make_room_for_a_whole_gpu() -> None:
 
 
 def test_the_allocation_bound_is_at_least_what_any_run_reaches() -> None:
-    from engine.placement.trace import TracePod, Workload, allocation_bound, run_online
+    from simulation.trace import TracePod, Workload, allocation_bound, run_online
 
     pods = [TracePod("s", 1000, 1024, 1, 700)] * 4 + [TracePod("w", 1000, 1024, 2, 1000)] * 2
     nodes = trace_nodes()

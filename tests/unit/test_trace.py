@@ -1,4 +1,4 @@
-"""Trace-driven placement (engine/placement/trace.py) on tiny hand-made traces."""
+"""Trace-driven placement (simulation/trace.py) on tiny hand-made traces."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from engine.model import Node
 from engine.placement.check import check_plan
 from engine.placement.objective import stranded_gpu
-from engine.placement.trace import (
+from simulation.trace import (
     TraceCluster,
     TracePod,
     TraceRun,
