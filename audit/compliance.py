@@ -1,7 +1,7 @@
 """`audit compliance`: the checks an auditor asks for, each with the events that show it.
 
 The fold checks every placement, preemption, solve and queue change as it reads
-them (`audit.projection`); this module lists the results. A violation names the
+them (`audit.projection.checks`); this module lists the results. A violation names the
 seqs of its evidence, and `describe` turns them into event types and ids read
 back from the log, so anyone can check them with `gitsched state --seq`.
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from audit.projection import (
+from audit.projection.vocabulary import (
     CHECK_APPROVAL,
     CHECK_ISOLATION,
     CHECK_LIMITS,
@@ -104,7 +104,7 @@ def describe(log: LogReader, violations: list[dict[str, Any]], limit: int = 500)
             try:
                 event = next(iter(log.read(seq - 1, until_seq=seq)), None)
             except EventLogError:
-                event = None  # unreadable now: `audit verify` says why
+                event = None  # unreadable now: `log verify` says why
             named.append(
                 {
                     "seq": seq,

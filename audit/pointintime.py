@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from audit.projection import (
+from audit.projection.vocabulary import (
     KIND_CLUSTER,
     KIND_NODE,
     KIND_PENDING,

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from audit.projection import DAY
+from audit.projection.vocabulary import DAY
 from audit.store import AuditStore, rows
 from audit.window import first_id_from, placement_window
 

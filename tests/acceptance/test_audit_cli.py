@@ -4,7 +4,7 @@ Golden tests: the log of `audit_fixtures.HISTORY` is reconciled with a fixed
 clock, so every answer is the same on every run and is compared with the files
 in audit_golden/ (GITSCHED_UPDATE_GOLDEN=1 rewrites them after a deliberate
 change). Also: a view rebuilt from 0 equals one built incrementally, the same
-log always gives the same report, and a tampered log fails `audit verify`.
+log always gives the same report, and a tampered log fails `log verify`.
 """
 
 from __future__ import annotations
@@ -79,7 +79,7 @@ QUERIES: dict[str, tuple[str, ...]] = {
         "2025-11-16T15:30Z",
     ),
     "at-seq-30": ("at", "--seq", "30"),
-    "at-time": ("at", "2025-11-16T14:30:00Z"),
+    "at-time": ("at", "--at", "2025-11-16T14:30:00Z"),
     "usage-team": ("usage", "--by", "team", *PERIOD),
     "usage-user": ("usage", "--by", "user", *PERIOD),
     "usage-flavor": ("usage", "--by", "flavor", *PERIOD),
@@ -205,32 +205,32 @@ def tamper(log: Path, sql: str) -> None:
 
 def test_a_tampered_log_fails_verify_and_names_the_first_broken_event(audited: Path) -> None:
     log = audited / ".gitsched" / "log.db"
-    ok = gitsched_cli("audit", "verify", "--repo", audited, "--format", "json").json()
+    ok = gitsched_cli("log", "verify", "--repo", audited, "--format", "json").json()
     assert ok["ok"] and ok["broken"] is None
     gitsched_cli("audit", "history", "--team", "ml", "--repo", audited)  # the view reads it all
     tamper(
         log,
         "UPDATE events SET data = replace(data, '\"gpu_milli\":1000', '\"gpu_milli\":100') WHERE seq = 23",
     )
-    broken = gitsched_cli("audit", "verify", "--repo", audited, expect=1)
+    broken = gitsched_cli("log", "verify", "--repo", audited, expect=1)
     assert broken.stdout.startswith("BROKEN at seq 23 (PlacementDecided ")
     assert "content does not match its hash" in broken.stdout
-    data = gitsched_cli("audit", "verify", "--repo", audited, "--format", "json", expect=1).json()
+    data = gitsched_cli("log", "verify", "--repo", audited, "--format", "json", expect=1).json()
     assert data["broken"]["seq"] == 23 and data["broken"]["type"] and data["broken"]["id"]
 
 
 def test_a_deleted_event_is_a_gap_and_the_view_refuses_a_rewritten_log(audited: Path) -> None:
     log = audited / ".gitsched" / "log.db"
     tamper(log, "DELETE FROM events WHERE seq = 12")
-    broken = gitsched_cli("audit", "verify", "--repo", audited, expect=1)
+    broken = gitsched_cli("log", "verify", "--repo", audited, expect=1)
     assert "BROKEN at seq 12" in broken.stdout and "missing" in broken.stdout
     refused = gitsched_cli("audit", "history", "--team", "ml", "--repo", audited, expect=2)
-    assert "audit verify" in refused.stderr
+    assert "log verify" in refused.stderr
 
 
 def test_the_view_refuses_a_log_rewritten_after_it_was_read(audited: Path) -> None:
     gitsched_cli("audit", "changes", "--repo", audited)
-    last = gitsched_cli("audit", "verify", "--repo", audited, "--format", "json").json()["events"]
+    last = gitsched_cli("log", "verify", "--repo", audited, "--format", "json").json()["events"]
     tamper(audited / ".gitsched" / "log.db", f"UPDATE events SET hash = 'x' WHERE seq = {last}")
     refused = gitsched_cli("audit", "history", "--team", "ml", "--repo", audited, expect=2)
     assert "rewritten" in refused.stderr and "rebuild" in refused.stderr
@@ -243,8 +243,8 @@ def test_mistakes_get_one_line_and_exit_2(audited: Path) -> None:
     for args, says in (
         (("history",), "give one of --job"),
         (("history", "--job", "x", "--since", "yesterday"), "not an ISO-8601 time"),
-        (("at",), "give a TIME or --seq"),
-        (("at", "2025-11-16", "--seq", "3"), "give a TIME or --seq"),
+        (("at",), "give --at TIME or --seq N"),
+        (("at", "--at", "2025-11-16", "--seq", "3"), "give --at TIME or --seq N"),
         (("usage", "--since", "2025-11-17", "--until", "2025-11-16"), "--since is after --until"),
     ):
         run = gitsched_cli("audit", *args, "--repo", audited, expect=2)
@@ -273,7 +273,7 @@ def test_a_row_that_is_not_json_stops_the_view_with_one_line(audited: Path) -> N
     refused = gitsched_cli("audit", "history", "--team", "ml", "--repo", audited, expect=2)
     assert "seq 14: the stored data is not JSON" in refused.stderr
     assert not list((audited / ".gitsched").glob("audit.db*"))  # no half-built view left
-    broken = gitsched_cli("audit", "verify", "--repo", audited, expect=1)
+    broken = gitsched_cli("log", "verify", "--repo", audited, expect=1)
     assert broken.stdout.startswith("BROKEN at seq 14")
 
 

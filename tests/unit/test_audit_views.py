@@ -21,13 +21,14 @@ from hypothesis import strategies as st
 
 from audit import history, usage
 from audit.pointintime import cluster_at
-from audit.store import AuditStore, EventList, catch_up, rebuild
+from audit.catchup import catch_up, rebuild
+from audit.store import AuditStore, EventList
 from engine.codec import to_data
 from engine.model import GPU_MILLI
 from engine.state import ClusterState, evolve
 from eventlog.codec import decode
 from eventlog.envelope import StoredEvent, verify_chain
-from gitsched.bench.audit import synthetic_events, synthetic_log
+from simulation.history import synthetic_events, synthetic_log
 
 
 @cache
