@@ -15,9 +15,9 @@ import pytest
 from audit import changes as changes_query
 from audit import compliance as compliance_query
 from audit import history, usage
+from audit.catchup import catch_up
 from audit.pointintime import cluster_at, seq_at_time
 from audit.projection.state import ProjectionState
-from audit.catchup import catch_up
 from audit.store import AuditError, AuditStore, EventList
 from engine import events as ev
 from engine.model import CommitInfo, Isolation, NodeState, Owner, Policy, ReplicaPlacement

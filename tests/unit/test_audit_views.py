@@ -20,8 +20,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from audit import history, usage
-from audit.pointintime import cluster_at
 from audit.catchup import catch_up, rebuild
+from audit.pointintime import cluster_at
 from audit.store import AuditStore, EventList
 from engine.codec import to_data
 from engine.model import GPU_MILLI
