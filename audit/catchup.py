@@ -258,7 +258,7 @@ def rebuild(
     progress: Progress | None = None,
     batch_events: int = BATCH_EVENTS,
     writer_process: bool | None = None,
-    verify: bool = False,
+    verify: bool = True,
 ) -> CatchUp:
     """Replay the whole log into an empty view, then put it in place of the old one.
 
@@ -266,7 +266,8 @@ def rebuild(
     whether usage accounting and SQLite's inserts run in a second process
     (`audit.writer`) while this one reads and folds the log; by default, when there are
     two cores and a long log to replay. If that process cannot start, this one writes.
-    `verify`: check the whole chain on the way, as `catch_up` does."""
+    `verify`: check the whole chain on the way, as `catch_up` does, so that evidence
+    queries after it verify only what comes next."""
     target = Path(path)
     fresh = target.with_name(f"{target.name}.rebuild-{os.getpid()}")
     if writer_process is None:
@@ -308,14 +309,14 @@ def open_view(
 ) -> tuple[AuditStore, CatchUp]:
     """The audit view at `path`, caught up with the log: what every query starts with.
 
-    A view that does not exist yet is built the way `rebuild` builds one. `verify`: see
-    `catch_up`."""
+    A view that does not exist yet is built the way `rebuild` builds one, verified.
+    `verify`: see `catch_up`."""
     if str(path) != ":memory:" and not Path(path).exists():
-        rebuild(log, path, progress=progress, verify=verify)
+        rebuild(log, path, progress=progress)
     try:
         store = AuditStore(path)
     except ViewOutdated:
-        rebuild(log, path, progress=progress, verify=verify)  # the view is a cache: make it anew
+        rebuild(log, path, progress=progress)  # the view is a cache: make it anew
         store = AuditStore(path)
     try:
         result = catch_up(log, store, progress=progress, verify=verify)

@@ -8,8 +8,10 @@ back from the log, so anyone can check them with `gitsched state --seq`.
 
 from __future__ import annotations
 
-import json
+from collections import Counter
 from typing import Any
+
+import orjson
 
 from audit.projection.vocabulary import (
     CHECK_APPROVAL,
@@ -69,15 +71,16 @@ def compliance(
             "time": r["time"],
             "subject": r["subject"],
             "message": r["message"],
-            "evidence": json.loads(r["evidence"]),
+            "evidence": orjson.loads(r["evidence"]),
             "until_seq": r["end_seq"],
             "until": r["end_time"],
         }
         for r in found
     ]
+    counts = Counter(r["check_name"] for r in found)
     checks = []
     for name in CHECKS:
-        count = sum(1 for v in violations if v["check"] == name)
+        count = counts[name]
         checks.append(
             {
                 "check": name,

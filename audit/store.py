@@ -121,6 +121,7 @@ CREATE INDEX IF NOT EXISTS open_placements_name ON open_placements(name);
 CREATE INDEX IF NOT EXISTS marks_time ON marks(time);
 CREATE INDEX IF NOT EXISTS changes_commit ON changes(commit_seq);
 CREATE INDEX IF NOT EXISTS changes_team ON changes(team);
+CREATE INDEX IF NOT EXISTS violations_seq ON violations(seq);
 """
 
 

@@ -33,7 +33,7 @@ from eventlog.envelope import format_time
 from eventlog.sqlite import sqlite_path_from_url
 from gitsched.cli_log import verify_command as log_verify
 from gitsched.config import DEFAULT_LOG_DIR, resolve_log_url
-from gitsched.exit_codes import EXIT_INVALID, EXIT_NOT_FOUND, EXIT_OK
+from gitsched.exit_codes import EXIT_ERROR, EXIT_INVALID, EXIT_NOT_FOUND, EXIT_OK
 from gitsched.options import (
     broken_chain_message,
     emit_rows,
@@ -123,7 +123,11 @@ def view(
         try:
             store, _ = open_view(event_log, path, progress=progress, verify=verify)
         except ChainBroken as e:
-            fail(broken_chain_message(e.broken.seq, e.broken.reason), EXIT_INVALID)
+            # Evidence from a broken chain is a "no" (exit 1); a lookup cannot answer (2).
+            fail(
+                broken_chain_message(e.broken.seq, e.broken.reason),
+                EXIT_INVALID if verify else EXIT_ERROR,
+            )
         finally:
             close()
         try:
@@ -160,6 +164,8 @@ def rebuild(log_url: str | None, repo: str, db_path: str | None) -> None:
         progress, close = _progress_bar()
         try:
             result: CatchUp = rebuild_view(event_log, path, progress=progress)
+        except ChainBroken as e:
+            fail(broken_chain_message(e.broken.seq, e.broken.reason), EXIT_INVALID)
         finally:
             close()
     click.echo(
