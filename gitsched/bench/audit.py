@@ -27,15 +27,40 @@ from audit import changes as changes_query
 from audit import compliance as compliance_query
 from audit import history, pointintime, usage
 from audit.catchup import catch_up, rebuild
-from audit.store import AuditStore, checked_meta
+from audit.store import AuditStore, EventList, checked_meta
 from audit.verify import verify_log
+from eventlog.codec import decode
 from eventlog.envelope import GENESIS_HASH
+from eventlog.sqlite import SQLiteEventLog
 from gitsched.options import format_option
 from gitsched.render import table
 from simulation.history import SIMULATION_VERSION, synthetic_log
 
 # How many new events the tail-verification timing gives the view to verify.
 TAIL_EVENTS = 1000
+
+
+# Events whose decoding into `engine.events` classes is timed against the fold's own cost.
+DECODE_SAMPLE = 50_000
+
+
+def _decode_against_fold(log: SQLiteEventLog, events: int) -> dict[str, float]:
+    """CPU microseconds an event: decoding into typed events (what a typed fold would add;
+    SolveCompleted's payload is not read) against the fold and its SQLite writes."""
+    sample = list(log.read(0, until_seq=events))
+    started = time.process_time()
+    for event in sample:
+        if event.type != "SolveCompleted":
+            decode(event)
+    decode_s = time.process_time() - started
+    with AuditStore(":memory:") as scratch:
+        started = time.process_time()
+        catch_up(EventList(sample), scratch)
+        fold_s = time.process_time() - started
+    return {
+        "decode_cpu_us_per_event": round(decode_s / len(sample) * 1e6, 2),
+        "fold_cpu_us_per_event": round(fold_s / len(sample) * 1e6, 2),
+    }
 
 
 def _children_cpu() -> float:
@@ -99,6 +124,7 @@ def command(events: int, seed: int, work_dir: str, samples: int, fmt: str) -> No
         "view_mib": round(view_path.stat().st_size / 2**20, 1),
         "queries": {},
     }
+    results.update(_decode_against_fold(log, min(head, DECODE_SAMPLE)))
     store = AuditStore(view_path)
     rng = random.Random(seed)
     jobs = [r[0] for r in store.db.execute("SELECT DISTINCT job FROM placements")]
@@ -212,6 +238,11 @@ def command(events: int, seed: int, work_dir: str, samples: int, fmt: str) -> No
         f"+ {results['rebuild_writer_cpu_s']} s in the writer process, "
         f"{results['rebuild_events_per_cpu_s']:,} events per CPU-second "
         f"(1-minute load average {results['load_average_1m']} on {os.cpu_count()} CPUs)"
+    )
+    click.echo(
+        f"typed events: decoding costs {results['decode_cpu_us_per_event']} µs of CPU an event, "
+        f"the fold and its writes {results['fold_cpu_us_per_event']} µs "
+        f"(first {min(head, DECODE_SAMPLE):,} events)"
     )
     click.echo("")
     click.echo(
