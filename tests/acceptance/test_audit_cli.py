@@ -219,6 +219,27 @@ def test_a_tampered_log_fails_verify_and_names_the_first_broken_event(audited: P
     assert data["broken"]["seq"] == 23 and data["broken"]["type"] and data["broken"]["id"]
 
 
+def test_evidence_verifies_only_the_tail_and_log_verify_the_whole_chain(audited: Path) -> None:
+    log = audited / ".gitsched" / "log.db"
+    gitsched_cli("audit", "changes", "--repo", audited)  # builds the view, verified to the head
+    with sqlite3.connect(audited / ".gitsched" / "audit.db") as view:
+        checked = dict(view.execute("SELECT key, value FROM meta WHERE key LIKE 'chain_checked%'"))
+        offset = dict(view.execute("SELECT key, value FROM meta WHERE key LIKE 'offset%'"))
+    assert checked == {
+        "chain_checked": offset["offset"],
+        "chain_checked_hash": offset["offset_hash"],
+    }
+    # A change before the verified offset: the tail verification does not re-read it...
+    tamper(log, "UPDATE events SET actor = actor || ' (edited)' WHERE seq = 5")
+    gitsched_cli("audit", "changes", "--repo", audited, expect=0)
+    # ...`log verify` reads it all, and finds it; its old name still works, and says so.
+    assert gitsched_cli("log", "verify", "--repo", audited, expect=1).stdout.startswith(
+        "BROKEN at seq 5"
+    )
+    moved = gitsched_cli("audit", "verify", "--repo", audited, expect=1)
+    assert moved.stdout.startswith("BROKEN at seq 5") and "log verify" in moved.stderr
+
+
 def test_a_deleted_event_is_a_gap_and_the_view_refuses_a_rewritten_log(audited: Path) -> None:
     log = audited / ".gitsched" / "log.db"
     tamper(log, "DELETE FROM events WHERE seq = 12")
