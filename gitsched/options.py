@@ -17,7 +17,7 @@ from engine.errors import GitschedError
 from eventlog import open_log
 from eventlog.base import EventLog, EventLogError
 from gitsched.config import resolve_log_url, snapshot_dir
-from gitsched.exit_codes import EXIT_ERROR, EXIT_INVALID
+from gitsched.exit_codes import EXIT_ERROR
 from gitsched.render import table
 
 LOG_OPTION_HELP = (
@@ -36,16 +36,6 @@ def broken_chain_message(seq: int, reason: str) -> str:
         f"the log's hash chain is broken at seq {seq}: {reason}; what it says cannot be"
         " trusted (`gitsched log verify` names the break)"
     )
-
-
-def require_intact_chain(event_log: EventLog) -> None:
-    """Exit 1 with a message when the log's hash chain is broken: an auditor's answer
-    (a change, a state, a compliance result) from a tampered log would be a lie."""
-    from audit.verify import verify_log
-
-    broken = verify_log(event_log).broken
-    if broken is not None:
-        fail(broken_chain_message(broken.seq, broken.reason), EXIT_INVALID)
 
 
 @contextmanager
