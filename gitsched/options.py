@@ -166,9 +166,9 @@ class LazyGroup(click.Group):
 
 def point_in_time(f: Callable[..., Any]) -> Callable[..., Any]:
     """`--at TIME | --seq N`: one spelling of a moment in the log for `state` and `audit at`."""
-    f = click.option("--seq", type=click.IntRange(min=0), help="Right after this event (its seq).")(
-        f
-    )
+    f = click.option(
+        "--seq", type=click.IntRange(min=0), metavar="N", help="Right after event N (its seq)."
+    )(f)
     return click.option(
         "--at", "at_time", metavar="TIME", help="At this time (ISO-8601, UTC if no zone)."
     )(f)
