@@ -347,11 +347,6 @@ def plan_change(
         notes=tuple(notes),
         commits=commits,
     )
-    head_loaded = load_commit(repo, head_sha, cache=specs)
-    if head_loaded.desired is None:
-        return dataclasses.replace(skeleton, errors=head_loaded.errors)
-    desired = head_loaded.desired
-
     # The reconciler's own steps: first a solve the log still owes, then each commit.
     before = start.state
     groups: list[EventGroup] = []
@@ -366,7 +361,10 @@ def plan_change(
     steps = list(commit_steps(repo, before, _since(repo, last, head_sha, base_sha), specs=specs))
     after = steps[-1].state if steps else before
     groups.extend(g for step in steps for g in step.groups)
-    solved = [step.plan for step in steps if step.plan is not None]
+    head_loaded = load_commit(repo, head_sha, cache=specs)
+    if head_loaded.desired is None:
+        return dataclasses.replace(skeleton, errors=head_loaded.errors, groups=tuple(groups))
+    desired = head_loaded.desired
     for step in steps:
         if isinstance(step.intent, RejectCommit):
             commit, (first, *more) = step.intent.commit, step.intent.errors or (None,)
@@ -375,12 +373,13 @@ def plan_change(
                 f"merged as it is, the reconciler would reject {commit.sha[:12]} "
                 f"({commit.subject}): {why}" + (f" (and {len(more)} more)" if more else "")
             )
+    solved = [step.plan for step in steps if step.plan is not None]
 
     # What HEAD declares, against BASE as the cluster runs it: one diff, however many
     # commits the branch has and whatever the reconciler makes of them.
     declared_events = decide(before, ApplyCommit(head_info, desired))
     declared = fold(declared_events, before)
-    effects, kept = _effects(before, after, [e for g in groups for e in g.events])
+    effects, kept = _effects(before, after, [e for step in steps for e in step.events])
 
     # The change as one merge of HEAD into BASE: every commit in BASE..HEAD (the rule a
     # merge commit meets in the reconciler); HEAD itself when BASE is HEAD.
