@@ -223,7 +223,9 @@ def _commit_info(repo: GitRepo, sha: str) -> CommitInfo:
 def _since(repo: GitRepo, last: CommitInfo | None, rev: str, base_sha: str) -> list[CommitInfo]:
     """The commits up to `rev` the reconciler would read after `last`, the log's newest
     (as `commits_since`); those after `base_sha` when `rev` does not descend from `last`."""
-    if last is not None and last.sha != rev and repo.is_ancestor(last.sha, rev):
+    if last is not None and last.sha == rev:
+        return []  # the log holds it already
+    if last is not None and repo.is_ancestor(last.sha, rev):
         return repo.commits(f"{last.sha}..{rev}")
     if base_sha == rev:
         return []
