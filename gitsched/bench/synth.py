@@ -3,7 +3,8 @@
 
 The Policy of each size asks for the goal's gap within the goal's time (S: gap 0,
 M: 1% in 10 s, L: 2% in 30 s); `--incremental` then adds 50 jobs to the solved L
-cluster and re-solves only what changed.
+cluster and re-solves only what changed. Every solve is the reconciler's own placement
+step (`reconciler.step.place`) on the state the instance describes, greedy's included.
 """
 
 from __future__ import annotations
@@ -15,18 +16,43 @@ from typing import Any
 
 import click
 
+from engine import events as ev
+from engine.core import placement_instance
 from engine.model import GPU_MILLI, Policy
 from engine.placement.check import check_plan
-from engine.placement.greedy import GreedyPlacer
 from engine.placement.milp import MilpPlacer
 from engine.placement.plan import OutcomeStatus, PlacementInstance, PlacementPlan
+from engine.placement.solvers import placer
 from engine.placement.topology import GangSpan, gang_spans
+from engine.state import ClusterState, fold
 from gitsched.options import fail, format_option
 from gitsched.render import table
-from simulation.synth import SIZES, synth_instance, with_new_jobs
+from reconciler.step import place
+from simulation.synth import NOW, SIZES, synth_instance, with_new_jobs
 
 GOALS = {"S": (0.0, 60.0), "M": (0.01, 10.0), "L": (0.02, 30.0)}  # gap, time limit
 NEW_JOBS = 50
+
+
+def _state_of(instance: PlacementInstance) -> ClusterState:
+    """The cluster `instance` describes, as the reconciler's folded state."""
+    setup: list[ev.Event] = [ev.PolicyChanged(instance.policy)]
+    if instance.cluster is not None:
+        setup.append(ev.ClusterConfigured(instance.cluster))
+    setup += [ev.NodeRegistered(n) for n in instance.nodes]
+    setup += [ev.QueueConfigured(q) for q in instance.queues]
+    setup += [ev.JobSubmitted(j) for j in instance.jobs]
+    setup += [
+        ev.PlacementDecided(k, p.flavor, p.replicas, "admitted", "admitted", "synth", p.started_at)
+        for k, p in sorted(instance.current.items())
+    ]
+    return fold(setup, ClusterState())
+
+
+def _phases(solver: str) -> dict[str, float]:
+    chosen = placer(solver)
+    report = chosen.last_report if isinstance(chosen, MilpPlacer) else None
+    return dict(report.phases) if report else {}
 
 
 def _span_summary(spans: list[GangSpan]) -> dict[str, Any]:
@@ -108,14 +134,15 @@ def command(
         time_limit_s=goal_time if time_limit is None else time_limit,
     )
     started = time.perf_counter()
-    instance = synth_instance(size, seed, policy)
+    state = _state_of(synth_instance(size, seed, policy))
+    instance = placement_instance(state, NOW)  # what the step's solvers see
     built = time.perf_counter() - started
-    placer = MilpPlacer(solver)
     t = time.perf_counter()
-    plan = placer.solve(instance)
+    plan = place(state, NOW, solver=solver)
     milp_seconds = time.perf_counter() - t
+    phases = _phases(solver)
     t = time.perf_counter()
-    greedy = GreedyPlacer().solve(instance)
+    greedy = place(state, NOW, solver="greedy")
     greedy_seconds = time.perf_counter() - t
     spec = SIZES[size]
     result: dict[str, Any] = {
@@ -132,7 +159,7 @@ def command(
         "generate_seconds": round(built, 2),
         "milp": _side(instance, plan, milp_seconds),
         "greedy": _side(instance, greedy, greedy_seconds),
-        "phases_seconds": dict(placer.last_report.phases) if placer.last_report else {},
+        "phases_seconds": phases,
     }
     result["looser_than_greedy"] = _looser(result["milp"], result["greedy"])
     result["better_by"] = round(plan.stats.objective - greedy.stats.objective, 2)
@@ -143,7 +170,7 @@ def command(
         2,
     )
     if incremental:
-        result["incremental"] = _incremental(instance, plan, placer, seed)
+        result["incremental"] = _incremental(instance, plan, solver, seed)
     if fmt == "json":
         click.echo(json.dumps(result, indent=2))
     else:
@@ -170,18 +197,21 @@ def _looser(milp: dict[str, Any], greedy: dict[str, Any]) -> dict[str, int]:
 
 
 def _incremental(
-    instance: PlacementInstance, plan: PlacementPlan, placer: MilpPlacer, seed: int
+    instance: PlacementInstance, plan: PlacementPlan, solver: str, seed: int
 ) -> dict[str, Any]:
     """The solved cluster a moment later, 50 jobs more: only they (and what they may preempt) move."""
     running = {k: replace(p, started_at=instance.now) for k, p in plan.placements().items()}
     later = with_new_jobs(replace(instance, current=running), NEW_JOBS, seed)
     later = replace(later, policy=replace(later.policy, time_limit_s=1.0))
-    new = [j.key for j in later.jobs[len(instance.jobs) :]]
+    new = frozenset(j.key for j in later.jobs[len(instance.jobs) :])
+    state = _state_of(later)
+    later = placement_instance(state, instance.now)
     t = time.perf_counter()
-    again = placer.solve_incremental(later, new)
+    again = place(state, instance.now, new, solver)
     seconds = time.perf_counter() - t
+    phases = _phases(solver)
     t = time.perf_counter()
-    greedy = GreedyPlacer().solve(later)
+    greedy = place(state, instance.now, new, "greedy")
     greedy_seconds = time.perf_counter() - t
     moved = [o.job for o in again.outcomes if o.status is OutcomeStatus.MOVED]
     stopped = [o.job for o in again.outcomes if o.status is OutcomeStatus.PREEMPTED]
@@ -193,7 +223,7 @@ def _incremental(
         "milp": (milp_side := _side(later, again, seconds)),
         "greedy": (greedy_side := _side(later, greedy, greedy_seconds)),
         "looser_than_greedy": _looser(milp_side, greedy_side),
-        "phases_seconds": dict(placer.last_report.phases) if placer.last_report else {},
+        "phases_seconds": phases,
     }
 
 
