@@ -12,7 +12,7 @@ priority classes matters, never their values (engine.placement.preemption has th
    than their preferred topology domain.
 Each level's weight is above everything the levels below can add up to in the instance.
 
-The MILP in `model.py` expresses each term linearly; its versions never exceed these (its
+The MILP in `formulation.py` expresses each term linearly; its versions never exceed these (its
 objective is an upper bound of this score), so its LP bound bounds every plan's score.
 """
 

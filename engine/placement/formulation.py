@@ -1,44 +1,35 @@
-"""The placement MILP, built from typed inputs: one model for admission, flavors, gangs,
-topology, quotas, preemption, moves, fairness and fragmentation.
+"""The placement MILP's formulation, built from typed inputs: one formulation for admission,
+flavors, gangs, topology, quotas, preemption, moves, fairness and fragmentation.
 
-Scale comes from aggregation: nodes that are interchangeable (same attributes, same
-free GPUs after the jobs that cannot move, same topology domains) form one class,
-and the model counts replicas per class, not per node. Capacity rows per class are
-necessary conditions of node-level packing (GPU counts, shares, CPU, memory, and
-"at most floor(free/s) items of size >= s per node"), so the model is a relaxation
-of the real problem and its bound bounds every plan; `milp.py` packs the chosen
-counts onto nodes and GPUs. Large instances also aggregate jobs without topology
-onto coarse classes that ignore domains, and prune the domains a gang may choose.
-With one node per class (`per_node`) the rows are exact for whole GPUs and for shares
-that divide a GPU (the q-slot rows), so a solution of that model packs as counted.
+It counts replicas per node class (`classes.py`); `realise.py` packs the chosen counts onto
+nodes and GPUs. Large instances also aggregate jobs without topology onto coarse classes
+that ignore domains, and prune the domains a gang may choose. With one node per class
+(`per_node`) a solution packs as counted.
 
-Rows and columns are named `rule__job__where` so a binding row can be read back.
+Rows and columns are named `rule__job__where` so a binding row can be read back. Columns
+whose value follows from others (`Formulation.aux`) take it from `aux_value`, the one rule
+the warm start and the neighbourhood searches share.
 """
 
 from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from engine.model import (
-    GPU_MILLI,
-    NODE_LEVEL,
-    Isolation,
-    Job,
-    Node,
-    Placement,
-    ReplicaPlacement,
-    Resources,
-    TopologyMode,
+from engine.model import GPU_MILLI, NODE_LEVEL, Isolation, Job, ReplicaPlacement, TopologyMode
+from engine.placement.classes import (
+    ClassRows,
+    NodeClass,
+    Terms,
+    add_replicas,
+    emit_class_rows,
+    node_classes,
+    share_sizes,
+    topology_levels,
 )
-from engine.placement.constraints import (
-    NodeFree,
-    eligible_flavors,
-    node_rejection,
-    replica_shape_error,
-)
+from engine.placement.constraints import eligible_flavors, node_rejection
 from engine.placement.linear import INF, LinearModel
 from engine.placement.objective import (
     capacity_vector,
@@ -55,128 +46,8 @@ from engine.placement.objective import (
 )
 from engine.placement.plan import OutcomeStatus, PlacementInstance, PlacementPlan
 from engine.placement.preemption import Rights, over_limits
-from engine.placement.topology import Tree, span_of, topology_violation
-
-HALF = GPU_MILLI // 2
-Terms = list[tuple[int, float]]
-
-
-Profile = tuple[tuple[int, ...], int, int, bool]  # free per GPU (sorted), CPU, memory, busy
-
-
-def _free_of(node: Node, profile: Profile) -> NodeFree:
-    gpus, cpu, memory, busy = profile
-    return NodeFree(node, list(gpus), cpu, memory, 1 if busy else 0)
-
-
-_PROFILE_ROOMS: dict[tuple[object, ...], int] = {}
-
-
-def _profile_room(profile: Profile, job: Job) -> int:
-    """Replicas of `job` a node left like `profile` takes (a pure function, memoised)."""
-    key = (profile, job.resources, job.isolation, job.replicas)
-    room = _PROFILE_ROOMS.get(key)
-    if room is None:
-        if len(_PROFILE_ROOMS) > 200_000:
-            _PROFILE_ROOMS.clear()
-        probe = Node("probe", None, 0, 0, 0)
-        room = _free_of(probe, profile).room_for(job.resources, job, job.replicas)
-        _PROFILE_ROOMS[key] = room
-    return room
-
-
-@dataclass(slots=True)
-class NodeClass:
-    """Nodes that count together: what is left on them after the jobs that stay put.
-
-    Fine classes lie inside one domain of every level a gang asks for; on small
-    instances their nodes are identical. Coarse classes only share attributes
-    (flavor, isolation, region, size) and serve jobs without topology.
-    """
-
-    id: int
-    name: str
-    flavor: str | None
-    isolation: Isolation
-    node_gpus: int
-    domains: dict[str, str]
-    coarse: int = -1
-    nodes: list[Node] = field(default_factory=list)
-    profiles: dict[Profile, int] = field(default_factory=dict)
-    _rooms: dict[tuple[object, ...], tuple[int, int]] = field(default_factory=dict)
-
-    def add(self, node: Node, profile: Profile) -> None:
-        self.nodes.append(node)
-        self.profiles[profile] = self.profiles.get(profile, 0) + 1
-
-    @property
-    def count(self) -> int:
-        return len(self.nodes)
-
-    def total(self, part: str) -> float:
-        out = 0.0
-        for (gpus, cpu, memory, _), n in self.profiles.items():
-            if part == "whole":
-                out += n * sum(1 for g in gpus if g == GPU_MILLI)
-            elif part == "over_half":
-                out += n * sum(1 for g in gpus if g > HALF)
-            elif part == "milli":
-                out += n * sum(gpus)
-            elif part == "cpu":
-                out += n * cpu
-            elif part == "memory":
-                out += n * memory
-        return out
-
-    def node_max(self, part: str) -> int:
-        """The most one node of the class has left of `part`."""
-        best = 0
-        for gpus, cpu, memory, _ in self.profiles:
-            have = {
-                "whole": sum(1 for g in gpus if g == GPU_MILLI) * GPU_MILLI,
-                "milli": sum(gpus),
-                "cpu": cpu,
-                "memory": memory,
-            }[part]
-            best = max(best, have)
-        return best
-
-    def slots(self, size: int) -> int:
-        """Items of `size` whole GPUs the class can hold: per node floor(free / size)."""
-        return sum(
-            n * (sum(1 for g in p[0] if g == GPU_MILLI) // size) for p, n in self.profiles.items()
-        )
-
-    def share_slots(self, q: int) -> int:
-        """Shares of q milli the class can hold: per GPU floor(free / q)."""
-        return sum(n * sum(g // q for g in p[0]) for p, n in self.profiles.items())
-
-    def fixed_use(self) -> tuple[float, int]:
-        """GPUs held by jobs that stay put, and how many nodes they touch."""
-        used = 0.0
-        touched = 0
-        for (gpus, _, _, _), n in self.profiles.items():
-            u = self.node_gpus - sum(gpus) / GPU_MILLI
-            used += n * u
-            touched += n if u > 1e-9 else 0
-        return used, touched
-
-    def _room(self, job: Job) -> tuple[int, int]:
-        key = (job.resources, job.isolation, job.replicas)
-        found = self._rooms.get(key)
-        if found is None:
-            rooms = [(_profile_room(p, job), n) for p, n in self.profiles.items()]
-            found = (max((r for r, _ in rooms), default=0), sum(r * n for r, n in rooms))
-            self._rooms[key] = found
-        return found
-
-    def room(self, job: Job) -> int:
-        """Replicas of `job` the roomiest node of the class takes."""
-        return self._room(job)[0]
-
-    def capacity(self, job: Job) -> int:
-        """Replicas of `job` the whole class takes (each node on its own)."""
-        return self._room(job)[1]
+from engine.placement.running import RunningJob, running_jobs
+from engine.placement.topology import span_of
 
 
 @dataclass(slots=True)
@@ -203,17 +74,7 @@ class JobVars:
 
 
 @dataclass(slots=True)
-class RunningJob:
-    """A job that runs now, and whether it may stay put."""
-
-    job: Job
-    placement: Placement
-    keepable: bool
-    fixed: bool  # stays put, not a decision
-
-
-@dataclass(slots=True)
-class PlacementModel:
+class Formulation:
     lp: LinearModel
     classes: list[NodeClass]
     coarse: list[NodeClass]
@@ -249,242 +110,29 @@ class BuildOptions:
     compactness: bool = False  # with small: each domain a gang uses costs (second criterion)
 
 
-# -- what runs now ----------------------------------------------------------------------------
-
-
-def keep_problem(
-    instance: PlacementInstance,
-    job: Job,
-    placement: Placement,
-    nodes: Mapping[str, Node] | None = None,
-) -> str | None:
-    """Why a running placement cannot stay as it is, whatever else runs; None if it can."""
-    if nodes is None:
-        nodes = {n.name: n for n in instance.nodes}
-    queue = instance.queue(job.queue)
-    if placement.flavor not in eligible_flavors(job, queue):
-        return f"flavor {placement.flavor} is no longer allowed for the job"
-    if not job.smallest_gang <= len(placement.replicas) <= job.replicas:
-        return "the job's replica count changed"
-    for replica in placement.replicas:
-        node = nodes.get(replica.node)
-        if node is None:
-            return f"node {replica.node} was removed"
-        why = node_rejection(job, node, placement.flavor)
-        if why is not None:
-            return why
-        if replica_shape_error(job, replica) is not None:
-            return "the job's resources changed"
-        if any(not 0 <= g < node.gpus for g in replica.gpus):
-            return "the job's GPUs are gone"
-    broken = topology_violation(instance_tree(instance), job, [r.node for r in placement.replicas])
-    if broken is not None:
-        return f"the job's topology changed: it {broken}"
-    return None
-
-
-def running_jobs(
-    instance: PlacementInstance, warm: PlacementPlan, options: BuildOptions
-) -> dict[str, RunningJob]:
-    jobs = {j.key: j for j in instance.jobs}
-    nodes = {n.name: n for n in instance.nodes}
-    warm_outcomes = {o.job: o for o in warm.outcomes}
-    out: dict[str, RunningJob] = {}
-    for key, placement in sorted(instance.current.items()):  # columns in a fixed order
-        job = jobs.get(key)
-        if job is None:
-            continue
-        outcome = warm_outcomes.get(key)
-        kept_by_warm = outcome is not None and outcome.status is OutcomeStatus.KEPT
-        decided = job.preemptible and (not options.keep_all or key in options.movable)
-        fixed = kept_by_warm and not decided
-        if options.unkeepable is not None:
-            keepable = key not in options.unkeepable
-        else:
-            keepable = fixed or keep_problem(instance, job, placement, nodes) is None
-        out[key] = RunningJob(job, placement, keepable, fixed)
-    return out
-
-
-# -- node classes -----------------------------------------------------------------------------
-
-
-def topology_levels(jobs: Iterable[Job], tree: Tree | None = None) -> list[str]:
-    """The levels node classes resolve: those gangs ask for, and on small instances every
-    level of the tree (the compactness columns count domains at each)."""
-    named = {j.topology.level for j in jobs if j.topology and j.topology.level}
-    named |= {j.topology.slice_level for j in jobs if j.topology and j.topology.slice_level}
-    if tree is not None:
-        named.update(tree.levels)
-    return sorted(named - {NODE_LEVEL})
-
-
-def node_classes(
-    instance: PlacementInstance,
-    running: Mapping[str, RunningJob],
-    levels: list[str],
-    small: bool,
-    per_node: bool = False,
-) -> tuple[list[NodeClass], list[NodeClass], dict[str, int], dict[str, NodeFree]]:
-    """Fine classes (inside one domain of every level a gang asks for) and coarse ones."""
-    free = {n.name: NodeFree.of(n) for n in instance.nodes if n.schedulable}
-    movable_on: set[str] = set()
-    for rj in running.values():
-        for replica in rj.placement.replicas:
-            if replica.node not in free:
-                continue
-            if rj.fixed:
-                free[replica.node].take(replica, rj.job.resources, rj.job)
-            else:
-                movable_on.add(replica.node)
-    sizes: dict[tuple[str, str], int] = defaultdict(int)
-    for n in instance.nodes:
-        if n.schedulable:
-            for level in levels:
-                sizes[(level, n.domain(level))] += 1
-    classes: list[NodeClass] = []
-    coarse: list[NodeClass] = []
-    fine_ids: dict[tuple[object, ...], int] = {}
-    coarse_ids: dict[tuple[object, ...], int] = {}
-    node_class: dict[str, int] = {}
-    for n in sorted((n for n in instance.nodes if n.name in free), key=lambda n: n.name):
-        f = free[n.name]
-        if f.dedicated_holder is not None:
-            continue  # a fixed isolated job holds the node alone
-        profile: Profile = (tuple(sorted(f.gpu_free)), f.cpu_free, f.memory_free, f.jobs > 0)
-        attrs = (n.flavor, n.isolation, n.region, n.gpus, n.cpu_milli, n.memory_mib)
-        domains = tuple(
-            (level, n.domain(level)) for level in levels if sizes[(level, n.domain(level))] > 1
-        )
-        if small:
-            key: tuple[object, ...] = (
-                attrs,
-                profile,
-                domains,
-                n.name if per_node or n.name in movable_on else "",
-            )
-        else:
-            key = (attrs, domains)
-        kid = coarse_ids.get(attrs)
-        if kid is None:
-            kid = coarse_ids[attrs] = len(coarse)
-            coarse.append(NodeClass(kid, f"k{kid}:{n.name}", n.flavor, n.isolation, n.gpus, {}))
-        coarse[kid].add(n, profile)
-        cid = fine_ids.get(key)
-        if cid is None:
-            cid = fine_ids[key] = len(classes)
-            classes.append(
-                NodeClass(
-                    cid, f"c{cid}:{n.name}", n.flavor, n.isolation, n.gpus, dict(domains), kid
-                )
-            )
-        classes[cid].add(n, profile)
-        node_class[n.name] = cid
-    return classes, coarse, node_class, free
-
-
-# -- the usage a replica puts on a class's rows -------------------------------------------------
-
-
-@dataclass(slots=True)
-class ClassRows:
-    """Linear expressions for the capacity rows of one class."""
-
-    whole: Terms = field(default_factory=list)
-    over_half: Terms = field(default_factory=list)
-    milli: Terms = field(default_factory=list)
-    cpu: Terms = field(default_factory=list)
-    memory: Terms = field(default_factory=list)
-    items: dict[int, Terms] = field(default_factory=lambda: defaultdict(list))  # size -> count
-    slot_use: dict[int, Terms] = field(default_factory=lambda: defaultdict(list))  # by kept jobs
-    holds: Terms = field(default_factory=list)
-    gpu_used: Terms = field(default_factory=list)  # in GPUs, for fragmentation
-    fractional: bool = False
-    # Whether a job may be placed anew on the class: rows over kept jobs alone hold anyway
-    # (what runs now fits together), so a class without new placements gets no rows.
-    fresh: bool = False
-    # (column, GPU items, milli each) of whole GPUs and new shares, for the rows that count
-    # slots of each share size q; kept shares count through the slots they block, per GPU.
-    share_items: list[tuple[int, float, int]] = field(default_factory=list)
-    share_blocked: dict[int, Terms] = field(default_factory=lambda: defaultdict(list))
-
-
-def share_sizes(rows: ClassRows) -> list[int]:
-    """The share sizes q whose slots get a row of their own: new shares that divide a GPU,
-    at most half of it. With such sizes (250, 500 milli ...) and whole GPUs, the rows make
-    packing one node exact: an item of size a uses floor(a / q) of the node's
-    sum over GPUs of floor(free / q) slots."""
-    return sorted(
-        {q for _, _, q in rows.share_items if q <= HALF and GPU_MILLI % q == 0}, reverse=True
-    )
-
-
-def add_replicas(
-    rows: ClassRows, r: Resources, col: int, count: float = 1.0, items: bool = True
-) -> None:
-    """`count` replicas of shape `r`, times column `col`, on the rows of one class
-    (`items` False: a kept job, whose whole-GPU slots and shares count per node)."""
-    if r.gpu_milli:
-        if r.fractional:
-            rows.fractional = True
-            if r.gpu_milli > HALF:
-                rows.over_half.append((col, count))
-            if items:
-                rows.share_items.append((col, count, r.gpu_milli))
-        else:
-            rows.whole.append((col, count * r.whole_gpus))
-            rows.over_half.append((col, count * r.whole_gpus))
-            rows.share_items.append((col, count * r.whole_gpus, GPU_MILLI))
-            if items and r.whole_gpus > 1:
-                rows.items[r.whole_gpus].append((col, count))
-        rows.milli.append((col, count * r.gpu_milli / GPU_MILLI))
-        rows.gpu_used.append((col, count * r.gpu_milli / GPU_MILLI))
-    if r.cpu_milli:
-        rows.cpu.append((col, count * r.cpu_milli / 1000))
-    if r.memory_mib:
-        rows.memory.append((col, count * r.memory_mib / 1024))
-
-
-def emit_class_rows(
-    lp: LinearModel,
-    cls: NodeClass,
-    rows: ClassRows,
-    frag_weight: float,
-    aux: list[tuple[int, Terms, float, str, float]],
-) -> None:
-    """Capacity rows of one class: each a necessary condition of packing its nodes."""
-    tag = cls.name
-    lp.row(f"gpus__{tag}", rows.whole, upper=cls.total("whole"))
-    if rows.fractional:
-        lp.row(f"gpu_shares__{tag}", rows.over_half, upper=cls.total("over_half"))
-        lp.row(f"gpu_milli__{tag}", rows.milli, upper=cls.total("milli") / GPU_MILLI)
-    for q in share_sizes(rows):
-        terms = [(c, v * (a // q)) for c, v, a in rows.share_items if a >= q]
-        lp.row(f"gpu_slots__{tag}__{q}", terms + rows.share_blocked[q], upper=cls.share_slots(q))
-    lp.row(f"cpu__{tag}", rows.cpu, upper=cls.total("cpu") / 1000)
-    lp.row(f"memory__{tag}", rows.memory, upper=cls.total("memory") / 1024)
-    # An item of a GPUs uses floor(a / s) of a node's floor(free / s) slots of s GPUs.
-    for size in sorted(rows.items):
-        if size > cls.node_gpus:
-            continue
-        terms = [(c, v * (a // size)) for a in rows.items if a >= size for c, v in rows.items[a]]
-        lp.row(f"gpu_items__{tag}__{size}", terms + rows.slot_use[size], upper=cls.slots(size))
-    if rows.holds:
-        lp.row(f"dedicated__{tag}", rows.holds, upper=cls.count)
-    if frag_weight and cls.node_gpus and rows.gpu_used:
-        g = cls.node_gpus
-        fixed_used, touched_fixed = cls.fixed_use()
-        # Touched nodes T >= used / GPUs per node; the stranded share is T - used / GPUs per node.
-        t = lp.var(f"touched__{tag}", touched_fixed, cls.count, cost=-frag_weight)
-        lp.row(
-            f"touched__{tag}",
-            [(t, float(g)), *((c, -v) for c, v in rows.gpu_used)],
-            lower=fixed_used,
-        )
-        for c, v in rows.gpu_used:
-            lp.add_cost(c, frag_weight * v / g)
-        lp.offset += frag_weight * fixed_used / g
-        aux.append((t, rows.gpu_used, fixed_used, "touched", float(g)))
+def aux_value(
+    kind: str,
+    terms: Terms,
+    const: float,
+    param: float,
+    values: Sequence[float],
+    floor: float,
+) -> float:
+    """The value an auxiliary column takes, given the values of its terms' columns (`floor`:
+    its lower bound)."""
+    used = const + sum(values[c] * v for c, v in terms)
+    if kind == "excess":
+        return max(0.0, used - param)
+    if kind == "min":
+        return max(0.0, min(param, used))
+    if kind == "short":
+        return max(0.0, param - used)
+    if kind == "touched":
+        return max(floor, float(math.ceil(used / param - 1e-9)))
+    if kind == "over":
+        return 1.0 if used > param + 1e-9 else 0.0
+    assert kind == "max", kind
+    return max((values[c] for c, _ in terms), default=0.0)
 
 
 def _current_free(instance: PlacementInstance) -> dict[str, int]:
@@ -518,7 +166,9 @@ class Builder:
         self.policy = instance.policy
         self.options = options
         self.lp = LinearModel()
-        self.running = running_jobs(instance, warm, options)
+        self.running = running_jobs(
+            instance, warm, options.keep_all, options.movable, options.unkeepable
+        )
         self.tree = instance_tree(instance)
         self.levels = topology_levels(
             instance.jobs, self.tree if options.small and options.compactness else None
@@ -539,10 +189,10 @@ class Builder:
             self.by_flavor[cls.flavor].append(cls)
         self.warm = {o.job: o for o in warm.outcomes}
         self.current_free = _current_free(instance)
-        self.model = PlacementModel(
+        self.formulation = Formulation(
             self.lp, self.classes, self.coarse, {}, self.running, self.node_class, options.small, []
         )
-        self.aux = self.model.aux
+        self.aux = self.formulation.aux
         self.kept_on_node: dict[str, Terms] = defaultdict(list)  # kept whole GPUs per node
         self.kept_jobs_on_node: dict[str, set[int]] = defaultdict(set)  # keep columns per node
         self.kept_share_milli: dict[tuple[str, int], Terms] = defaultdict(list)  # per GPU
@@ -608,7 +258,7 @@ class Builder:
                 self.lp.offset += self.weights.value(job, count) - spread_cost
                 continue
             jv = JobVars(job)
-            self.model.jobs[key] = jv
+            self.formulation.jobs[key] = jv
             lost = lost_gpu_seconds(job, rj.placement, self.instance.now)
             stop_cost = preemption_penalty(job, lost, self.policy)
             self.lp.offset -= stop_cost
@@ -921,7 +571,7 @@ class Builder:
                 singles.append((cls, cap))
         kept = self._rank_domains(job, level, by_domain)
         if len(kept) < len(by_domain):
-            self.model.pruned.append(key)
+            self.formulation.pruned.append(key)
             out += self._escapes(
                 jv, [d for d in by_domain if d not in set(kept)], by_domain, choices
             )
@@ -1008,7 +658,7 @@ class Builder:
         for kid, cap in caps.items():
             target = self.coarse[kid]
             e = self.lp.var(f"escape__{job.key}__{target.name}", 0, 1)
-            self.model.escapes.append(e)
+            self.formulation.escapes.append(e)
             jv.escapes.append(e)
             choices.append((e, 1.0))
             if job.smallest_gang < job.replicas:
@@ -1020,7 +670,7 @@ class Builder:
                     [(x, 1.0), (e, -float(job.replicas))],
                     upper=0,
                 )
-                self.model.escapes.append(x)
+                self.formulation.escapes.append(x)
                 jv.escapes.append(x)
                 out.append(Entry(x, target, True))
             else:
@@ -1145,7 +795,7 @@ class Builder:
             b = self.lp.var(name, 0, nominal, cost=rate, integer=False)
             self.lp.row(name, [(b, 1.0), *((c, -v) for c, v in terms)], upper=const)
             self.aux.append((b, terms, const, "min", nominal))
-            self.model.nominal[b] = (queue_name, flavor, priority)
+            self.formulation.nominal[b] = (queue_name, flavor, priority)
 
     def add_fairness(self) -> None:
         capacity = capacity_vector(self.instance.nodes)
@@ -1341,7 +991,7 @@ class Builder:
         self.slot_cols[(node, size)] = col
         return col
 
-    def build(self) -> PlacementModel:
+    def build(self) -> Formulation:
         self.add_running()
         for job in self.instance.jobs:
             if job.key in self.running:
@@ -1349,7 +999,7 @@ class Builder:
             jv = JobVars(job)
             self.add_placement(jv, 0.0)
             if jv.place >= 0:
-                self.model.jobs[job.key] = jv
+                self.formulation.jobs[job.key] = jv
         fine = [(self.classes[cid], rows) for cid, rows in self.fine_rows.items() if rows.fresh]
         coarse = [(self.coarse[kid], rows) for kid, rows in self.coarse_rows.items() if rows.fresh]
         if self.options.small:
@@ -1367,103 +1017,11 @@ class Builder:
         self.add_never_borrow()
         if self.policy.fairness_weight:
             self.add_fairness()
-        return self.model
+        return self.formulation
 
 
-def build(
-    instance: PlacementInstance, warm: PlacementPlan, options: BuildOptions
-) -> PlacementModel:
+def build(instance: PlacementInstance, warm: PlacementPlan, options: BuildOptions) -> Formulation:
     return Builder(instance, warm, options).build()
-
-
-def warm_values(
-    model: PlacementModel, instance: PlacementInstance, plan: PlacementPlan
-) -> list[float] | None:
-    """The plan as column values of the model; None if the model cannot express it."""
-    lp = model.lp
-    x = [0.0] * lp.num_cols
-    nodes = {n.name: n for n in instance.nodes}
-    outcomes = {o.job: o for o in plan.outcomes}
-    for key, jv in model.jobs.items():
-        o = outcomes.get(key)
-        if o is None or not o.running:
-            continue
-        if o.status is OutcomeStatus.KEPT:
-            if jv.keep < 0:
-                return None
-            x[jv.keep] = 1.0
-            continue
-        if jv.place < 0 or o.flavor not in jv.flavor:
-            return None
-        x[jv.place] = 1.0
-        x[jv.flavor[o.flavor]] = 1.0
-        if jv.replicas >= 0:
-            x[jv.replicas] = float(len(o.replicas))
-        per_class: dict[int, int] = defaultdict(int)
-        hosts: dict[int, set[str]] = defaultdict(set)
-        for r in o.replicas:
-            cid = model.node_class.get(r.node)
-            if cid is None:
-                return None
-            per_class[cid] += 1
-            hosts[cid].add(r.node)
-        option = "loose"
-        if jv.level is not None:
-            domains = {nodes[r.node].domain(jv.level) for r in o.replicas}
-            one_node = len({r.node for r in o.replicas}) == 1
-            first = next(iter(per_class))
-            slot = first if model.small else -1 - model.classes[first].coarse
-            domain = next(iter(domains)) if len(domains) == 1 else None
-            if domain is not None and (o.flavor, domain) in jv.domain:
-                x[jv.domain[(o.flavor, domain)]] = 1.0
-                option = "domain"
-            elif one_node and slot in jv.single:
-                x[jv.single[slot]] = 1.0
-                if slot in jv.single_replicas:
-                    x[jv.single_replicas[slot]] = float(len(o.replicas))
-                option = "single"
-            elif jv.spread >= 0:
-                x[jv.spread] = 1.0
-            else:
-                return None
-        if option == "loose":
-            for cid, count in per_class.items():
-                kid = model.classes[cid].coarse
-                if kid in jv.per_coarse:
-                    x[jv.per_coarse[kid]] += count
-                elif cid in jv.per_class:
-                    x[jv.per_class[cid]] += count
-                else:
-                    return None
-        elif option == "domain":
-            chosen = set(jv.domain.values())
-            for cid, count in per_class.items():
-                col = jv.per_class.get(cid)
-                if col is None:
-                    return None
-                if col not in chosen:
-                    x[col] += count
-        for cid, held in hosts.items():
-            kid = model.classes[cid].coarse
-            if cid in jv.holds:
-                x[jv.holds[cid]] += len(held)
-            elif -1 - kid in jv.holds:
-                x[jv.holds[-1 - kid]] += len(held)
-    for col, terms, const, kind, param in model.aux:
-        used = const + sum(x[c] * v for c, v in terms)
-        if kind == "excess":
-            x[col] = max(0.0, used - param)
-        elif kind == "min":
-            x[col] = max(0.0, min(param, used))
-        elif kind == "short":
-            x[col] = max(0.0, param - used)
-        elif kind == "touched":
-            x[col] = max(lp.col_lower[col], float(math.ceil(used / param - 1e-9)))
-        elif kind == "max":
-            x[col] = max((x[c] for c, _ in terms), default=0.0)
-        elif kind == "over":
-            x[col] = 1.0 if used > param + 1e-9 else 0.0
-    return x
 
 
 def job_columns(jv: JobVars) -> list[int]:
