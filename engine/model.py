@@ -10,7 +10,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
 
-GPU_MILLI = 1000
+from engine.units import GPU_MILLI as GPU_MILLI  # re-exported: simulation/ still imports it here
+
 NODE_LEVEL = "node"
 
 

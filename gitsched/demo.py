@@ -17,7 +17,7 @@ from pathlib import Path
 
 from audit.history import build_history
 from audit.verify import verify_log
-from engine.placement.constraints import gpus_text
+from engine.units import gpus_text
 from eventlog import open_log
 from eventlog.codec import decode_all
 from gitsched.config import default_log_url

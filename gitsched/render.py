@@ -6,8 +6,8 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from engine.model import GPU_MILLI
-from engine.placement.constraints import gpus_text
 from engine.state import ClusterState
+from engine.units import gpus_text
 
 
 def table(headers: Sequence[str], rows: Iterable[Sequence[object]]) -> str:

@@ -12,8 +12,8 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from engine.model import GPU_MILLI, FlavorQuota, Queue
-from engine.placement.constraints import gpus_text
 from engine.placement.plan import SolveStats
+from engine.units import gpus_text
 from gitsched import __version__
 from gitsched.exit_codes import plan_exit_code
 from gitsched.render import table

@@ -14,12 +14,13 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from engine.model import GPU_MILLI, NODE_LEVEL, Isolation, Job, Node, Resources
+from engine.model import NODE_LEVEL, Isolation, Job, Node, Resources
 from engine.placement.constraints import NodeFree
 from engine.placement.linear import LinearModel
 from engine.placement.plan import PlacementInstance
 from engine.placement.running import RunningJob
 from engine.placement.topology import Tree
+from engine.units import GPU_MILLI, cores_from_milli, gib_from_mib, gpus_from_milli
 
 HALF = GPU_MILLI // 2
 Terms = list[tuple[int, float]]
@@ -120,7 +121,7 @@ class NodeClass:
         used = 0.0
         touched = 0
         for (gpus, _, _, _), n in self.profiles.items():
-            u = self.node_gpus - sum(gpus) / GPU_MILLI
+            u = self.node_gpus - gpus_from_milli(sum(gpus))
             used += n * u
             touched += n if u > 1e-9 else 0
         return used, touched
@@ -271,12 +272,12 @@ def add_replicas(
             rows.share_items.append((col, count * r.whole_gpus, GPU_MILLI))
             if items and r.whole_gpus > 1:
                 rows.items[r.whole_gpus].append((col, count))
-        rows.milli.append((col, count * r.gpu_milli / GPU_MILLI))
-        rows.gpu_used.append((col, count * r.gpu_milli / GPU_MILLI))
+        rows.milli.append((col, gpus_from_milli(count * r.gpu_milli)))
+        rows.gpu_used.append((col, gpus_from_milli(count * r.gpu_milli)))
     if r.cpu_milli:
-        rows.cpu.append((col, count * r.cpu_milli / 1000))
+        rows.cpu.append((col, cores_from_milli(count * r.cpu_milli)))
     if r.memory_mib:
-        rows.memory.append((col, count * r.memory_mib / 1024))
+        rows.memory.append((col, gib_from_mib(count * r.memory_mib)))
 
 
 def emit_class_rows(
@@ -291,12 +292,12 @@ def emit_class_rows(
     lp.row(f"gpus__{tag}", rows.whole, upper=cls.total("whole"))
     if rows.fractional:
         lp.row(f"gpu_shares__{tag}", rows.over_half, upper=cls.total("over_half"))
-        lp.row(f"gpu_milli__{tag}", rows.milli, upper=cls.total("milli") / GPU_MILLI)
+        lp.row(f"gpu_milli__{tag}", rows.milli, upper=gpus_from_milli(cls.total("milli")))
     for q in share_sizes(rows):
         terms = [(c, v * (a // q)) for c, v, a in rows.share_items if a >= q]
         lp.row(f"gpu_slots__{tag}__{q}", terms + rows.share_blocked[q], upper=cls.share_slots(q))
-    lp.row(f"cpu__{tag}", rows.cpu, upper=cls.total("cpu") / 1000)
-    lp.row(f"memory__{tag}", rows.memory, upper=cls.total("memory") / 1024)
+    lp.row(f"cpu__{tag}", rows.cpu, upper=cores_from_milli(cls.total("cpu")))
+    lp.row(f"memory__{tag}", rows.memory, upper=gib_from_mib(cls.total("memory")))
     # An item of a GPUs uses floor(a / s) of a node's floor(free / s) slots of s GPUs.
     for size in sorted(rows.items):
         if size > cls.node_gpus:

@@ -18,7 +18,7 @@ from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from engine.model import GPU_MILLI, NODE_LEVEL, Isolation, Job, ReplicaPlacement, TopologyMode
+from engine.model import NODE_LEVEL, Isolation, Job, ReplicaPlacement, TopologyMode
 from engine.placement.classes import (
     ClassRows,
     NodeClass,
@@ -48,6 +48,7 @@ from engine.placement.plan import OutcomeStatus, PlacementInstance, PlacementPla
 from engine.placement.preemption import Rights, over_limits
 from engine.placement.running import RunningJob, running_jobs
 from engine.placement.topology import span_of
+from engine.units import GPU_MILLI, gpus_from_milli, milli_from_gpus
 
 
 @dataclass(slots=True)
@@ -137,7 +138,7 @@ def aux_value(
 
 def _current_free(instance: PlacementInstance) -> dict[str, int]:
     """Free milli-GPU on each node with everything that runs now still running."""
-    free = {n.name: n.gpus * GPU_MILLI for n in instance.nodes}
+    free = {n.name: milli_from_gpus(n.gpus) for n in instance.nodes}
     for p in instance.current.values():
         for r in p.replicas:
             if r.node in free:
@@ -221,11 +222,11 @@ class Builder:
             key = (job.queue, flavor)
             ranked = (job.queue, flavor, job.priority)
             if col is None:
-                self.quota_const[key] += replicas * r.gpu_milli / GPU_MILLI
-                self.rank_const[ranked] += replicas * r.gpu_milli / GPU_MILLI
+                self.quota_const[key] += gpus_from_milli(replicas * r.gpu_milli)
+                self.rank_const[ranked] += gpus_from_milli(replicas * r.gpu_milli)
             else:
-                self.quota_terms[key].append((col, replicas * r.gpu_milli / GPU_MILLI))
-                self.rank_terms[ranked].append((col, replicas * r.gpu_milli / GPU_MILLI))
+                self.quota_terms[key].append((col, gpus_from_milli(replicas * r.gpu_milli)))
+                self.rank_terms[ranked].append((col, gpus_from_milli(replicas * r.gpu_milli)))
         for res, amount in (("gpu", r.gpu_milli), ("cpu", r.cpu_milli), ("memory", r.memory_mib)):
             if amount:
                 if col is None:
@@ -340,7 +341,7 @@ class Builder:
             assert fq is not None
             terms = self.quota_terms.get((queue_name, flavor), [])
             const = self.quota_const.get((queue_name, flavor), 0.0)
-            nominal = fq.nominal / GPU_MILLI
+            nominal = gpus_from_milli(fq.nominal)
             most = const + sum(v for _, v in terms if v > 0) - nominal
             if most <= 0 or not terms:
                 continue
@@ -746,13 +747,13 @@ class Builder:
             if queue is None or fq is None:
                 continue
             tag = f"{queue_name}__{flavor}"
-            nominal = fq.nominal / GPU_MILLI
+            nominal = gpus_from_milli(fq.nominal)
             if queue.cohort is None:
                 lp.row(f"quota__{tag}", terms, upper=nominal - const)
             else:
                 if fq.ceiling is not None:
-                    lp.row(f"quota__{tag}", terms, upper=fq.ceiling / GPU_MILLI - const)
-                guaranteed = fq.guaranteed / GPU_MILLI
+                    lp.row(f"quota__{tag}", terms, upper=gpus_from_milli(fq.ceiling) - const)
+                guaranteed = gpus_from_milli(fq.guaranteed)
                 pkey = (queue.cohort, flavor)
                 if guaranteed <= 0:
                     pools[pkey] += terms
@@ -770,7 +771,7 @@ class Builder:
             self.add_nominal(queue_name, flavor, nominal, tag)
         for (cohort, flavor), terms in pools.items():
             pool = sum(
-                (fq.nominal - fq.guaranteed) / GPU_MILLI
+                gpus_from_milli(fq.nominal - fq.guaranteed)
                 for q in self.queues.values()
                 if q.cohort == cohort
                 for fq in q.quotas
@@ -823,7 +824,7 @@ class Builder:
         whole = [
             g for g in replica.gpus if 0 <= g < len(free.gpu_free) and free.gpu_free[g] == GPU_MILLI
         ]
-        return len(whole) * replica.gpu_milli / GPU_MILLI
+        return gpus_from_milli(len(whole) * replica.gpu_milli)
 
     def _share_col(self, node: str, g: int) -> int:
         """1 when some kept share sits on GPU g of `node` (a GPU that is otherwise whole)."""

@@ -24,7 +24,6 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from engine.model import (
-    GPU_MILLI,
     Job,
     Node,
     Placement,
@@ -34,6 +33,7 @@ from engine.model import (
 )
 from engine.placement.plan import JobOutcome, OutcomeStatus, PlacementInstance
 from engine.placement.topology import Span, Tree, gang_topology, span_of
+from engine.units import GPU_MILLI
 
 CPU_JOB_VALUE_MILLI = 100
 PREFERRED_TOPOLOGY_SHARE = 0.05  # a preferred-topology gang that spreads loses 5% of its GPUs

@@ -11,7 +11,7 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass
 
-from engine.model import GPU_MILLI, Job, Node, Placement, ReplicaPlacement
+from engine.model import Job, Node, Placement, ReplicaPlacement
 from engine.placement.constraints import node_rejection
 from engine.placement.explain import attribution, explain_outcomes
 from engine.placement.formulation import Formulation, JobVars
@@ -20,6 +20,7 @@ from engine.placement.objective import lost_gpu_seconds, plan_objective
 from engine.placement.plan import JobOutcome, OutcomeStatus, PlacementInstance
 from engine.placement.running import keep_problem
 from engine.placement.topology import compact_allocation, gang_topology
+from engine.units import GPU_MILLI
 
 EPS = 1e-6
 
