@@ -320,7 +320,8 @@ class CommitInfo:
 
 @dataclass(frozen=True, slots=True)
 class Finding:
-    """One validation or policy error of a commit, located in the repo."""
+    """One validation or policy error of a commit, located in the repo: what CommitRejected
+    records. Field for field a `schemas.SpecError` (which the engine may not import)."""
 
     file: str
     line: int | None
