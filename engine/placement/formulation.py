@@ -1,8 +1,8 @@
 """The placement MILP's formulation, built from typed inputs: one formulation for admission,
 flavors, gangs, topology, quotas, preemption, moves, fairness and fragmentation.
 
-It counts replicas per node class (`classes.py`); `realise.py` packs the chosen counts onto
-nodes and GPUs. Large instances also aggregate jobs without topology onto coarse classes
+It counts replicas per node class (`classes.py`), with what the running jobs that may stay
+block counted exactly (`kept.py`); `realise.py` packs the chosen counts onto nodes and GPUs. Large instances also aggregate jobs without topology onto coarse classes
 that ignore domains, and prune the domains a gang may choose. With one node per class
 (`per_node`) a solution packs as counted.
 
@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from engine.model import NODE_LEVEL, Isolation, Job, ReplicaPlacement, TopologyMode
+from engine.model import NODE_LEVEL, Isolation, Job, TopologyMode
 from engine.placement.classes import (
     ClassRows,
     NodeClass,
@@ -26,10 +26,10 @@ from engine.placement.classes import (
     add_replicas,
     emit_class_rows,
     node_classes,
-    share_sizes,
     topology_levels,
 )
 from engine.placement.constraints import eligible_flavors, node_rejection
+from engine.placement.kept import KeptBlocking
 from engine.placement.linear import INF, LinearModel
 from engine.placement.objective import (
     capacity_vector,
@@ -48,7 +48,7 @@ from engine.placement.plan import OutcomeStatus, PlacementInstance, PlacementPla
 from engine.placement.preemption import Rights, over_limits
 from engine.placement.running import RunningJob, running_jobs
 from engine.placement.topology import span_of
-from engine.units import GPU_MILLI, gpus_from_milli, milli_from_gpus
+from engine.units import gpus_from_milli, milli_from_gpus
 
 
 @dataclass(slots=True)
@@ -158,7 +158,7 @@ class Entry:
 
 
 class Builder:
-    """Builds the model column by column; the warm start is mapped onto it afterwards."""
+    """Builds the formulation column by column; the warm start is mapped onto it afterwards."""
 
     def __init__(
         self, instance: PlacementInstance, warm: PlacementPlan, options: BuildOptions
@@ -194,14 +194,7 @@ class Builder:
             self.lp, self.classes, self.coarse, {}, self.running, self.node_class, options.small, []
         )
         self.aux = self.formulation.aux
-        self.kept_on_node: dict[str, Terms] = defaultdict(list)  # kept whole GPUs per node
-        self.kept_jobs_on_node: dict[str, set[int]] = defaultdict(set)  # keep columns per node
-        self.kept_share_milli: dict[tuple[str, int], Terms] = defaultdict(list)  # per GPU
-        self.share_slot_cols: dict[tuple[str, int, int], int] = {}
-        self.kept_gpus: dict[str, tuple[Terms, dict[int, set[object]]]] = {}
-        self.kept_union: dict[str, dict[tuple[int, ...], int]] = {}  # GPUs a set of keeps takes
-        self.kept_shares: dict[tuple[str, int], Terms] = defaultdict(list)
-        self.share_cols: dict[tuple[str, int], int] = {}
+        self.kept = KeptBlocking(self.lp, self.aux, self.residual)
         self.rights = Rights(instance)
         self.own_claims: dict[tuple[str, str], list[Terms]] = defaultdict(list)
         self.weights = weights(instance)
@@ -212,7 +205,6 @@ class Builder:
         self._candidates: dict[
             tuple[object, ...], dict[str | None, list[tuple[NodeClass, int]]]
         ] = {}
-        self.slot_cols: dict[tuple[str, int], int] = {}
 
     # -- bookkeeping ----------------------------------------------------------------------
     def charge(self, job: Job, flavor: str | None, col: int | None, replicas: float) -> None:
@@ -286,23 +278,23 @@ class Builder:
                 for replica in rj.placement.replicas:
                     if job.resources.fractional and replica.node in self.residual:
                         for g in replica.gpus:
-                            self.kept_share_milli[(replica.node, g)].append(
+                            self.kept.share_milli[(replica.node, g)].append(
                                 (jv.keep, float(replica.gpu_milli))
                             )
-                            self.kept_jobs_on_node[replica.node].add(jv.keep)
-                    blocked = self._blocked_gpus(replica)
+                            self.kept.jobs_on_node[replica.node].add(jv.keep)
+                    blocked = self.kept.blocked_gpus(replica)
                     if not blocked:
                         continue
                     if job.resources.fractional:
                         # A kept share takes a GPU that whole-GPU replicas could have had.
                         for g in replica.gpus:
-                            self.kept_shares[(replica.node, g)].append((jv.keep, 1.0))
-                            self.kept_jobs_on_node[replica.node].add(jv.keep)
+                            self.kept.shares[(replica.node, g)].append((jv.keep, 1.0))
+                            self.kept.jobs_on_node[replica.node].add(jv.keep)
                     else:
                         whole_on[replica.node] += round(blocked)
                 for node_name, gpus in whole_on.items():
-                    self.kept_on_node[node_name].append((jv.keep, float(gpus)))
-                    self.kept_jobs_on_node[node_name].add(jv.keep)
+                    self.kept.on_node[node_name].append((jv.keep, float(gpus)))
+                    self.kept.jobs_on_node[node_name].add(jv.keep)
                 self.charge(job, None if exempt else rj.placement.flavor, jv.keep, count)
             outcome = self.warm.get(key)
             moved_by_warm = outcome is not None and outcome.status is OutcomeStatus.MOVED
@@ -816,182 +808,6 @@ class Builder:
             )
             self.aux.append((short, terms, const, "short", target.share))
 
-    def _blocked_gpus(self, replica: ReplicaPlacement) -> float:
-        """GPUs of a kept replica that would otherwise be whole and free (shares: their part)."""
-        free = self.residual.get(replica.node)
-        if free is None:
-            return 0.0
-        whole = [
-            g for g in replica.gpus if 0 <= g < len(free.gpu_free) and free.gpu_free[g] == GPU_MILLI
-        ]
-        return gpus_from_milli(len(whole) * replica.gpu_milli)
-
-    def _share_col(self, node: str, g: int) -> int:
-        """1 when some kept share sits on GPU g of `node` (a GPU that is otherwise whole)."""
-        col = self.share_cols.get((node, g))
-        if col is None:
-            keeps = self.kept_shares[(node, g)]
-            if len({c for c, _ in keeps}) == 1:
-                # One job's shares: the GPU is taken exactly when that job stays.
-                self.share_cols[(node, g)] = keeps[0][0]
-                return keeps[0][0]
-            col = self.lp.var(f"shared_gpu__{node}__{g}", 0, 1)
-            for c, _ in keeps:
-                self.lp.row(f"shared_gpu__{node}__{g}", [(col, 1.0), (c, -1.0)], lower=0)
-            self.aux.append((col, keeps, 0.0, "max", 0.0))
-            self.share_cols[(node, g)] = col
-        return col
-
-    def _kept_gpu_terms(self, node: str) -> tuple[Terms, dict[int, set[object]]]:
-        """Whole GPUs that kept movable jobs take on `node`: their whole GPUs, and each
-        otherwise whole GPU that a kept share sits on; and, per keep column, those GPUs."""
-        found = self.kept_gpus.get(node)
-        if found is None:
-            terms = list(self.kept_on_node.get(node, ()))
-            own: dict[int, set[object]] = defaultdict(set)
-            for c, v in terms:
-                own[c].update((c, i) for i in range(round(v)))
-            free = self.residual.get(node)
-            for g in range(len(free.gpu_free) if free is not None else 0):
-                keeps = self.kept_shares.get((node, g))
-                if keeps:
-                    terms.append((self._share_col(node, g), 1.0))
-                    for c, _ in keeps:
-                        own[c].add(g)
-            found = self.kept_gpus[node] = (terms, own)
-        return found
-
-    def _exact_blocking(
-        self, name: str, col: int, keeps: list[int], blocked: Callable[[list[int]], int]
-    ) -> None:
-        """col >= blocked(S) whenever every keep of S stays, for the sets S of kept jobs on one
-        node (all of them up to four jobs; else each job, each pair and all): with the keeps
-        integral, col is then exactly what they block, so fixing jobs keeps the rows feasible."""
-        n = len(keeps)
-        if n <= 4:
-            masks = list(range(1, 1 << n))
-        else:
-            masks = [1 << i for i in range(n)]
-            masks += [1 << i | 1 << j for i in range(n) for j in range(i + 1, n)]
-            masks.append((1 << n) - 1)
-        value: dict[int, int] = {}
-
-        def of(mask: int) -> int:
-            if mask not in value:
-                value[mask] = blocked([k for i, k in enumerate(keeps) if mask >> i & 1])
-            return value[mask]
-
-        for mask in masks:
-            b = of(mask)
-            bits = [1 << i for i in range(n) if mask >> i & 1]
-            if b <= 0 or (len(bits) > 1 and any(of(mask ^ bit) >= b for bit in bits)):
-                continue  # a smaller set's row is as strong
-            self.lp.row(
-                f"{name}_by",
-                [(col, 1.0), *((k, -float(b)) for i, k in enumerate(keeps) if mask >> i & 1)],
-                lower=-float(b) * (len(bits) - 1),
-            )
-
-    def kept_share_gpus(self, cls: NodeClass, rows: ClassRows) -> None:
-        """Whole GPUs a kept share occupies count against the class's whole GPUs."""
-        if not rows.whole:
-            return
-        for node in cls.nodes:
-            for g in range(node.gpus):
-                if self.kept_shares.get((node.name, g)):
-                    rows.whole.append((self._share_col(node.name, g), 1.0))
-
-    def kept_slots(self, cls: NodeClass, rows: ClassRows) -> None:
-        """Slots of s GPUs that kept movable jobs block on a node with W whole free GPUs:
-        floor(W / s) - floor((W - k) / s) = ceil((k - W mod s) / s) for k kept GPUs; and
-        at least what each kept job blocks on its own (the rows that keep the LP tight)."""
-        sizes = [s for s in rows.items if s <= cls.node_gpus]
-        for node in cls.nodes:
-            if not self.kept_jobs_on_node.get(node.name) or not self._kept_gpu_terms(node.name)[0]:
-                continue
-            whole = self.residual[node.name].whole_free_gpus
-            own = self._kept_gpu_terms(node.name)[1]
-            for size in sizes:
-                if len(own) == 1:
-                    # One kept job: it blocks exactly its own slots, when it stays.
-                    ((keep, gpus),) = own.items()
-                    blocked = whole // size - max(0, whole - len(gpus)) // size
-                    if blocked:
-                        rows.slot_use[size].append((keep, float(blocked)))
-                    continue
-                col = self.slot_cols.get((node.name, size))
-                if col is None:
-                    col = self._blocked_col(node.name, whole, size)
-                rows.slot_use[size].append((col, 1.0))
-
-    def kept_share_slots(self, cls: NodeClass, rows: ClassRows) -> None:
-        """Slots of q milli that kept shares block on GPU g with f milli free:
-        floor(f / q) - floor((f - kept) / q); at least what each kept share blocks alone."""
-        sizes = share_sizes(rows)
-        if not sizes:
-            return
-        for node in cls.nodes:
-            if not self.kept_jobs_on_node.get(node.name):
-                continue
-            free = self.residual[node.name].gpu_free
-            for g, f in enumerate(free):
-                keeps = self.kept_share_milli.get((node.name, g))
-                if not keeps:
-                    continue
-                for q in sizes:
-                    col = self.share_slot_cols.get((node.name, g, q))
-                    if col is None:
-                        col = self.lp.var(f"blocked_slots__{node.name}__{g}__{q}", 0, f // q)
-                        spare = float(f % q)
-                        self.lp.row(
-                            f"blocked_slots__{node.name}__{g}__{q}",
-                            [(col, float(q)), *((c, -v) for c, v in keeps)],
-                            lower=-spare,
-                        )
-                        own: dict[int, float] = defaultdict(float)
-                        for c, v in keeps:
-                            own[c] += v
-
-                        def lost(
-                            subset: list[int],
-                            f: int = f,
-                            q: int = q,
-                            own: dict[int, float] = own,
-                        ) -> int:
-                            taken = round(sum(own[k] for k in subset))
-                            return f // q - max(0, f - taken) // q
-
-                        self._exact_blocking(
-                            f"blocked_slots__{node.name}__{g}__{q}", col, sorted(own), lost
-                        )
-                        self.aux.append((col, keeps, -spare, "touched", float(q)))
-                        self.share_slot_cols[(node.name, g, q)] = col
-                    rows.share_blocked[q].append((col, 1.0))
-
-    def _blocked_col(self, node: str, whole: int, size: int) -> int:
-        kept, own = self._kept_gpu_terms(node)
-        col = self.lp.var(f"blocked__{node}__{size}", 0, whole // size)
-        spare = float(whole % size)
-        self.lp.row(
-            f"blocked__{node}__{size}",
-            [(col, float(size)), *((c, -v) for c, v in kept)],
-            lower=-spare,
-        )
-
-        memo = self.kept_union.setdefault(node, {})
-
-        def lost(subset: list[int]) -> int:
-            key = tuple(subset)
-            taken = memo.get(key)
-            if taken is None:
-                taken = memo[key] = len(set().union(*(own[k] for k in subset)))
-            return whole // size - max(0, whole - taken) // size
-
-        self._exact_blocking(f"blocked__{node}__{size}", col, sorted(own), lost)
-        self.aux.append((col, kept, -spare, "touched", float(size)))
-        self.slot_cols[(node, size)] = col
-        return col
-
     def build(self) -> Formulation:
         self.add_running()
         for job in self.instance.jobs:
@@ -1006,9 +822,9 @@ class Builder:
         if self.options.small:
             coarse = []
         for cls, rows in fine + coarse:
-            self.kept_slots(cls, rows)
-            self.kept_share_gpus(cls, rows)
-            self.kept_share_slots(cls, rows)
+            self.kept.slot_rows(cls, rows)
+            self.kept.share_gpu_rows(cls, rows)
+            self.kept.share_slot_rows(cls, rows)
         frag = self.policy.fragmentation_weight
         for cls, rows in fine:
             emit_class_rows(self.lp, cls, rows, frag if self.options.small else 0.0, self.aux)
