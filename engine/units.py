@@ -43,6 +43,11 @@ def cores_from_milli(milli: float) -> float:
     return milli / CPU_MILLI
 
 
+def milli_from_cores(cores: float) -> int:
+    """Cores as a spec writes them (0.5, 96) -> milli-CPU."""
+    return round(cores * CPU_MILLI)
+
+
 def mib_from_gib(gib: float) -> int:
     """GiB as a spec writes them -> MiB."""
     return round(gib * MIB_PER_GIB)
