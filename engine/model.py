@@ -10,7 +10,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
 
-GPU_MILLI = 1000
+from engine.units import GPU_MILLI as GPU_MILLI  # re-exported: simulation/ still imports it here
+
 NODE_LEVEL = "node"
 
 
@@ -319,7 +320,8 @@ class CommitInfo:
 
 @dataclass(frozen=True, slots=True)
 class Finding:
-    """One validation or policy error of a commit, located in the repo."""
+    """One validation or policy error of a commit, located in the repo: what CommitRejected
+    records. Field for field a `schemas.SpecError` (which the engine may not import)."""
 
     file: str
     line: int | None

@@ -11,9 +11,9 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from engine.model import GPU_MILLI, FlavorQuota, Queue
-from engine.placement.constraints import gpus_text
+from engine.model import FlavorQuota, Queue
 from engine.placement.plan import SolveStats
+from engine.units import gpus_or_none, gpus_text
 from gitsched import __version__
 from gitsched.exit_codes import plan_exit_code
 from gitsched.render import table
@@ -451,10 +451,6 @@ def _footer(out: list[str], plan: PullRequestPlan) -> str:
 # -- json ------------------------------------------------------------------------------------
 
 
-def _gpus(milli: int | None) -> float | None:
-    return None if milli is None else milli / GPU_MILLI
-
-
 def _quota_dict(q: Queue | None) -> dict[str, Any] | None:
     if q is None:
         return None
@@ -465,9 +461,9 @@ def _quota_dict(q: Queue | None) -> dict[str, Any] | None:
         "maxPriorityClass": q.max_priority_class,
         "quotas": {
             fq.flavor: {
-                "nominal": _gpus(fq.nominal),
-                "borrowingLimit": _gpus(fq.borrowing_limit),
-                "lendingLimit": _gpus(fq.lending_limit),
+                "nominal": gpus_or_none(fq.nominal),
+                "borrowingLimit": gpus_or_none(fq.borrowing_limit),
+                "lendingLimit": gpus_or_none(fq.lending_limit),
             }
             for fq in q.quotas
         },
@@ -514,7 +510,7 @@ def plan_to_dict(plan: PullRequestPlan) -> dict[str, Any]:
                 "reason": e.reason,
                 "previous_reason": e.previous_reason or None,
                 "flavor": e.flavor,
-                "gpus": _gpus(e.gpu_milli),
+                "gpus": gpus_or_none(e.gpu_milli),
                 "from": list(e.nodes_before),
                 "to": list(e.nodes_after),
                 "lost_gpu_hours": round(e.lost_gpu_seconds / 3600, 3),
@@ -529,7 +525,7 @@ def plan_to_dict(plan: PullRequestPlan) -> dict[str, Any]:
             {
                 "queue": u.queue,
                 "weight": {"before": u.weight_before, "after": u.weight_after},
-                "gpus": {"before": _gpus(u.gpu_before), "after": _gpus(u.gpu_after)},
+                "gpus": {"before": gpus_or_none(u.gpu_before), "after": gpus_or_none(u.gpu_after)},
                 "fair_share": {"before": u.share_before, "after": u.share_after},
             }
             for u in plan.usage

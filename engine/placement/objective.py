@@ -12,7 +12,7 @@ priority classes matters, never their values (engine.placement.preemption has th
    than their preferred topology domain.
 Each level's weight is above everything the levels below can add up to in the instance.
 
-The MILP in `model.py` expresses each term linearly; its versions never exceed these (its
+The MILP in `formulation.py` expresses each term linearly; its versions never exceed these (its
 objective is an upper bound of this score), so its LP bound bounds every plan's score.
 """
 
@@ -24,7 +24,6 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from engine.model import (
-    GPU_MILLI,
     Job,
     Node,
     Placement,
@@ -34,6 +33,7 @@ from engine.model import (
 )
 from engine.placement.plan import JobOutcome, OutcomeStatus, PlacementInstance
 from engine.placement.topology import Span, Tree, gang_topology, span_of
+from engine.units import GPU_MILLI
 
 CPU_JOB_VALUE_MILLI = 100
 PREFERRED_TOPOLOGY_SHARE = 0.05  # a preferred-topology gang that spreads loses 5% of its GPUs

@@ -33,7 +33,6 @@ from audit.store import AuditStore, catch_up, rebuild
 from engine.codec import to_data
 from engine.events import EVENT_TYPES
 from engine.model import (
-    GPU_MILLI,
     ClusterSpec,
     CommitInfo,
     FlavorQuota,
@@ -44,6 +43,7 @@ from engine.model import (
     PriorityClass,
     Queue,
 )
+from engine.units import GPU_MILLI, milli_from_gpus
 from eventlog.envelope import GENESIS_HASH, NewEvent, StoredEvent, format_time, seal_batch
 from eventlog.sqlite import SQLiteEventLog
 from gitsched.options import format_option
@@ -93,7 +93,7 @@ class SimJob:
 
     @property
     def milli(self) -> int:
-        return self.replicas * self.gpus_each * GPU_MILLI
+        return milli_from_gpus(self.replicas * self.gpus_each)
 
 
 @dataclasses.dataclass
@@ -245,7 +245,7 @@ class Simulation:
             if cohort is None and flavor != "h100-80g":
                 continue
             capacity = gpus * count
-            nominal = max(8, int(capacity * share / members * scale)) * GPU_MILLI
+            nominal = milli_from_gpus(max(8, int(capacity * share / members * scale)))
             borrowing = None if cohort is None else nominal
             quotas.append(FlavorQuota(flavor, nominal, borrowing, None))
         self.ceiling[team] = {q.flavor: q.nominal + (q.borrowing_limit or 0) for q in quotas}
@@ -282,7 +282,7 @@ class Simulation:
             "queue": job.queue,
             "replicas": job.replicas,
             "resources": {
-                "gpu_milli": job.gpus_each * GPU_MILLI,
+                "gpu_milli": milli_from_gpus(job.gpus_each),
                 "cpu_milli": 8000 * job.gpus_each,
                 "memory_mib": 65536 * job.gpus_each,
             },

@@ -18,13 +18,14 @@ import click
 
 from engine import events as ev
 from engine.core import placement_instance
-from engine.model import GPU_MILLI, Policy
+from engine.model import Policy
 from engine.placement.check import check_plan
 from engine.placement.milp import MilpPlacer
 from engine.placement.plan import OutcomeStatus, PlacementInstance, PlacementPlan
 from engine.placement.solvers import placer
 from engine.placement.topology import GangSpan, gang_spans
 from engine.state import ClusterState, fold
+from engine.units import gpus_from_milli
 from gitsched.options import fail, format_option
 from gitsched.render import table
 from reconciler.step import place
@@ -93,10 +94,9 @@ def _side(instance: PlacementInstance, plan: PlacementPlan, seconds: float) -> d
         "seconds": round(seconds, 2),
         "variables": plan.stats.variables,
         "constraints": plan.stats.constraints,
-        "admitted_gpus": sum(
-            r.gpu_milli * len(r.gpus) for o in plan.outcomes if o.running for r in o.replicas
-        )
-        / GPU_MILLI,
+        "admitted_gpus": gpus_from_milli(
+            sum(r.gpu_milli * len(r.gpus) for o in plan.outcomes if o.running for r in o.replicas)
+        ),
         "moves": counts[OutcomeStatus.MOVED],
         **{s.value: counts[s] for s in OutcomeStatus},
         "checked": not problems,

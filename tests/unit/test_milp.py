@@ -11,14 +11,15 @@ import pytest
 
 from engine.model import Node, Placement, Policy, PreemptionScope, ReplicaPlacement, TopologyMode
 from engine.placement.check import check_plan
+from engine.placement.formulation import BuildOptions, Formulation, build
 from engine.placement.greedy import GreedyPlacer
 from engine.placement.linear import LinearModel, SolveLimits, solve
 from engine.placement.milp import MilpPlacer, _short_of_nominal, incremental_start, realise
-from engine.placement.model import BuildOptions, PlacementModel, build, warm_values
 from engine.placement.objective import fair_targets, objective_terms, plan_objective
 from engine.placement.plan import OutcomeStatus, PlacementInstance, PlacementPlan
 from engine.placement.preemption import Rights
 from engine.placement.solvers import placer
+from engine.placement.warmstart import warm_values
 from simulation.synth import SIZES, synth_instance, with_new_jobs
 from tests.unit.factories import instance, job, node, queue
 
@@ -285,7 +286,7 @@ def test_the_generator_is_seeded_and_sized() -> None:
     assert len(more.jobs) == len(a.jobs) + 5
 
 
-def _gang_beside_small_jobs() -> tuple[PlacementModel, tuple[float, ...]]:
+def _gang_beside_small_jobs() -> tuple[Formulation, tuple[float, ...]]:
     """A quota of 12 GPUs, a 2x8 gang at priority 900 and three 4-GPU jobs at 100: the
     LP runs three quarters of the gang and none of the small jobs. The model and the LP's
     values."""
