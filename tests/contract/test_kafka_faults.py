@@ -319,9 +319,7 @@ def abort_a_transaction(bootstrap: str, topic: str, records: int) -> None:
     """Records that take offsets on the topic but were never committed."""
     from confluent_kafka import Producer
 
-    producer = Producer(
-        {"bootstrap.servers": bootstrap, "transactional.id": f"aborter-{topic}"}
-    )
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"aborter-{topic}"})
     producer.init_transactions(20)
     producer.begin_transaction()
     for i in range(records):
@@ -411,9 +409,9 @@ def test_a_restart_from_a_snapshot_reads_the_tail_not_the_topic(
 def test_a_forged_tail_is_caught_by_a_verified_restart_from_a_snapshot(
     topics: Topics, kafka_bootstrap: str, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import eventlog.kafka
     from kafka import KafkaProducer  # type: ignore[import-untyped,unused-ignore]
 
+    import eventlog.kafka
     from eventlog.envelope import event_hash
     from eventlog.replay import replay, snapshot
     from eventlog.snapshot import FileSnapshotStore
