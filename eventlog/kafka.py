@@ -12,11 +12,12 @@ import bisect
 import contextlib
 import itertools
 import logging
+import operator
 import threading
 import time
 import warnings
 from collections.abc import Collection, Iterator, Sequence
-from typing import Any
+from typing import Any, cast
 from urllib.parse import urlsplit
 
 import orjson
@@ -162,8 +163,9 @@ class KafkaEventLog(EventLog):
     and the tail after it, however long the log.
     """
 
-    # Every record is checked as it is read: seq, link to the record before it
-    # (read too, for a range that starts mid-log) and content hash.
+    # Every record is checked as it is read: seq and link to the record before it
+    # (read too, for a range that starts mid-log); with check_content, or at the
+    # tail, its content hash on the record's bytes too.
     reads_checked = True
 
     def __init__(
@@ -262,6 +264,7 @@ class KafkaEventLog(EventLog):
         *,
         until_seq: int | None = None,
         skip_data_of: Collection[str] = (),  # parsed once on fetch: nothing to skip
+        check_content: bool = False,
     ) -> Iterator[StoredEvent]:
         with self._lock:
             self._catch_up(self._deadline())
@@ -275,7 +278,7 @@ class KafkaEventLog(EventLog):
                 # A copy of the range: later appends do not change what this yields.
                 return iter(self._recent[after + 1 - first : stop + 1 - first])
         # Older than what is held: read from the topic, up to the tail as it is now.
-        return self._read_range(after, stop)
+        return self._read_range(after, stop, check_content)
 
     def last_seq(self) -> int:
         with self._lock:
@@ -337,7 +340,7 @@ class KafkaEventLog(EventLog):
         first = self._tail_seq - len(self._recent) + 1
         if first <= seq <= self._tail_seq:
             return self._recent[seq - first]
-        return next(self._read_range(seq - 1, seq), None)
+        return next(self._read_range(seq - 1, seq, check_content=True), None)
 
     def _watermarks(self, deadline: float) -> tuple[int, int]:
         """The topic's first offset, and its last stable offset: below it, every
@@ -459,18 +462,16 @@ class KafkaEventLog(EventLog):
                 with contextlib.suppress(Exception):
                     self._ranger.unassign()
 
-    def _read_range(self, after: int, stop: int) -> Iterator[StoredEvent]:
-        """Events after < seq <= stop, read from the topic and each checked.
+    def _read_range(self, after: int, stop: int, check_content: bool) -> Iterator[StoredEvent]:
+        """Events after < seq <= stop, read from the topic.
 
         The read starts at the record of event `after` (found by `_offset_of`), so
         the first event's link is checked as every other's; from the log's start,
-        the first links to the genesis hash. Each fetch is checked whole, then
-        yielded: a reader that stops early leaves the range reader to the next.
+        the first links to the genesis hash. Each fetch is checked whole (seq and
+        links always, content hashes with `check_content`), then yielded: a reader
+        that stops early leaves the range reader to the next.
         """
         token = object()
-        loads = orjson.loads
-        from_record = StoredEvent.from_record
-        holds = record_hash_holds
         try:
             with self._lock:
                 deadline = self._deadline()
@@ -499,62 +500,81 @@ class KafkaEventLog(EventLog):
                         )
                     continue
                 deadline = self._deadline()
-                events: list[StoredEvent] = []
-                for message in messages:
-                    if message.error() is not None:
-                        _raise_error(message)
-                        continue
-                    offset = message.offset() or 0
-                    position = offset + 1
-                    raw = message.value() or b""
-                    try:
-                        event = from_record(loads(raw))
-                    except (ValueError, TypeError, KeyError) as error:
-                        raise LogCorrupted(
-                            f"{self._topic} offset {offset} is not a gitsched event: {error}"
-                        ) from error
-                    if (
-                        event.seq != expected
-                        or (prev_hash is not None and event.prev_hash != prev_hash)
-                        or not holds(raw, event.hash)
-                    ):
-                        broken = verify_chain(
-                            [event],
-                            expect_first_seq=expected,
-                            prev_hash=prev_hash or event.prev_hash,
-                        )
-                        if broken is not None:
-                            raise LogCorrupted(
-                                f"{self._topic} offset {offset}: seq {broken.seq}: {broken.reason}",
-                                seq=broken.seq,
-                            )
-                    prev_hash = event.hash
-                    expected += 1
-                    if event.seq > after:
-                        events.append(event)
-                    if expected > stop:
-                        break
+                events = self._check_fetch(messages, expected, prev_hash, check_content)
+                position = int(messages[-1].offset() or 0) + 1
+                prev_hash = events[-1].hash
+                expected += len(events)
+                if events[0].seq == after:
+                    del events[0]  # the anchor: checked, not asked for
                 if events:
                     with self._lock:
-                        self._learn_range(events, offset)
+                        self._learn_range(events, position - 1)
                     yield from events
         finally:
             self._release_range(token)
 
-    def _learn_range(self, events: list[StoredEvent], last_offset: int) -> None:
-        """Remember what a range read met: its ids, and one point of seq -> offset."""
-        seq_by_id = self._seq_by_id
-        for event in events:
-            known = seq_by_id.get(event.id)
-            if known is not None and known != event.seq:
-                raise LogCorrupted(
-                    f"{self._topic}: event id {event.id!r} at seq {event.seq} "
-                    f"is already at seq {known}",
-                    seq=event.seq,
+    def _check_fetch(
+        self, messages: list[Message], expected: int, prev_hash: str | None, check_content: bool
+    ) -> list[StoredEvent]:
+        """The events of one fetch, checked against one another and the one before.
+
+        The replay's inner loop, so the common case is a few passes in C over the
+        whole fetch (parse, seqs, links, content hashes on the records' bytes); only
+        a fetch that fails them is walked event by event, to name the first break.
+        `prev_hash` None: the first record is a range's anchor, whose link is not
+        checked.
+        """
+        # A message that carries a client error holds no record: parsing it fails.
+        values = cast("list[bytes]", [message.value() for message in messages])
+        try:
+            events = [_from_record(_loads(value)) for value in values]
+        except (ValueError, TypeError, KeyError):
+            self._first_unreadable(messages)
+            raise
+        hashes = [event.hash for event in events]
+        prevs = [event.prev_hash for event in events]
+        count = len(events)
+        if (
+            [event.seq for event in events] == list(range(expected, expected + count))
+            and (prev_hash is None or prevs[0] == prev_hash)
+            and prevs[1:] == hashes[:-1]
+            and (not check_content or all(map(record_hash_holds, values, hashes)))
+        ):
+            return events
+        link = prev_hash or prevs[0]
+        for event, value, message in zip(events, values, messages, strict=True):
+            if (
+                event.seq != expected
+                or event.prev_hash != link
+                or (check_content and not record_hash_holds(value, event.hash))
+            ):
+                broken = verify_chain(
+                    [event], expect_first_seq=expected, prev_hash=link, recompute=check_content
                 )
-            seq_by_id[event.id] = event.seq
-        self._forget_old_ids()
+                if broken is not None:
+                    raise LogCorrupted(
+                        f"{self._topic} offset {message.offset()}: seq {broken.seq}: "
+                        f"{broken.reason}",
+                        seq=broken.seq,
+                    )
+            link, expected = event.hash, expected + 1
+        return events
+
+    def _first_unreadable(self, messages: list[Message]) -> None:
+        """Raise the error of the first message that holds no event."""
+        for message in messages:
+            _raise_error(message)
+            self._parse(message)
+
+    def _learn_range(self, events: list[StoredEvent], last_offset: int) -> None:
+        """Remember what a range read met: one point of seq -> offset, and the ids of
+        events among the newest KNOWN_IDS (an older one is not asked for)."""
         self._learn_point(events[-1].seq, last_offset)
+        recent = self._tail_seq - KNOWN_IDS
+        if events[-1].seq > recent:
+            kept = events if events[0].seq > recent else [e for e in events if e.seq > recent]
+            self._seq_by_id.update(zip(map(_ID, kept), map(_SEQ, kept), strict=True))
+            self._forget_old_ids()
 
     def _forget_old_ids(self) -> None:
         excess = len(self._seq_by_id) - KNOWN_IDS
@@ -1094,6 +1114,12 @@ def delete_log_topic(url: str, *, timeout_s: float = 15) -> None:
         deleted[log.topic].result(timeout=timeout_s)
     except Exception as error:
         raise _translate(error, f"deleting topic {log.topic}") from error
+
+
+_loads = orjson.loads
+_from_record = StoredEvent.from_record
+_ID = operator.attrgetter("id")
+_SEQ = operator.attrgetter("seq")
 
 
 def _raise_error(message: Message) -> None:

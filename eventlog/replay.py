@@ -84,7 +84,7 @@ def replay(
     )
     timeline: Timeline[StoredEvent] | None = Timeline() if until_time is not None else None
     with collector_paused():
-        for stored in log.read(last_seq, until_seq=until_seq):
+        for stored in log.read(last_seq, until_seq=until_seq, check_content=verify):
             if checker is not None:
                 broken = checker.check(stored)
                 if broken is not None:

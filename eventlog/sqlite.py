@@ -229,6 +229,7 @@ class SQLiteEventLog(EventLog):
         *,
         until_seq: int | None = None,
         skip_data_of: Collection[str] = (),
+        check_content: bool = False,  # rows hold no record bytes: the caller re-hashes
     ) -> Iterator[StoredEvent]:
         upper = until_seq if until_seq is not None else 2**62
         skip = frozenset(skip_data_of)
