@@ -100,9 +100,10 @@ def already_imported(
 class EventLog(abc.ABC):
     """A cluster's totally ordered, append-only, hash-chained event log."""
 
-    # Whether `read(check_content=True)` has already checked every event it yields
-    # against its chain (seq, link and content hash): a verifying replay then need
-    # not hash it again.
+    # Whether `read(check_content=True)` checks every event it yields against its
+    # chain (seq and link to the event before it, content hash), all but the first
+    # one's link, which only the caller can check: a verifying replay then checks
+    # that one link and nothing else.
     reads_checked: bool = False
 
     @abc.abstractmethod
