@@ -87,6 +87,8 @@ LOCATE_WINDOW = 4096
 # Records asked of the client per call while reading a range.
 RANGE_BATCH = 10_000
 PROBE_BATCH = 100_000
+# A range this short is read through the prober's small fetches.
+SMALL_RANGE = 1000
 # Reading ranges: large fetches. Probing for a seq's offset: one small fetch, no
 # read-ahead (the next probe goes elsewhere).
 RANGE_FETCH = {"fetch.max.bytes": 64 * 1024 * 1024, "max.partition.fetch.bytes": 16 * 1024 * 1024}
@@ -195,7 +197,9 @@ class KafkaEventLog(EventLog):
         self._consumer: Consumer | None = None  # the follower: new records at the tail
         self._ranger: Consumer | None = None  # ranges read on demand
         self._prober: Consumer | None = None  # single batches, to find a seq's offset
-        self._range_owner: object = None  # the read whose position the ranger holds
+        # The read whose position the ranger (the prober) holds.
+        self._range_owner: object = None
+        self._probe_owner: object = None
         self._fenced = False
         # The tail as this writer last knew it to be its own: anything after it
         # was written by another producer with our transactional id, which
@@ -444,23 +448,43 @@ class KafkaEventLog(EventLog):
             self._release_range(token)
         return found
 
-    def _range_batch(self, token: object, position: int, wanted: int) -> list[Message]:
-        """The next records for the read `token`, which continues at `position`."""
-        if self._ranger is None:
-            self._ranger = Consumer(self._consumer_config("range", RANGE_FETCH))
-        if self._range_owner is not token:
-            # Another read moved the range reader: send it back where this one is.
-            self._ranger.assign([TopicPartition(self._topic, PARTITION, position)])
-            self._range_owner = token
-        return self._ranger.consume(wanted, timeout=0.02)
+    def _range_batch(
+        self, token: object, position: int, wanted: int, *, small: bool = False
+    ) -> list[Message]:
+        """The next records for the read `token`, which continues at `position`.
+
+        A `small` read (a few events: a snapshot's head, a retried batch) goes
+        through the prober, whose fetches are small: the range reader would fetch
+        megabytes ahead for it.
+        """
+        if small:
+            consumer = self._probe_reader()
+            if self._probe_owner is not token:
+                consumer.assign([TopicPartition(self._topic, PARTITION, position)])
+                self._probe_owner = token
+        else:
+            if self._ranger is None:
+                self._ranger = Consumer(self._consumer_config("range", RANGE_FETCH))
+            consumer = self._ranger
+            if self._range_owner is not token:
+                # Another read moved the range reader: send it back where this one is.
+                consumer.assign([TopicPartition(self._topic, PARTITION, position)])
+                self._range_owner = token
+        return consumer.consume(wanted, timeout=0.02)
 
     def _release_range(self, token: object) -> None:
-        """Stop the range reader prefetching for a read that has ended."""
+        """Stop the reader a read used prefetching, once the read has ended."""
         with self._lock:
-            if self._range_owner is token and self._ranger is not None:
-                self._range_owner = None
-                with contextlib.suppress(Exception):
-                    self._ranger.unassign()
+            for consumer, owner in ((self._ranger, "_range_owner"), (self._prober, "_probe_owner")):
+                if consumer is not None and getattr(self, owner) is token:
+                    setattr(self, owner, None)
+                    with contextlib.suppress(Exception):
+                        consumer.unassign()
+
+    def _probe_reader(self) -> Consumer:
+        if self._prober is None:
+            self._prober = Consumer(self._consumer_config("probe", PROBE_FETCH))
+        return self._prober
 
     def _read_range(self, after: int, stop: int, check_content: bool) -> Iterator[StoredEvent]:
         """Events after < seq <= stop, read from the topic.
@@ -472,6 +496,7 @@ class KafkaEventLog(EventLog):
         that stops early leaves the range reader to the next.
         """
         token = object()
+        small = stop - after <= SMALL_RANGE
         try:
             with self._lock:
                 deadline = self._deadline()
@@ -489,7 +514,7 @@ class KafkaEventLog(EventLog):
                         # Every record handed over is an event (markers and aborted
                         # batches are not): ask for no more than the range holds.
                         wanted = min(RANGE_BATCH, stop - expected + 1)
-                        messages = self._range_batch(token, position, wanted)
+                        messages = self._range_batch(token, position, wanted, small=small)
                     except Exception as error:
                         raise _translate(error, f"reading {self._topic}") from error
                 if not messages:
@@ -646,10 +671,9 @@ class KafkaEventLog(EventLog):
         """(seq, offset) of the committed records the first fetch at `offset` returns
         (at least one: there is always a record at or after a search's guess)."""
         try:
-            if self._prober is None:
-                self._prober = Consumer(self._consumer_config("probe", PROBE_FETCH))
-            prober = self._prober
+            prober = self._probe_reader()
             prober.assign([TopicPartition(self._topic, PARTITION, offset)])
+            self._probe_owner = None  # a small read that held it starts again
             try:
                 first = None
                 while first is None:
@@ -1096,7 +1120,7 @@ class KafkaEventLog(EventLog):
                 if consumer is not None:
                     _close_quietly(consumer)
             self._consumer = self._ranger = self._prober = None
-            self._range_owner = None
+            self._range_owner = self._probe_owner = None
 
     def __repr__(self) -> str:
         return f"KafkaEventLog({','.join(self._bootstrap)}/{self._topic})"

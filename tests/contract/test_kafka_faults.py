@@ -306,8 +306,8 @@ def records_handed_over(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     counted: list[int] = []
     real = KafkaEventLog._range_batch
 
-    def counting(self: KafkaEventLog, *args: Any) -> Any:
-        messages = real(self, *args)
+    def counting(self: KafkaEventLog, *args: Any, **kw: Any) -> Any:
+        messages = real(self, *args, **kw)
         counted.append(len(messages))
         return messages
 
