@@ -103,8 +103,10 @@ def already_imported(
 class EventLog(abc.ABC):
     """A cluster's totally ordered, append-only, hash-chained event log."""
 
-    # Whether `read` has already checked every event it yields against its chain
-    # (seq, link and content hash): a verifying replay then need not hash it again.
+    # Whether `read(check_content=True)` checks every event it yields against its
+    # chain (seq and link to the event before it, content hash), all but the first
+    # one's link, which only the caller can check: a verifying replay then checks
+    # that one link and nothing else.
     reads_checked: bool = False
 
     @abc.abstractmethod
@@ -141,12 +143,16 @@ class EventLog(abc.ABC):
         *,
         until_seq: int | None = None,
         skip_data_of: Collection[str] = (),
+        check_content: bool = False,
     ) -> Iterator[StoredEvent]:
         """Stored events with after_seq < seq <= until_seq, in order.
 
         Events whose type is in `skip_data_of` come with empty `data` where the
         backend can avoid parsing it: a projection that never reads a type's
         payload should not pay for it. Their hashes cannot be re-checked then.
+        `check_content` asks a backend that can check each event's content against
+        its hash on the stored bytes (cheaper than re-encoding it) to do so, raising
+        LogCorrupted: `reads_checked` says whether it does.
         """
 
     @abc.abstractmethod

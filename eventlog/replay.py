@@ -83,8 +83,9 @@ def replay(
         else None
     )
     timeline: Timeline[StoredEvent] | None = Timeline() if until_time is not None else None
+    folded: StoredEvent | None = None  # the last event folded in
     with collector_paused():
-        for stored in log.read(last_seq, until_seq=until_seq):
+        for stored in log.read(last_seq, until_seq=until_seq, check_content=verify):
             if checker is not None:
                 broken = checker.check(stored)
                 if broken is not None:
@@ -93,9 +94,13 @@ def replay(
                         "run `gitsched audit verify`",
                         seq=broken.seq,
                     )
+                if log.reads_checked:
+                    # The first event links to what the fold started from; the log
+                    # checks every later one against the one before it as it reads.
+                    checker = None
             if timeline is None:
                 state = evolve(state, decode(stored))
-                last_seq, last_time, last_hash = stored.seq, stored.time, stored.hash
+                folded = stored
                 continue
             released = timeline.add(
                 stored, stored.type, stored.data, stored.time, stored.cause, stored.actor
@@ -106,9 +111,11 @@ def replay(
                     past = True  # fact times never go back: nothing later is before it
                     break
                 state = evolve(state, decode(event))
-                last_seq, last_time, last_hash = event.seq, event.time, event.hash
+                folded = event
             if past:
                 break
+    if folded is not None:
+        last_seq, last_time, last_hash = folded.seq, folded.time, folded.hash
     return Replayed(
         state,
         last_seq,
