@@ -211,6 +211,8 @@ def _apply_plan(state: ClusterState, intent: ApplyPlan) -> tuple[ev.Event, ...]:
             preempted=counts[OutcomeStatus.PREEMPTED],
             pending=counts[OutcomeStatus.PENDING],
             broken_soft=plan.broken_soft,
+            plan_source=stats.plan_source,
+            fallback=stats.fallback,
         )
     )
     return tuple(out)

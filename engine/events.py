@@ -222,7 +222,12 @@ class JobPending(Event):
 
 @dataclass(frozen=True, slots=True)
 class SolveCompleted(Event):
+    """v2: `plan_source`, whose plan was applied ("milp" | "greedy"), and `fallback`, why
+    greedy's plan was taken where the policy asked for the MILP ("" when it was not; v1
+    events read as plan_source "unrecorded")."""
+
     type: ClassVar[str] = "SolveCompleted"
+    schema_version: ClassVar[int] = 2
     solve_id: str
     solver: str
     status: str
@@ -238,6 +243,8 @@ class SolveCompleted(Event):
     preempted: int
     pending: int
     broken_soft: tuple[str, ...] = ()
+    plan_source: str = ""
+    fallback: str = ""
 
 
 EVENT_TYPES: dict[str, type[Event]] = {

@@ -46,6 +46,16 @@ POLICY_FIELD_NAMES = {
     "reclaim_within_cohort": "preemption.reclaimWithinCohort",
     "require_owner_approval": "approval.requireOwnerApproval",
     "require_signed_approval": "approval.requireSignedApproval",
+    "usage_half_life_hours": "fairness.usageHalfLifeHours",
+}
+IDLE_FIELD_NAMES = {
+    "enabled": "idle.enabled",
+    "threshold_percent": "idle.thresholdPercent",
+    "window_minutes": "idle.windowMinutes",
+    "grace_minutes": "idle.graceMinutes",
+    "exempt_priority_classes": "idle.exemptPriorityClasses",
+    "exempt_queues": "idle.exemptQueues",
+    "action": "idle.action",
 }
 
 
@@ -404,13 +414,21 @@ def _spec_changes(before: ClusterState, events: Iterable[ev.Event]) -> list[Spec
 
 
 def _policy_changes(before: Policy, after: Policy) -> tuple[FieldChange, ...]:
-    return tuple(
+    changes = [
         FieldChange(
             POLICY_FIELD_NAMES.get(f.name, f.name), getattr(before, f.name), getattr(after, f.name)
         )
         for f in dataclasses.fields(Policy)
-        if getattr(before, f.name) != getattr(after, f.name)
+        if f.name != "idle" and getattr(before, f.name) != getattr(after, f.name)
+    ]
+    changes.extend(
+        FieldChange(
+            IDLE_FIELD_NAMES[f.name], getattr(before.idle, f.name), getattr(after.idle, f.name)
+        )
+        for f in dataclasses.fields(type(before.idle))
+        if getattr(before.idle, f.name) != getattr(after.idle, f.name)
     )
+    return tuple(changes)
 
 
 def _effects(
