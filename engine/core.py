@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from engine import events as ev
+from engine.fairshare import capacity_gpus, moment, usage_at, usage_shares
 from engine.model import (
     ClusterSpec,
     CommitInfo,
@@ -244,4 +245,12 @@ def placement_instance(state: ClusterState, now: str) -> PlacementInstance:
         current=dict(sorted(state.placements.items())),
         policy=state.policy,
         now=now,
+        usage=fair_usage(state, now),
     )
+
+
+def fair_usage(state: ClusterState, now: str) -> dict[str, float]:
+    """Each queue's decayed usage at `now` as a share of the cluster (engine/fairshare.py)."""
+    at = max(moment(now) or 0.0, state.clock)
+    half_life = state.policy.usage_half_life_hours
+    return usage_shares(usage_at(state.usage, at, half_life), capacity_gpus(state.nodes), half_life)

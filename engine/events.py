@@ -145,8 +145,13 @@ class JobWithdrawn(Event):
 
 @dataclass(frozen=True, slots=True)
 class JobFinished(Event):
+    """v2: `at`, when the cluster says the job ended (its pods' finish time; "" when it did
+    not say, and for v1 events): fair share counts the job's GPU-seconds up to it."""
+
     type: ClassVar[str] = "JobFinished"
+    schema_version: ClassVar[int] = 2
     job: str
+    at: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,23 +166,28 @@ class JobStarted(Event):
 
 @dataclass(frozen=True, slots=True)
 class JobFailed(Event):
-    """A replica failed in the cluster: the job ends, and its quota is free again."""
+    """A replica failed in the cluster: the job ends, and its quota is free again.
+    v2: `at`, as JobFinished v2."""
 
     type: ClassVar[str] = "JobFailed"
+    schema_version: ClassVar[int] = 2
     job: str
     reason: str
     exit_code: int | None
     replica: int | None
+    at: str = ""
 
 
 @dataclass(frozen=True, slots=True)
 class JobInterrupted(Event):
     """The cluster lost part of a running gang without gitsched asking (a pod deleted
-    behind its back): the gang is placed again, whole."""
+    behind its back): the gang is placed again, whole. v2: `at`, as JobFinished v2."""
 
     type: ClassVar[str] = "JobInterrupted"
+    schema_version: ClassVar[int] = 2
     job: str
     reason: str
+    at: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 from immutables import Map
 
 from engine import events as ev
+from engine.fairshare import QueueUsage, moment, runs
 from engine.model import (
     ClusterSpec,
     CommitInfo,
@@ -53,6 +54,10 @@ class ClusterState:
     events_applied: int = 0
     # team -> its OWNERS as the log last recorded them (OwnersChanged)
     owners: Map[str, tuple[Owner, ...]] = field(default_factory=Map)
+    # queue -> its decayed GPU usage (engine/fairshare.py), and the latest time the events
+    # told (seconds since the epoch): when a stop that says no time of its own happened.
+    usage: Map[str, QueueUsage] = field(default_factory=Map)
+    clock: float = 0.0
 
     def placement_of(self, job: str) -> Placement | None:
         return self.placements.get(job)
@@ -78,12 +83,43 @@ def _without(entries: Map[str, V], key: str) -> Map[str, V]:
     return entries.delete(key) if key in entries else entries
 
 
+def _later(s: ClusterState, at: str) -> float:
+    """The state's clock moved on to `at`, if that is a time and a later one."""
+    told = moment(at)
+    return s.clock if told is None or told < s.clock else told
+
+
+def _queue_of(s: ClusterState, job: str) -> str:
+    known = s.jobs.get(job)
+    return known.queue if known is not None else job.partition("/")[0]
+
+
+def _usage_stopped(s: ClusterState, job: str, clock: float) -> Map[str, QueueUsage]:
+    """The queue's usage once `job`, if it held GPUs, let them go at `clock`."""
+    placement = s.placements.get(job)
+    if placement is None or not placement.gpu_milli:
+        return s.usage
+    queue = _queue_of(s, job)
+    old = s.usage.get(queue, QueueUsage())
+    return s.usage.set(
+        queue, runs(old, -placement.gpu_milli, clock, s.policy.usage_half_life_hours)
+    )
+
+
 def _commit_applied(s: ClusterState, e: ev.CommitApplied) -> ClusterState:
-    return _replace(s, last_commit=e.commit, last_good_commit=e.commit, last_rejection=())
+    return _replace(
+        s,
+        last_commit=e.commit,
+        last_good_commit=e.commit,
+        last_rejection=(),
+        clock=_later(s, e.commit.committed_at),
+    )
 
 
 def _commit_rejected(s: ClusterState, e: ev.CommitRejected) -> ClusterState:
-    return _replace(s, last_commit=e.commit, last_rejection=e.errors)
+    return _replace(
+        s, last_commit=e.commit, last_rejection=e.errors, clock=_later(s, e.commit.committed_at)
+    )
 
 
 def _cluster_configured(s: ClusterState, e: ev.ClusterConfigured) -> ClusterState:
@@ -136,10 +172,15 @@ def _job_changed(s: ClusterState, e: ev.JobChanged) -> ClusterState:
     return _replace(s, jobs=s.jobs.set(e.job.key, e.job), needs_placement=True)
 
 
-def _job_gone(s: ClusterState, key: str, ended: Map[str, str] | None = None) -> ClusterState:
+def _job_gone(
+    s: ClusterState, key: str, ended: Map[str, str] | None = None, at: str = ""
+) -> ClusterState:
     """The job leaves the state, and its quota and GPUs with it: waiting jobs are placed."""
+    clock = _later(s, at)
     return _replace(
         s,
+        usage=_usage_stopped(s, key, clock),
+        clock=clock,
         jobs=_without(s.jobs, key),
         placements=_without(s.placements, key),
         pending=_without(s.pending, key),
@@ -154,11 +195,11 @@ def _job_withdrawn(s: ClusterState, e: ev.JobWithdrawn) -> ClusterState:
 
 
 def _job_finished(s: ClusterState, e: ev.JobFinished) -> ClusterState:
-    return _job_gone(s, e.job, s.ended.set(e.job, "finished"))
+    return _job_gone(s, e.job, s.ended.set(e.job, "finished"), e.at)
 
 
 def _job_failed(s: ClusterState, e: ev.JobFailed) -> ClusterState:
-    return _job_gone(s, e.job, s.ended.set(e.job, "failed"))
+    return _job_gone(s, e.job, s.ended.set(e.job, "failed"), e.at)
 
 
 def _job_started(s: ClusterState, e: ev.JobStarted) -> ClusterState:
@@ -166,8 +207,11 @@ def _job_started(s: ClusterState, e: ev.JobStarted) -> ClusterState:
 
 
 def _job_interrupted(s: ClusterState, e: ev.JobInterrupted) -> ClusterState:
+    clock = _later(s, e.at)
     return _replace(
         s,
+        usage=_usage_stopped(s, e.job, clock),
+        clock=clock,
         placements=_without(s.placements, e.job),
         started=_without(s.started, e.job),
         needs_placement=True,
@@ -176,8 +220,18 @@ def _job_interrupted(s: ClusterState, e: ev.JobInterrupted) -> ClusterState:
 
 def _placement_decided(s: ClusterState, e: ev.PlacementDecided) -> ClusterState:
     placement = Placement(job=e.job, flavor=e.flavor, replicas=e.replicas, started_at=e.at)
+    clock = _later(s, e.at)
+    usage = _usage_stopped(s, e.job, clock)
+    if placement.gpu_milli:
+        queue = _queue_of(s, e.job)
+        old = usage.get(queue, QueueUsage())
+        usage = usage.set(
+            queue, runs(old, placement.gpu_milli, clock, s.policy.usage_half_life_hours)
+        )
     return _replace(
         s,
+        usage=usage,
+        clock=clock,
         placements=s.placements.set(e.job, placement),
         pending=_without(s.pending, e.job),
         started=_without(s.started, e.job),
@@ -187,6 +241,7 @@ def _placement_decided(s: ClusterState, e: ev.PlacementDecided) -> ClusterState:
 def _job_preempted(s: ClusterState, e: ev.JobPreempted) -> ClusterState:
     return _replace(
         s,
+        usage=_usage_stopped(s, e.job, s.clock),
         placements=_without(s.placements, e.job),
         pending=s.pending.set(e.job, Pending(e.reason, "preempted")),
         started=_without(s.started, e.job),
@@ -196,6 +251,7 @@ def _job_preempted(s: ClusterState, e: ev.JobPreempted) -> ClusterState:
 def _job_pending(s: ClusterState, e: ev.JobPending) -> ClusterState:
     return _replace(
         s,
+        usage=_usage_stopped(s, e.job, s.clock),
         placements=_without(s.placements, e.job),
         pending=s.pending.set(e.job, Pending(e.reason, e.constraint)),
         started=_without(s.started, e.job),

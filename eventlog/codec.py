@@ -40,6 +40,15 @@ def _solve_completed_v1(data: dict[str, Any]) -> dict[str, Any]:
 
 
 UPCASTERS[("SolveCompleted", 1)] = _solve_completed_v1
+
+
+def _job_ended_v1(data: dict[str, Any]) -> dict[str, Any]:
+    """v1 did not record when the cluster said the job ended: unknown ("")."""
+    return {**data, "at": ""}
+
+
+for _ended in ("JobFinished", "JobFailed", "JobInterrupted"):
+    UPCASTERS[(_ended, 1)] = _job_ended_v1
 UPCASTERS[("CommitApplied", 1)] = _commit_v1_to_v2
 UPCASTERS[("CommitRejected", 1)] = _commit_v1_to_v2
 
