@@ -257,6 +257,54 @@ class SolveCompleted(Event):
     fallback: str = ""
 
 
+@dataclass(frozen=True, slots=True)
+class GpuUtilization:
+    """One GPU's utilisation over a telemetry window (0-100 %), from `samples` samples."""
+
+    index: int
+    mean_percent: float
+    max_percent: float
+    samples: int
+
+
+@dataclass(frozen=True, slots=True)
+class GpuUtilizationReported(Event):
+    """Telemetry: one node's GPUs over one window (`start`..`end`), aggregated at the edge
+    (reconciler/telemetry.py), never one event per sample. `source`: nvml | dcgm."""
+
+    type: ClassVar[str] = "GpuUtilizationReported"
+    node: str
+    source: str
+    start: str
+    end: str
+    gpus: tuple[GpuUtilization, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class JobIdle(Event):
+    """A running job's GPUs stayed below the policy's threshold from `since` to `until`
+    (engine/idle.py). `action` is what follows: "preemptible" (it ranks lowest in the
+    solves that follow) or "reclaim" (a JobPreempted with rule "idle" comes with it)."""
+
+    type: ClassVar[str] = "JobIdle"
+    job: str
+    since: str
+    until: str
+    utilization_percent: float
+    threshold_percent: float
+    action: str
+
+
+@dataclass(frozen=True, slots=True)
+class JobIdleCleared(Event):
+    """A job flagged idle used its GPUs again (telemetry at `at` above the threshold)."""
+
+    type: ClassVar[str] = "JobIdleCleared"
+    job: str
+    at: str
+    utilization_percent: float
+
+
 EVENT_TYPES: dict[str, type[Event]] = {
     cls.type: cls
     for cls in (
@@ -282,5 +330,8 @@ EVENT_TYPES: dict[str, type[Event]] = {
         JobPreempted,
         JobPending,
         SolveCompleted,
+        GpuUtilizationReported,
+        JobIdle,
+        JobIdleCleared,
     )
 }

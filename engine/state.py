@@ -15,10 +15,12 @@ from immutables import Map
 
 from engine import events as ev
 from engine.fairshare import QueueUsage, moment, runs
+from engine.idle import IdleStreak, observe
 from engine.model import (
     ClusterSpec,
     CommitInfo,
     Finding,
+    IdleAction,
     Job,
     Node,
     Owner,
@@ -58,6 +60,10 @@ class ClusterState:
     # told (seconds since the epoch): when a stop that says no time of its own happened.
     usage: Map[str, QueueUsage] = field(default_factory=Map)
     clock: float = 0.0
+    # job -> how long its GPUs have stayed below the idle threshold (engine/idle.py), and
+    # job -> the JobIdle that flagged it, until it runs anew, is changed or uses its GPUs.
+    idle_streaks: Map[str, IdleStreak] = field(default_factory=Map)
+    idle: Map[str, ev.JobIdle] = field(default_factory=Map)
 
     def placement_of(self, job: str) -> Placement | None:
         return self.placements.get(job)
@@ -104,6 +110,17 @@ def _usage_stopped(s: ClusterState, job: str, clock: float) -> Map[str, QueueUsa
     return s.usage.set(
         queue, runs(old, -placement.gpu_milli, clock, s.policy.usage_half_life_hours)
     )
+
+
+def _not_idle(s: ClusterState, job: str, keep_reclaimed: bool = False) -> dict[str, Any]:
+    """The job's idle streak ends (its placement does); its flag too, unless it was
+    reclaimed and `keep_reclaimed`: a reclaimed job waits until its owner changes it."""
+    flag = s.idle.get(job)
+    keep = keep_reclaimed and flag is not None and flag.action == IdleAction.RECLAIM
+    return {
+        "idle_streaks": _without(s.idle_streaks, job),
+        "idle": s.idle if keep else _without(s.idle, job),
+    }
 
 
 def _commit_applied(s: ClusterState, e: ev.CommitApplied) -> ClusterState:
@@ -165,11 +182,15 @@ def _approval_checked(s: ClusterState, e: ev.ApprovalChecked) -> ClusterState:
 
 
 def _job_submitted(s: ClusterState, e: ev.JobSubmitted) -> ClusterState:
-    return _replace(s, jobs=s.jobs.set(e.job.key, e.job), needs_placement=True)
+    return _replace(
+        s, jobs=s.jobs.set(e.job.key, e.job), needs_placement=True, idle=_without(s.idle, e.job.key)
+    )
 
 
 def _job_changed(s: ClusterState, e: ev.JobChanged) -> ClusterState:
-    return _replace(s, jobs=s.jobs.set(e.job.key, e.job), needs_placement=True)
+    return _replace(
+        s, jobs=s.jobs.set(e.job.key, e.job), needs_placement=True, idle=_without(s.idle, e.job.key)
+    )
 
 
 def _job_gone(
@@ -181,6 +202,7 @@ def _job_gone(
         s,
         usage=_usage_stopped(s, key, clock),
         clock=clock,
+        **_not_idle(s, key),
         jobs=_without(s.jobs, key),
         placements=_without(s.placements, key),
         pending=_without(s.pending, key),
@@ -212,6 +234,7 @@ def _job_interrupted(s: ClusterState, e: ev.JobInterrupted) -> ClusterState:
         s,
         usage=_usage_stopped(s, e.job, clock),
         clock=clock,
+        **_not_idle(s, e.job, keep_reclaimed=True),
         placements=_without(s.placements, e.job),
         started=_without(s.started, e.job),
         needs_placement=True,
@@ -232,6 +255,7 @@ def _placement_decided(s: ClusterState, e: ev.PlacementDecided) -> ClusterState:
         s,
         usage=usage,
         clock=clock,
+        **_not_idle(s, e.job),
         placements=s.placements.set(e.job, placement),
         pending=_without(s.pending, e.job),
         started=_without(s.started, e.job),
@@ -242,6 +266,7 @@ def _job_preempted(s: ClusterState, e: ev.JobPreempted) -> ClusterState:
     return _replace(
         s,
         usage=_usage_stopped(s, e.job, s.clock),
+        **_not_idle(s, e.job, keep_reclaimed=True),
         placements=_without(s.placements, e.job),
         pending=s.pending.set(e.job, Pending(e.reason, "preempted")),
         started=_without(s.started, e.job),
@@ -252,6 +277,7 @@ def _job_pending(s: ClusterState, e: ev.JobPending) -> ClusterState:
     return _replace(
         s,
         usage=_usage_stopped(s, e.job, s.clock),
+        **_not_idle(s, e.job, keep_reclaimed=True),
         placements=_without(s.placements, e.job),
         pending=s.pending.set(e.job, Pending(e.reason, e.constraint)),
         started=_without(s.started, e.job),
@@ -260,6 +286,27 @@ def _job_pending(s: ClusterState, e: ev.JobPending) -> ClusterState:
 
 def _solve_completed(s: ClusterState, e: ev.SolveCompleted) -> ClusterState:
     return _replace(s, needs_placement=False)
+
+
+def _gpu_utilization_reported(s: ClusterState, e: ev.GpuUtilizationReported) -> ClusterState:
+    clock = _later(s, e.end)
+    if not s.policy.idle.enabled:
+        return _replace(s, clock=clock)
+    streaks = s.idle_streaks
+    for job, streak in observe(
+        s.idle_streaks, s.placements, e, s.policy.idle.threshold_percent
+    ).items():
+        streaks = _without(streaks, job) if streak is None else streaks.set(job, streak)
+    return _replace(s, idle_streaks=streaks, clock=clock)
+
+
+def _job_idle(s: ClusterState, e: ev.JobIdle) -> ClusterState:
+    # A solve follows: the job now ranks lowest, or its GPUs are free (reclaim).
+    return _replace(s, idle=s.idle.set(e.job, e), needs_placement=True, clock=_later(s, e.until))
+
+
+def _job_idle_cleared(s: ClusterState, e: ev.JobIdleCleared) -> ClusterState:
+    return _replace(s, idle=_without(s.idle, e.job))
 
 
 _HANDLERS: dict[type[ev.Event], Callable[[ClusterState, Any], ClusterState]] = {
@@ -285,6 +332,9 @@ _HANDLERS: dict[type[ev.Event], Callable[[ClusterState, Any], ClusterState]] = {
     ev.JobPreempted: _job_preempted,
     ev.JobPending: _job_pending,
     ev.SolveCompleted: _solve_completed,
+    ev.GpuUtilizationReported: _gpu_utilization_reported,
+    ev.JobIdle: _job_idle,
+    ev.JobIdleCleared: _job_idle_cleared,
 }
 
 assert set(_HANDLERS) == set(ev.EVENT_TYPES.values()), "every event type needs a handler"
