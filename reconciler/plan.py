@@ -27,6 +27,7 @@ from eventlog.codec import decode
 from policies.approval import TeamApproval
 from reconciler.approval import team_approvals
 from reconciler.git import GitRepo, change_commits
+from reconciler.plan_fairness import FairShareView, fair_share_view
 from reconciler.specs import LoadedSpecs, load_commit
 from schemas import SpecError
 
@@ -173,6 +174,8 @@ class PullRequestPlan:
     approvals: tuple[TeamApproval, ...] = ()
     approval_enforced: bool = False
     commits: tuple[CommitInfo, ...] = field(default=())
+    # fair share over time and idle jobs after the change (reconciler/plan_fairness.py)
+    fairness: FairShareView | None = None
 
     @property
     def valid(self) -> bool:
@@ -382,6 +385,7 @@ def plan_change(
         approval_enforced=signed
         or before.policy.require_owner_approval
         or desired.policy.require_owner_approval,
+        fairness=fair_share_view(after, decision_time(head_info)),
     )
 
 
