@@ -408,7 +408,7 @@ def build_desired(
             jobs[job.key] = job
     return DesiredState(
         cluster=cluster,
-        policy=_policy(merged_policy),
+        policy=policy_of(merged_policy),
         nodes=nodes,
         queues=queues,
         jobs=jobs,
@@ -522,7 +522,8 @@ def _job(name: str, spec: Mapping[str, Any], queue: str, cluster: ClusterSpec, f
     )
 
 
-def _policy(spec: Mapping[str, Any]) -> Policy:
+def policy_of(spec: Mapping[str, Any]) -> Policy:
+    """The engine's Policy from a merged Policy spec (policies.merge_policies)."""
     solver = spec.get("solver", {})
     objective = spec.get("objective", {})
     preemption = spec.get("preemption", {})

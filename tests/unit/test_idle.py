@@ -145,7 +145,7 @@ def test_reclaim_stops_the_idle_job_at_once_and_it_waits_until_its_owner_changes
     stops = [e for e in events if isinstance(e, ev.JobPreempted)]
     assert [(s.job, s.rule, s.preempted_by) for s in stops] == [("q/stuck", "idle", None)]
     assert "below 5% utilisation" in stops[0].reason
-    # 4 GPUs for the 30 minutes since its placement's start (no checkpoint): lost work.
+    # 4 GPUs since its placement at 08:30, and no checkpoint: two hours of work lost.
     assert stops[0].lost_gpu_seconds > 4 * 3600
     after = fold(events, state)
     assert "q/stuck" not in after.placements and "q/stuck" in after.pending
