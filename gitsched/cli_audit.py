@@ -23,6 +23,7 @@ from audit import compliance as compliance_query
 from audit import fairshare as fairshare_query
 from audit import history as history_query
 from audit import pointintime
+from audit import solves as solves_query
 from audit import usage as usage_query
 from audit.store import AuditStore, CatchUp, Progress, open_view
 from audit.store import rebuild as rebuild_view
@@ -448,6 +449,23 @@ def fairshare(
             f"every {every_hours:g} h"
         )
     emit_rows(rows, fairshare_query.HEADERS, fmt)
+
+
+@audit.command("solves")
+@log_option
+@repo_opt
+@click.option(
+    "--fallbacks", is_flag=True, help="Only the solves where greedy's plan replaced the MILP's."
+)
+@format_option("text", "csv", "json")
+def solves_command(log_url: str | None, repo: str, fallbacks: bool, fmt: str) -> None:
+    """Every solve: solver, status, whose plan was applied and why, gap and bound."""
+    with user_errors(), open_event_log(log_url, repo) as event_log:
+        rows = solves_query.solves(event_log.read(0), fallbacks_only=fallbacks)
+    if fmt == "json":
+        click.echo(json.dumps({"rows": rows}, indent=2))
+        return
+    emit_rows(rows, solves_query.HEADERS, fmt)
 
 
 # -- changes --------------------------------------------------------------------------------

@@ -59,6 +59,7 @@ CASES: dict[str, tuple[tuple[str, ...], tuple[int, ...]]] = {
     "audit at": (("audit", "at", "--seq", "3", "--repo", "{repo}"), (0,)),
     "audit usage": (("audit", "usage", "--repo", "{repo}"), (0,)),
     "audit fairshare": (("audit", "fairshare", "--repo", "{repo}"), (0,)),
+    "audit solves": (("audit", "solves", "--repo", "{repo}"), (0,)),
     "telemetry ingest": (
         ("telemetry", "ingest", DCGM_SCRAPE, "--at", "2025-11-16T12:00:00Z", "--repo", "{repo}"),
         (0,),
