@@ -9,6 +9,7 @@ gives the same usage, and so the same decisions.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -29,8 +30,10 @@ class QueueUsage:
     running_gpu_milli: int = 0
 
 
+@functools.lru_cache(maxsize=1024)
 def moment(text: str) -> float | None:
-    """An ISO-8601 time with an offset as seconds since the epoch; None when it is not one."""
+    """An ISO-8601 time with an offset as seconds since the epoch; None when it is not one.
+    Cached: every event of a solve carries the same decision time, and a replay folds them all."""
     if not text:
         return None
     try:

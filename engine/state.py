@@ -91,6 +91,8 @@ def _without(entries: Map[str, V], key: str) -> Map[str, V]:
 
 def _later(s: ClusterState, at: str) -> float:
     """The state's clock moved on to `at`, if that is a time and a later one."""
+    if not at:
+        return s.clock
     told = moment(at)
     return s.clock if told is None or told < s.clock else told
 
@@ -115,6 +117,8 @@ def _usage_stopped(s: ClusterState, job: str, clock: float) -> Map[str, QueueUsa
 def _not_idle(s: ClusterState, job: str, keep_reclaimed: bool = False) -> dict[str, Any]:
     """The job's idle streak ends (its placement does); its flag too, unless it was
     reclaimed and `keep_reclaimed`: a reclaimed job waits until its owner changes it."""
+    if job not in s.idle_streaks and job not in s.idle:
+        return {}  # the common case, kept cheap: a replay comes through here for every stop
     flag = s.idle.get(job)
     keep = keep_reclaimed and flag is not None and flag.action == IdleAction.RECLAIM
     return {
@@ -242,23 +246,32 @@ def _job_interrupted(s: ClusterState, e: ev.JobInterrupted) -> ClusterState:
 
 
 def _placement_decided(s: ClusterState, e: ev.PlacementDecided) -> ClusterState:
-    placement = Placement(job=e.job, flavor=e.flavor, replicas=e.replicas, started_at=e.at)
+    job = e.job
+    placement = Placement(job=job, flavor=e.flavor, replicas=e.replicas, started_at=e.at)
     clock = _later(s, e.at)
-    usage = _usage_stopped(s, e.job, clock)
-    if placement.gpu_milli:
-        queue = _queue_of(s, e.job)
+    usage = _usage_stopped(s, job, clock) if job in s.placements else s.usage
+    milli = placement.gpu_milli
+    if milli:
+        queue = _queue_of(s, job)
         old = usage.get(queue, QueueUsage())
-        usage = usage.set(
-            queue, runs(old, placement.gpu_milli, clock, s.policy.usage_half_life_hours)
+        usage = usage.set(queue, runs(old, milli, clock, s.policy.usage_half_life_hours))
+    if job in s.idle_streaks or job in s.idle:
+        return _replace(
+            s,
+            usage=usage,
+            clock=clock,
+            **_not_idle(s, job),
+            placements=s.placements.set(job, placement),
+            pending=_without(s.pending, job),
+            started=_without(s.started, job),
         )
     return _replace(
         s,
         usage=usage,
         clock=clock,
-        **_not_idle(s, e.job),
-        placements=s.placements.set(e.job, placement),
-        pending=_without(s.pending, e.job),
-        started=_without(s.started, e.job),
+        placements=s.placements.set(job, placement),
+        pending=_without(s.pending, job),
+        started=_without(s.started, job),
     )
 
 
