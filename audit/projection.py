@@ -533,13 +533,22 @@ def owners_diff(old: list[list[str]], new: list[list[str]]) -> str:
     return "; ".join(parts) or "no effective change"
 
 
+def _value_text(value: Any) -> str:
+    """A value as the change summary prints it; a nested mapping (the policy's `idle`) with
+    its keys sorted, so a summary never depends on the order a payload was read in."""
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k}: {_value_text(value[k])}" for k in sorted(value)) + "}"
+    return str(value)
+
+
 def dict_diff(old: dict[str, Any], new: dict[str, Any]) -> str:
     keys = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
     if not old:
-        return "set: " + ", ".join(f"{k}={new.get(k)}" for k in sorted(new))
-    return "; ".join(f"{k.replace('_', ' ')} {old.get(k)} -> {new.get(k)}" for k in keys) or (
-        "no effective change"
-    )
+        return "set: " + ", ".join(f"{k}={_value_text(new.get(k))}" for k in sorted(new))
+    return "; ".join(
+        f"{k.replace('_', ' ')} {_value_text(old.get(k))} -> {_value_text(new.get(k))}"
+        for k in keys
+    ) or ("no effective change")
 
 
 class Projector:
@@ -584,6 +593,11 @@ class Projector:
             "JobPreempted": self._job_preempted,
             "JobPending": self._job_pending,
             "SolveCompleted": self._solve_completed,
+            # Telemetry and idle flags: read by audit/fairshare.py from the log, no rows here
+            # (a reclaimed job's stop is its JobPreempted, with rule "idle").
+            "GpuUtilizationReported": self._not_projected,
+            "JobIdle": self._not_projected,
+            "JobIdleCleared": self._not_projected,
         }
         assert set(self._handlers) == set(EVENT_TYPES), "every event type needs a handler"
         self._people: dict[str, str] = {}  # actor -> person(actor): a few authors submit every job
@@ -1393,6 +1407,9 @@ class Projector:
 
     def _solve_completed(self, stored: Envelope, d: dict[str, Any], batch: Batch) -> None:
         self.usage.solve(stored.seq, self._time, batch)
+
+    def _not_projected(self, stored: Envelope, d: dict[str, Any], batch: Batch) -> None:
+        return None
 
 
 # A queue in force, as the usage ledger sees it: team, cohort, quotas (flavor -> [nominal,

@@ -406,7 +406,9 @@ class Sink(Protocol):
 
 
 # Events whose payload no view reads: the log need not parse them.
-_UNREAD_PAYLOADS = frozenset({"SolveCompleted"})
+_UNREAD_PAYLOADS = frozenset(
+    {"SolveCompleted", "GpuUtilizationReported", "JobIdle", "JobIdleCleared"}
+)
 
 
 def _check_offset(log: LogReader, store: Sink, offset: int, offset_hash: str | None) -> None:

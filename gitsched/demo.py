@@ -3,8 +3,8 @@
 Four teams, 144 GPUs of three flavors in NVLink domains and racks, a dedicated
 pair of nodes for regulated work, and twelve commits by five people, one of
 them invalid, plus an open pull request whose plan it prints. Everything runs
-locally: git, the embedded SQLite log, greedy placement. The repo's content is
-data, the YAML a team would commit, in gitsched/demo_repo/.
+locally: git, the embedded SQLite log, the built-in policy's MILP placement.
+The repo's content is data, the YAML a team would commit, in gitsched/demo_repo/.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import yaml
 
 from audit.history import build_history
 from audit.verify import verify_log
+from engine import events as ev
 from engine.units import gpus_text
 from eventlog import open_log
 from eventlog.codec import decode_all
@@ -154,6 +155,28 @@ def run_demo(directory: Path, *, force: bool, echo: Callable[[str], None]) -> in
             for finding in outcome.errors:
                 echo(f"           {finding.format()}")
         echo(f"{report.events_appended} events appended")
+        solves = [e for _, e in decode_all(event_log.read(0)) if isinstance(e, ev.SolveCompleted)]
+        if solves:
+            echo("")
+            echo(f"== the {len(solves)} solves (one per commit that changed placement)")
+            echo(
+                table(
+                    ["SOLVE", "SOLVER", "STATUS", "PLAN", "OBJECTIVE", "BOUND", "GAP", "SECONDS"],
+                    [
+                        [
+                            s.solve_id.split("/")[0][:10],
+                            s.solver,
+                            s.status,
+                            s.plan_source + (f" ({s.fallback})" if s.fallback else ""),
+                            f"{s.objective:.2f}",
+                            "-" if s.bound is None else f"{s.bound:.2f}",
+                            "-" if s.gap is None else f"{s.gap * 100:.2f}%",
+                            f"{s.seconds:.2f}",
+                        ]
+                        for s in solves
+                    ],
+                )
+            )
         echo("")
         echo(state_text(report.state, report.last_seq))
         echo("")

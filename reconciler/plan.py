@@ -28,6 +28,7 @@ from eventlog.replay import replay
 from policies.approval import TeamApproval
 from reconciler.approval import team_approvals
 from reconciler.git import GitRepo, change_commits
+from reconciler.plan_fairness import FairShareView, fair_share_view
 from reconciler.specs import SpecCache, load_commit
 from reconciler.step import EventGroup, commit_steps, owed_solve
 from schemas import SpecError
@@ -48,6 +49,16 @@ POLICY_FIELD_NAMES = {
     "reclaim_within_cohort": "preemption.reclaimWithinCohort",
     "require_owner_approval": "approval.requireOwnerApproval",
     "require_signed_approval": "approval.requireSignedApproval",
+    "usage_half_life_hours": "fairness.usageHalfLifeHours",
+}
+IDLE_FIELD_NAMES = {
+    "enabled": "idle.enabled",
+    "threshold_percent": "idle.thresholdPercent",
+    "window_minutes": "idle.windowMinutes",
+    "grace_minutes": "idle.graceMinutes",
+    "exempt_priority_classes": "idle.exemptPriorityClasses",
+    "exempt_queues": "idle.exemptQueues",
+    "action": "idle.action",
 }
 
 
@@ -168,6 +179,8 @@ class PullRequestPlan:
     # What the reconciler's step appends for the branch, in order (with the LOG
     # baseline: exactly what `reconcile` appends once HEAD is merged as it is).
     groups: tuple[EventGroup, ...] = ()
+    # fair share over time and idle jobs after the change (reconciler/plan_fairness.py)
+    fairness: FairShareView | None = None
 
     @property
     def valid(self) -> bool:
@@ -417,6 +430,7 @@ def plan_change(
         or before.policy.require_owner_approval
         or desired.policy.require_owner_approval,
         groups=tuple(groups),
+        fairness=fair_share_view(after, decision_time(head_info)),
     )
 
 
@@ -449,13 +463,21 @@ def _spec_changes(before: ClusterState, events: Iterable[ev.Event]) -> list[Spec
 
 
 def _policy_changes(before: Policy, after: Policy) -> tuple[FieldChange, ...]:
-    return tuple(
+    changes = [
         FieldChange(
             POLICY_FIELD_NAMES.get(f.name, f.name), getattr(before, f.name), getattr(after, f.name)
         )
         for f in dataclasses.fields(Policy)
-        if getattr(before, f.name) != getattr(after, f.name)
+        if f.name != "idle" and getattr(before, f.name) != getattr(after, f.name)
+    ]
+    changes.extend(
+        FieldChange(
+            IDLE_FIELD_NAMES[f.name], getattr(before.idle, f.name), getattr(after.idle, f.name)
+        )
+        for f in dataclasses.fields(type(before.idle))
+        if getattr(before.idle, f.name) != getattr(after.idle, f.name)
     )
+    return tuple(changes)
 
 
 def _effects(

@@ -20,6 +20,8 @@ from engine.model import (
     Finding,
     FlavorQuota,
     GpuFlavor,
+    IdleAction,
+    IdlePolicy,
     Isolation,
     Job,
     Node,
@@ -398,7 +400,7 @@ def build_desired(
             jobs[job.key] = job
     return DesiredState(
         cluster=cluster,
-        policy=_policy(merged_policy),
+        policy=policy_of(merged_policy),
         nodes=nodes,
         queues=queues,
         jobs=jobs,
@@ -512,7 +514,8 @@ def _job(name: str, spec: Mapping[str, Any], queue: str, cluster: ClusterSpec, f
     )
 
 
-def _policy(spec: Mapping[str, Any]) -> Policy:
+def policy_of(spec: Mapping[str, Any]) -> Policy:
+    """The engine's Policy from a merged Policy spec (policies.merge_policies)."""
     solver = spec.get("solver", {})
     objective = spec.get("objective", {})
     preemption = spec.get("preemption", {})
@@ -541,6 +544,24 @@ def _policy(spec: Mapping[str, Any]) -> Policy:
         require_signed_approval=bool(
             approval.get("requireSignedApproval", base.require_signed_approval)
         ),
+        usage_half_life_hours=float(
+            spec.get("fairness", {}).get("usageHalfLifeHours", base.usage_half_life_hours)
+        ),
+        idle=_idle_policy(spec.get("idle", {}), base.idle),
+    )
+
+
+def _idle_policy(idle: Mapping[str, Any], base: IdlePolicy) -> IdlePolicy:
+    return IdlePolicy(
+        enabled=bool(idle.get("enabled", base.enabled)),
+        threshold_percent=float(idle.get("thresholdPercent", base.threshold_percent)),
+        window_minutes=float(idle.get("windowMinutes", base.window_minutes)),
+        grace_minutes=float(idle.get("graceMinutes", base.grace_minutes)),
+        exempt_priority_classes=tuple(
+            sorted(idle.get("exemptPriorityClasses", base.exempt_priority_classes))
+        ),
+        exempt_queues=tuple(sorted(idle.get("exemptQueues", base.exempt_queues))),
+        action=IdleAction(idle.get("action", base.action)),
     )
 
 

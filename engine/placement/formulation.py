@@ -35,8 +35,8 @@ from engine.placement.objective import (
     capacity_vector,
     compact_unit,
     compactness_penalty,
-    fair_targets,
     fairness_penalty_per_share,
+    instance_fair_targets,
     instance_tree,
     lost_gpu_seconds,
     move_penalty,
@@ -793,7 +793,7 @@ class Builder:
     def add_fairness(self) -> None:
         capacity = capacity_vector(self.instance.nodes)
         rate = fairness_penalty_per_share(self.instance)
-        targets = fair_targets(self.instance.queues, self.instance.jobs, capacity)
+        targets = instance_fair_targets(self.instance)
         for target in targets.values():
             cap = capacity[target.resource]
             terms = [

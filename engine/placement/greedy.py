@@ -531,6 +531,7 @@ class GreedyPlacer:
                 status="heuristic",
                 objective=objective,
                 seconds=time.perf_counter() - started,
+                plan_source="greedy",
             ),
             broken_soft=broken_soft_constraints(instance, ordered),
         )

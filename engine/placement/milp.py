@@ -548,6 +548,7 @@ class MilpPlacer:
         fell_back = (
             outcomes is None or score is None or score < greedy_score - EPS or bool(problems)
         )
+        outcomes_found = outcomes is not None
         if fell_back or outcomes is None or score is None:
             outcomes, score = greedy.outcomes, greedy_score
         elif (
@@ -561,6 +562,11 @@ class MilpPlacer:
         if bound is not None:
             bound = max(bound, score)
         gap = None if bound is None else (bound - score) / max(abs(bound), EPS)
+        fallback = ""
+        if fell_back:
+            fallback = _fallback_reason(solution.status, outcomes_found, problems, own_score)
+        elif greedy_tighter:
+            fallback = "greedy's plan scores as well and its gangs span fewer domains"
         if solution.status == "infeasible":
             status = "infeasible"
         elif fell_back:
@@ -596,9 +602,24 @@ class MilpPlacer:
                 seconds=time.perf_counter() - started,
                 variables=formulation.lp.num_cols,
                 constraints=formulation.lp.num_rows,
+                plan_source="greedy" if fell_back or greedy_tighter else "milp",
+                fallback=fallback,
             ),
             broken_soft=broken_soft_constraints(instance, outcomes),
         )
+
+
+def _fallback_reason(
+    status: str, found: bool, problems: tuple[str, ...], own_score: float | None
+) -> str:
+    """Why the MILP's own plan was not used, in a line for the solve event."""
+    if not found:
+        if status == "infeasible":
+            return "the model was infeasible"
+        return f"no feasible MILP solution within the time limit (solver status {status})"
+    if problems:
+        return f"the MILP's plan broke a rule: {problems[0]}"
+    return "the MILP's packed plan scored below greedy's"
 
 
 def _has_gangs(instance: PlacementInstance, outcomes: tuple[JobOutcome, ...]) -> bool:

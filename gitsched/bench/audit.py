@@ -344,7 +344,7 @@ class Simulation:
         events: Emitted = []
         for key in sorted(done):
             self._release(self.running[key])
-            events.append(("JobFinished", {"job": key}))
+            events.append(("JobFinished", {"job": key, "at": ""}))
         cause = f"kubernetes/{self.batches}"
         self._emit(events, "kubernetes", cause)
         self._solve(cause)
@@ -613,6 +613,8 @@ class Simulation:
                     "preempted": counts["preempted"],
                     "pending": counts["pending"],
                     "broken_soft": [],
+                    "plan_source": "greedy",
+                    "fallback": "",
                 },
             )
         )

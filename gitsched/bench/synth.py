@@ -28,11 +28,14 @@ from engine.state import ClusterState, fold
 from engine.units import gpus_from_milli
 from gitsched.options import fail, format_option
 from gitsched.render import table
+from policies.policy import default_policy
+from reconciler.specs import policy_of
 from reconciler.step import place
 from simulation.synth import NOW, SIZES, synth_instance, with_new_jobs
 
 GOALS = {"S": (0.0, 60.0), "M": (0.01, 10.0), "L": (0.02, 30.0)}  # gap, time limit
 NEW_JOBS = 50
+BUILTIN = policy_of(default_policy())
 
 
 def _state_of(instance: PlacementInstance) -> ClusterState:
@@ -116,6 +119,11 @@ def _side(instance: PlacementInstance, plan: PlacementPlan, seconds: float) -> d
 @click.option(
     "--gap", type=float, help="Override the size's gap tolerance (a fraction: 0.01 is 1%)."
 )
+@click.option(
+    "--fairness-weight",
+    type=click.FloatRange(min=0),
+    help="objective.fairnessWeight [default: the built-in policy's].",
+)
 @format_option("text", "json")
 def command(
     size: str,
@@ -124,6 +132,7 @@ def command(
     incremental: bool,
     time_limit: float | None,
     gap: float | None,
+    fairness_weight: float | None,
     fmt: str,
 ) -> None:
     """The MILP against greedy on a seeded synthetic cluster: objective, GPUs, gap, time, moves."""
@@ -132,6 +141,8 @@ def command(
         solver=solver,
         gap_tolerance=goal_gap if gap is None else gap,
         time_limit_s=goal_time if time_limit is None else time_limit,
+        # The built-in policy's objective, fairness included: what a cluster runs by default.
+        fairness_weight=BUILTIN.fairness_weight if fairness_weight is None else fairness_weight,
     )
     started = time.perf_counter()
     state = _state_of(synth_instance(size, seed, policy))
@@ -153,6 +164,7 @@ def command(
         "jobs": len(instance.jobs),
         "running": len(instance.current),
         "policy": {
+            "fairness_weight": policy.fairness_weight,
             "gap_tolerance_pct": round(100 * policy.gap_tolerance, 6),
             "time_limit_s": policy.time_limit_s,
         },

@@ -166,12 +166,13 @@ def test_a_spread_preferred_gang_is_a_broken_soft_constraint() -> None:
 
 
 def test_fairness_shares_the_cluster_between_queues() -> None:
-    """Greedy serves priority first; with a fairness weight the MILP gives each queue its share."""
+    """Greedy serves priority first; with a fairness weight and every priority class weighing
+    the same, the MILP gives each queue its share."""
     nodes = [node(f"n{i}") for i in range(2)]
     queues = [queue("a"), queue("b")]
     jobs = [job(f"a{i}", queue="a", gpu=8, priority=900, submitted_at=str(i)) for i in range(2)]
     jobs += [job(f"b{i}", queue="b", gpu=8, priority=100, submitted_at=str(i)) for i in range(2)]
-    fair = Policy(fairness_weight=2.0, gap_tolerance=0.0)
+    fair = Policy(fairness_weight=2.0, priority_weight=0.0, gap_tolerance=0.0)
     inst = instance(nodes, queues, jobs, policy=fair)
     targets = fair_targets(inst.queues, inst.jobs, {"gpu": 16000, "cpu": 256000, "memory": 2**21})
     assert targets["a"].share == pytest.approx(0.5) and targets["b"].share == pytest.approx(0.5)
@@ -181,6 +182,18 @@ def test_fairness_shares_the_cluster_between_queues() -> None:
     greedy = GreedyPlacer().solve(inst)
     assert {o.job.split("/")[0] for o in greedy.outcomes if o.running} == {"a"}
     assert "fairness__b" in greedy.broken_soft and plan.broken_soft == ()
+
+
+def test_fairness_never_outranks_a_priority_class() -> None:
+    """Fairness is a small term: with priorities weighed, the higher class runs first and
+    the unfair share is reported as a broken soft constraint."""
+    nodes = [node(f"n{i}") for i in range(2)]
+    queues = [queue("a"), queue("b")]
+    jobs = [job(f"a{i}", queue="a", gpu=8, priority=900, submitted_at=str(i)) for i in range(2)]
+    jobs += [job(f"b{i}", queue="b", gpu=8, priority=100, submitted_at=str(i)) for i in range(2)]
+    plan = HIGHS.solve(instance(nodes, queues, jobs, policy=Policy(fairness_weight=2.0)))
+    assert {o.job for o in plan.outcomes if o.running} == {"a/a0", "a/a1"}
+    assert plan.broken_soft == ("fairness__b",)
 
 
 def test_pending_and_preempted_jobs_say_why_and_name_a_constraint() -> None:
