@@ -12,7 +12,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from engine.fairshare import FairShareRow
-from engine.model import GPU_MILLI, FlavorQuota, Queue
+from engine.model import FlavorQuota, Queue
 from engine.placement.plan import SolveStats
 from engine.units import gpus_or_none, gpus_text
 from gitsched import __version__

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from engine import events as ev
-from engine.core import ApplyCommit, RejectCommit, decide
+from engine.core import ApplyCommit, RejectCommit, decide, decision_time
 from engine.errors import UsageError
 from engine.model import GPU_MILLI, CommitInfo, Placement, Policy, Queue
 from engine.placement.plan import SolveStats
