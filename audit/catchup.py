@@ -78,7 +78,9 @@ class Sink(Protocol):
 
 # Events whose payload no view reads: the log need not parse them (unless their hash is
 # to be recomputed).
-_UNREAD_PAYLOADS = frozenset({"SolveCompleted"})
+_UNREAD_PAYLOADS = frozenset(
+    {"SolveCompleted", "GpuUtilizationReported", "JobIdle", "JobIdleCleared"}
+)
 
 
 def _check_offset(log: LogReader, store: Sink, offset: int, offset_hash: str | None) -> None:

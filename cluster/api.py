@@ -40,7 +40,7 @@ class ClusterRefused(PermanentError):
     """The API server refused a request for good (forbidden, invalid object)."""
 
 
-class WatchExpired(Exception):
+class WatchExpired(TemporaryError):
     """410 Gone: the resourceVersion to resume from is compacted away; list again."""
 
 

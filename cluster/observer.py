@@ -14,6 +14,7 @@ from cluster.actuator import is_bound, is_deleting
 from cluster.api import Obj
 from cluster.pods import PLACEMENT_LABEL, desired_pods
 from engine import events as ev
+from engine.model import utc_time
 from engine.state import ClusterState
 
 
@@ -31,6 +32,18 @@ def _failure(pod: Obj) -> tuple[str, int | None]:
     reason = status.get("reason") or "Failed"
     message = status.get("message")
     return (f"{reason}: {message}" if message else reason), None
+
+
+def _finished_at(pods: list[Obj]) -> str:
+    """When the last of the pods' containers ended, as the cluster recorded it ("" if none
+    says): fair share counts the job's GPU-seconds up to then, never to the clock."""
+    times = [
+        utc_time(str(term["finishedAt"]))
+        for pod in pods
+        for cs in (pod.get("status") or {}).get("containerStatuses") or []
+        if (term := (cs.get("state") or {}).get("terminated")) and term.get("finishedAt")
+    ]
+    return max((t for t in times if t), default="")
 
 
 def job_events(state: ClusterState, pods: Mapping[tuple[str, str], Obj]) -> list[ev.Event]:
@@ -59,7 +72,15 @@ def job_events(state: ClusterState, pods: Mapping[tuple[str, str], Obj]) -> list
         )
         if failed is not None:
             reason, code = _failure(failed[1])
-            out.append(ev.JobFailed(job=job, reason=reason, exit_code=code, replica=failed[0]))
+            out.append(
+                ev.JobFailed(
+                    job=job,
+                    reason=reason,
+                    exit_code=code,
+                    replica=failed[0],
+                    at=_finished_at([failed[1]]),
+                )
+            )
             continue
         gone = next((name for _, name, pod in replicas if pod is None or is_deleting(pod)), None)
         if gone is not None:
@@ -79,5 +100,9 @@ def job_events(state: ClusterState, pods: Mapping[tuple[str, str], Obj]) -> list
             out.append(ev.JobStarted(job=job, placement_at=placement.started_at))
             started = True
         if started and all(phase == "Succeeded" for phase in phases):
-            out.append(ev.JobFinished(job=job))
+            out.append(
+                ev.JobFinished(
+                    job=job, at=_finished_at([pod for _, _, pod in replicas if pod is not None])
+                )
+            )
     return out

@@ -14,8 +14,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from cluster.api import Obj
-from engine.model import GPU_MILLI, Job, Placement, Queue
+from engine.model import Job, Placement, Queue
 from engine.state import ClusterState
+from engine.units import GPU_MILLI
 
 MANAGED_BY = "app.kubernetes.io/managed-by"
 MANAGER = "gitsched"

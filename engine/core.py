@@ -11,10 +11,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from engine import events as ev
+from engine.fairshare import capacity_gpus, moment, usage_at, usage_shares
+from engine.idle import idle_reason, is_idle, job_utilization
 from engine.model import (
     ClusterSpec,
     CommitInfo,
     Finding,
+    IdleAction,
     Job,
     Node,
     Owner,
@@ -22,8 +25,10 @@ from engine.model import (
     Queue,
     utc_time,
 )
+from engine.placement.objective import lost_gpu_seconds
 from engine.placement.plan import OutcomeStatus, PlacementInstance, PlacementPlan
-from engine.state import ClusterState
+from engine.placement.preemption import Rule
+from engine.state import ClusterState, fold
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,7 +65,14 @@ class ApplyPlan:
     at: str
 
 
-Intent = ApplyCommit | RejectCommit | ApplyPlan
+@dataclass(frozen=True, slots=True)
+class ApplyTelemetry:
+    """GPU utilisation reports from the edge (reconciler/telemetry.py), aggregated."""
+
+    reports: tuple[ev.GpuUtilizationReported, ...]
+
+
+Intent = ApplyCommit | RejectCommit | ApplyPlan | ApplyTelemetry
 
 
 def decision_time(commit: CommitInfo) -> str:
@@ -78,7 +90,53 @@ def decide(state: ClusterState, intent: Intent) -> tuple[ev.Event, ...]:
         return _apply_commit(state, intent)
     if isinstance(intent, RejectCommit):
         return (ev.CommitRejected(commit=intent.commit, errors=intent.errors),)
+    if isinstance(intent, ApplyTelemetry):
+        return _apply_telemetry(state, intent)
     return _apply_plan(state, intent)
+
+
+def _apply_telemetry(state: ClusterState, intent: ApplyTelemetry) -> tuple[ev.Event, ...]:
+    """The reports, then the jobs they show idle (and, to reclaim, stopped) or busy again."""
+    reports = tuple(sorted(intent.reports, key=lambda r: (r.end, r.node, r.start, r.source)))
+    out: list[ev.Event] = list(reports)
+    after = fold(reports, state)
+    policy = after.policy.idle
+    for key in sorted(after.idle_streaks):
+        job, placement = after.jobs.get(key), after.placements.get(key)
+        streak = after.idle_streaks[key]
+        if key in after.idle or job is None or placement is None:
+            continue
+        if not is_idle(job, placement, streak, policy):
+            continue
+        flag = ev.JobIdle(
+            job=key,
+            since=streak.since,
+            until=streak.until,
+            utilization_percent=streak.percent,
+            threshold_percent=policy.threshold_percent,
+            action=policy.action.value,
+        )
+        out.append(flag)
+        if policy.action is IdleAction.RECLAIM:
+            out.append(
+                ev.JobPreempted(
+                    job=key,
+                    reason=idle_reason(flag),
+                    preempted_by=None,
+                    lost_gpu_seconds=lost_gpu_seconds(job, placement, streak.until),
+                    solve_id=f"idle/{streak.until}",
+                    rule=Rule.IDLE.value,
+                )
+            )
+    for key in sorted(after.idle):
+        placement = after.placements.get(key)
+        if placement is None or key in after.idle_streaks:
+            continue
+        seen = [(r.end, u) for r in reports if (u := job_utilization(placement, r)) is not None]
+        if seen:
+            at, percent = max(seen)
+            out.append(ev.JobIdleCleared(job=key, at=at, utilization_percent=percent))
+    return tuple(out)
 
 
 def _apply_commit(state: ClusterState, intent: ApplyCommit) -> tuple[ev.Event, ...]:
@@ -211,6 +269,8 @@ def _apply_plan(state: ClusterState, intent: ApplyPlan) -> tuple[ev.Event, ...]:
             preempted=counts[OutcomeStatus.PREEMPTED],
             pending=counts[OutcomeStatus.PENDING],
             broken_soft=plan.broken_soft,
+            plan_source=stats.plan_source,
+            fallback=stats.fallback,
         )
     )
     return tuple(out)
@@ -232,14 +292,35 @@ def keep_waiting_reasons(
 
 
 def placement_instance(state: ClusterState, now: str) -> PlacementInstance:
-    """What the solver sees of the state: every job, node, queue, and what runs where."""
+    """What the solver sees of the state: every job, node, queue, and what runs where.
+
+    A job flagged idle (engine/idle.py) ranks below every priority class while it runs
+    ("preemptible"), or is left out, waiting, until its owner changes it ("reclaim")."""
+    lowest = min((j.priority for j in state.jobs.values()), default=0) - 1
+    jobs = []
+    for key in sorted(state.jobs):
+        job = state.jobs[key]
+        flag = state.idle.get(key)
+        if flag is not None and flag.action == IdleAction.RECLAIM:
+            continue
+        if flag is not None and key in state.placements:
+            job = dataclasses.replace(job, priority=lowest, preemptible=True)
+        jobs.append(job)
     return PlacementInstance(
         cluster=state.cluster,
         nodes=tuple(state.nodes[n] for n in sorted(state.nodes)),
         queues=tuple(state.queues[q] for q in sorted(state.queues)),
-        jobs=tuple(state.jobs[j] for j in sorted(state.jobs)),
+        jobs=tuple(jobs),
         # Sorted: a Map's order follows its keys' hashes, which change with PYTHONHASHSEED.
         current=dict(sorted(state.placements.items())),
         policy=state.policy,
         now=now,
+        usage=fair_usage(state, now),
     )
+
+
+def fair_usage(state: ClusterState, now: str) -> dict[str, float]:
+    """Each queue's decayed usage at `now` as a share of the cluster (engine/fairshare.py)."""
+    at = max(moment(now) or 0.0, state.clock)
+    half_life = state.policy.usage_half_life_hours
+    return usage_shares(usage_at(state.usage, at, half_life), capacity_gpus(state.nodes), half_life)

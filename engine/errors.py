@@ -1,7 +1,10 @@
-"""gitsched's one error tree, shared by every layer.
+"""gitsched's one error tree. It lives in the engine, the lowest layer, so every layer
+above may derive from it (the event log's errors, the cluster boundary's, audit's ...).
 
 Adapters wrap library errors in these (`raise ... from e`), so the reconciler
 can tell a bad commit (record it, move on) from an outage (retry with backoff).
+`schemas`, beside the engine, raises nothing: a spec's problems are values
+(`schemas.SpecError`, recorded as `engine.model.Finding`), never exceptions.
 """
 
 from __future__ import annotations

@@ -145,8 +145,13 @@ class JobWithdrawn(Event):
 
 @dataclass(frozen=True, slots=True)
 class JobFinished(Event):
+    """v2: `at`, when the cluster says the job ended (its pods' finish time; "" when it did
+    not say, and for v1 events): fair share counts the job's GPU-seconds up to it."""
+
     type: ClassVar[str] = "JobFinished"
+    schema_version: ClassVar[int] = 2
     job: str
+    at: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,23 +166,28 @@ class JobStarted(Event):
 
 @dataclass(frozen=True, slots=True)
 class JobFailed(Event):
-    """A replica failed in the cluster: the job ends, and its quota is free again."""
+    """A replica failed in the cluster: the job ends, and its quota is free again.
+    v2: `at`, as JobFinished v2."""
 
     type: ClassVar[str] = "JobFailed"
+    schema_version: ClassVar[int] = 2
     job: str
     reason: str
     exit_code: int | None
     replica: int | None
+    at: str = ""
 
 
 @dataclass(frozen=True, slots=True)
 class JobInterrupted(Event):
     """The cluster lost part of a running gang without gitsched asking (a pod deleted
-    behind its back): the gang is placed again, whole."""
+    behind its back): the gang is placed again, whole. v2: `at`, as JobFinished v2."""
 
     type: ClassVar[str] = "JobInterrupted"
+    schema_version: ClassVar[int] = 2
     job: str
     reason: str
+    at: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,7 +232,12 @@ class JobPending(Event):
 
 @dataclass(frozen=True, slots=True)
 class SolveCompleted(Event):
+    """v2: `plan_source`, whose plan was applied ("milp" | "greedy"), and `fallback`, why
+    greedy's plan was taken where the policy asked for the MILP ("" when it was not; v1
+    events read as plan_source "unrecorded")."""
+
     type: ClassVar[str] = "SolveCompleted"
+    schema_version: ClassVar[int] = 2
     solve_id: str
     solver: str
     status: str
@@ -238,6 +253,56 @@ class SolveCompleted(Event):
     preempted: int
     pending: int
     broken_soft: tuple[str, ...] = ()
+    plan_source: str = ""
+    fallback: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class GpuUtilization:
+    """One GPU's utilisation over a telemetry window (0-100 %), from `samples` samples."""
+
+    index: int
+    mean_percent: float
+    max_percent: float
+    samples: int
+
+
+@dataclass(frozen=True, slots=True)
+class GpuUtilizationReported(Event):
+    """Telemetry: one node's GPUs over one window (`start`..`end`), aggregated at the edge
+    (reconciler/telemetry.py), never one event per sample. `source`: nvml | dcgm."""
+
+    type: ClassVar[str] = "GpuUtilizationReported"
+    node: str
+    source: str
+    start: str
+    end: str
+    gpus: tuple[GpuUtilization, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class JobIdle(Event):
+    """A running job's GPUs stayed below the policy's threshold from `since` to `until`
+    (engine/idle.py). `action` is what follows: "preemptible" (it ranks lowest in the
+    solves that follow) or "reclaim" (a JobPreempted with rule "idle" comes with it)."""
+
+    type: ClassVar[str] = "JobIdle"
+    job: str
+    since: str
+    until: str
+    utilization_percent: float
+    threshold_percent: float
+    action: str
+
+
+@dataclass(frozen=True, slots=True)
+class JobIdleCleared(Event):
+    """A job flagged idle used its GPUs again (telemetry at `at` above the threshold)."""
+
+    type: ClassVar[str] = "JobIdleCleared"
+    job: str
+    at: str
+    utilization_percent: float
 
 
 EVENT_TYPES: dict[str, type[Event]] = {
@@ -265,5 +330,8 @@ EVENT_TYPES: dict[str, type[Event]] = {
         JobPreempted,
         JobPending,
         SolveCompleted,
+        GpuUtilizationReported,
+        JobIdle,
+        JobIdleCleared,
     )
 }

@@ -10,7 +10,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
 
-GPU_MILLI = 1000
+from engine.units import GPU_MILLI as GPU_MILLI  # re-exported: simulation/ still imports it here
+
 NODE_LEVEL = "node"
 
 
@@ -228,6 +229,29 @@ class Policy:
     reclaim_within_cohort: PreemptionScope = PreemptionScope.ANY
     require_owner_approval: bool = False
     require_signed_approval: bool = False
+    # Fair share over time (engine/fairshare.py): a queue's past usage halves every this long.
+    usage_half_life_hours: float = 24.0
+    # Idle GPU reclamation (engine/idle.py). Off by default here, so a policy logged before
+    # it existed reads as it acted; the built-in policy turns it on.
+    idle: IdlePolicy = field(default_factory=lambda: IdlePolicy())
+
+
+class IdleAction(StrEnum):
+    PREEMPTIBLE = "preemptible"  # the idle job ranks lowest: the first to stop for a waiting job
+    RECLAIM = "reclaim"  # the idle job stops, and waits until its owner changes it
+
+
+@dataclass(frozen=True, slots=True)
+class IdlePolicy:
+    """When a running job counts as idle, and what then happens to it."""
+
+    enabled: bool = False
+    threshold_percent: float = 5.0
+    window_minutes: float = 60.0
+    grace_minutes: float = 30.0
+    exempt_priority_classes: tuple[str, ...] = ()
+    exempt_queues: tuple[str, ...] = ()
+    action: IdleAction = IdleAction.PREEMPTIBLE
 
 
 @dataclass(frozen=True, slots=True)
@@ -319,7 +343,8 @@ class CommitInfo:
 
 @dataclass(frozen=True, slots=True)
 class Finding:
-    """One validation or policy error of a commit, located in the repo."""
+    """One validation or policy error of a commit, located in the repo: what CommitRejected
+    records. Field for field a `schemas.SpecError` (which the engine may not import)."""
 
     file: str
     line: int | None

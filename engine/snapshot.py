@@ -17,6 +17,7 @@ from typing import Any
 import msgspec
 from immutables import Map
 
+from engine.errors import PermanentError
 from engine.state import ClusterState
 
 
@@ -53,7 +54,7 @@ STATE_FORMAT = hashlib.sha256(
 ).hexdigest()[:16]
 
 
-class SnapshotDecodeError(ValueError):
+class SnapshotDecodeError(PermanentError, ValueError):
     """The bytes are not a snapshot of this state format."""
 
 

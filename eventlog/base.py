@@ -12,17 +12,20 @@ from collections.abc import Callable, Collection, Iterator, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
+from engine.errors import GitschedError, PermanentError, TemporaryError
 from eventlog.envelope import NewEvent, StoredEvent, verify_chain
 
 if TYPE_CHECKING:
     from eventlog.snapshot import SnapshotStore
 
 
-class EventLogError(Exception):
-    """Root of the log's errors. The CLI maps it onto gitsched's error tree."""
+class EventLogError(GitschedError):
+    """Root of the log's errors, inside gitsched's one tree: each is also a TemporaryError
+    (retry later) or a PermanentError (retrying will not help), but a conflict, which
+    the writer resolves by reading the log again."""
 
 
-class LogUnavailable(EventLogError):
+class LogUnavailable(EventLogError, TemporaryError):
     """The backend cannot be reached now (broker down, file locked): retry later."""
 
 
@@ -37,15 +40,15 @@ class ConcurrencyConflict(EventLogError):
         self.actual = actual
 
 
-class WriterFenced(EventLogError):
+class WriterFenced(EventLogError, PermanentError):
     """A newer writer for the same log has taken over; this one must stop."""
 
 
-class DuplicateEvent(EventLogError):
+class DuplicateEvent(EventLogError, PermanentError):
     """Part of a batch is in the log already and part is not: the log and the writer disagree."""
 
 
-class LogCorrupted(EventLogError):
+class LogCorrupted(EventLogError, PermanentError):
     """What was read back breaks the envelope's invariants (seq gap, hash mismatch)."""
 
     def __init__(self, message: str, *, seq: int | None = None) -> None:
@@ -53,7 +56,7 @@ class LogCorrupted(EventLogError):
         self.seq = seq
 
 
-class LogConfigurationError(EventLogError):
+class LogConfigurationError(EventLogError, PermanentError):
     """The log exists with settings gitsched refuses (a Kafka topic with 3 partitions, ...)."""
 
 
@@ -100,8 +103,10 @@ def already_imported(
 class EventLog(abc.ABC):
     """A cluster's totally ordered, append-only, hash-chained event log."""
 
-    # Whether `read` has already checked every event it yields against its chain
-    # (seq, link and content hash): a verifying replay then need not hash it again.
+    # Whether `read(check_content=True)` checks every event it yields against its
+    # chain (seq and link to the event before it, content hash), all but the first
+    # one's link, which only the caller can check: a verifying replay then checks
+    # that one link and nothing else.
     reads_checked: bool = False
 
     @abc.abstractmethod
@@ -138,12 +143,16 @@ class EventLog(abc.ABC):
         *,
         until_seq: int | None = None,
         skip_data_of: Collection[str] = (),
+        check_content: bool = False,
     ) -> Iterator[StoredEvent]:
         """Stored events with after_seq < seq <= until_seq, in order.
 
         Events whose type is in `skip_data_of` come with empty `data` where the
         backend can avoid parsing it: a projection that never reads a type's
         payload should not pay for it. Their hashes cannot be re-checked then.
+        `check_content` asks a backend that can check each event's content against
+        its hash on the stored bytes (cheaper than re-encoding it) to do so, raising
+        LogCorrupted: `reads_checked` says whether it does.
         """
 
     @abc.abstractmethod

@@ -34,6 +34,21 @@ def _commit_v1_to_v2(data: dict[str, Any]) -> dict[str, Any]:
     return {**data, "commit": commit}
 
 
+def _solve_completed_v1(data: dict[str, Any]) -> dict[str, Any]:
+    """v1 did not record whose plan was applied, nor why greedy's was."""
+    return {**data, "plan_source": "unrecorded", "fallback": ""}
+
+
+UPCASTERS[("SolveCompleted", 1)] = _solve_completed_v1
+
+
+def _job_ended_v1(data: dict[str, Any]) -> dict[str, Any]:
+    """v1 did not record when the cluster said the job ended: unknown ("")."""
+    return {**data, "at": ""}
+
+
+for _ended in ("JobFinished", "JobFailed", "JobInterrupted"):
+    UPCASTERS[(_ended, 1)] = _job_ended_v1
 UPCASTERS[("CommitApplied", 1)] = _commit_v1_to_v2
 UPCASTERS[("CommitRejected", 1)] = _commit_v1_to_v2
 

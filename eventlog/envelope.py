@@ -309,6 +309,35 @@ def verify_chain(
     return None
 
 
+def stored_hash_holds(event: StoredEvent, data_json: bytes) -> bool:
+    """Whether `event` hashes to its `hash`, its data taken as `data_json`: the bytes
+    `canonical_json(data)` gave when it was stored (SQLite keeps them as they are).
+
+    Only the envelope's few scalars are encoded (orjson writes them as the standard
+    library does: no floats among them), and the data's bytes are hashed in place,
+    which spares re-encoding the payload. False when they are not the canonical
+    bytes: the caller then recomputes the hash the long way.
+    """
+    head = orjson.dumps(
+        {  # in sorted order, as canonical JSON has it; 0 holds the data's place
+            "actor": event.actor,
+            "cause": event.cause,
+            "data": 0,
+            "id": event.id,
+            "prev_hash": event.prev_hash,
+            "schema_version": event.schema_version,
+            "seq": event.seq,
+            "time": event.time,
+            "type": event.type,
+        }
+    )
+    at = head.find(b',"data":0,"id":') + 8  # no string holds an unescaped quote
+    body = hashlib.sha256(head[:at])
+    body.update(data_json)
+    body.update(head[at + 1 :])
+    return body.hexdigest() == event.hash
+
+
 def record_hash_holds(raw: bytes, digest: str) -> bool:
     """Whether `raw`, an event stored as `canonical_json(to_record())`, hashes to `digest`.
 

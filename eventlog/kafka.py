@@ -8,18 +8,20 @@ a pure-Python client spends as long again building and parsing records.
 
 from __future__ import annotations
 
+import bisect
 import contextlib
+import itertools
 import logging
+import operator
 import threading
 import time
 import warnings
 from collections.abc import Collection, Iterator, Sequence
-from typing import Any
+from typing import Any, cast
 from urllib.parse import urlsplit
 
 import orjson
 from confluent_kafka import (
-    OFFSET_BEGINNING,
     Consumer,
     KafkaError,
     KafkaException,
@@ -71,6 +73,30 @@ REQUIRED_TOPIC_CONFIG = {
 # forever is mostly repetitive JSON).
 BATCH_BYTES = 4 * 1024 * 1024
 MAX_REQUEST_BYTES = 8 * 1024 * 1024
+# What an instance holds of the topic: the newest events, decoded (a reconciler
+# reads back its own appends from them), and the ids it has met, for duplicate
+# checks. Everything older is read from the topic when asked for.
+RECENT_EVENTS = 20_000
+KNOWN_IDS = 250_000
+# Points seq -> offset kept to bound searches, one per INDEX_EVERY events let go.
+INDEX_POINTS = 100_000
+INDEX_EVERY = 1024
+# Offsets read back from the end of the topic to find its tail (grown 8-fold
+# until a committed record is among them).
+LOCATE_WINDOW = 4096
+# Records asked of the client per call while reading a range.
+RANGE_BATCH = 10_000
+PROBE_BATCH = 100_000
+# A range this short is read through the prober's small fetches.
+SMALL_RANGE = 1000
+# Reading ranges: large fetches. Probing for a seq's offset: one small fetch, no
+# read-ahead (the next probe goes elsewhere).
+RANGE_FETCH = {"fetch.max.bytes": 64 * 1024 * 1024, "max.partition.fetch.bytes": 16 * 1024 * 1024}
+PROBE_FETCH = {
+    "fetch.max.bytes": 1024 * 1024,
+    "max.partition.fetch.bytes": 256 * 1024,
+    "queued.max.messages.kbytes": 1024,
+}
 
 
 class _ClientLog(logging.LoggerAdapter):  # type: ignore[type-arg]
@@ -125,14 +151,23 @@ class KafkaEventLog(EventLog):
     """A cluster's event log in a single-partition Kafka topic.
 
     `seq` is the envelope's own gap-free counter, not the Kafka offset (commit
-    markers take offsets too). Every writer of a topic must use the same
-    `transactional_id` (the default derives it from the topic): that is what
-    fences a second writer. Opening the log and reading never fences anyone;
-    the producer is created on the first append. Once fenced, an instance stays
-    fenced: a process that wants to write again opens a new one.
+    markers take offsets too, and aborted batches leave holes). Every writer of a
+    topic must use the same `transactional_id` (the default derives it from the
+    topic): that is what fences a second writer. Opening the log and reading never
+    fences anyone; the producer is created on the first append. Once fenced, an
+    instance stays fenced: a process that wants to write again opens a new one.
+
+    An instance never reads more of the topic than it is asked for. Opening finds
+    the tail by reading back from the end (`_locate`); from there a follower keeps
+    up with new records and holds the newest RECENT_EVENTS of them. An older range
+    is read on demand from its own offset, found by a search over the topic
+    (`_offset_of`), so a restart from a snapshot reads only the snapshot's event
+    and the tail after it, however long the log.
     """
 
-    # Every record is checked as it is read (`_ingest`): seq, link and hash.
+    # Every record is checked as it is read: seq and link to the record before it
+    # (read too, for a range that starts mid-log); with check_content, or at the
+    # tail, its content hash on the record's bytes too.
     reads_checked = True
 
     def __init__(
@@ -159,18 +194,32 @@ class KafkaEventLog(EventLog):
         self._partition = TopicPartition(topic, PARTITION)
         self._lock = threading.RLock()
         self._producer: Producer | None = None
-        self._consumer: Consumer | None = None
+        self._consumer: Consumer | None = None  # the follower: new records at the tail
+        self._ranger: Consumer | None = None  # ranges read on demand
+        self._prober: Consumer | None = None  # single batches, to find a seq's offset
+        # The read whose position the ranger (the prober) holds.
+        self._range_owner: object = None
+        self._probe_owner: object = None
         self._fenced = False
         # The tail as this writer last knew it to be its own: anything after it
         # was written by another producer with our transactional id, which
         # fenced us when it initialised.
         self._writer_tail: int | None = None
-        # What has been read: events[seq - 1], offsets[seq - 1], id -> seq.
-        self._events: list[StoredEvent] = []
-        self._offsets: list[int] = []
-        self._seq_by_id: dict[str, int] = {}
+        # The tail: the newest event read or written, and where it lies.
+        self._located = False
+        self._tail_seq = 0
+        self._tail_hash = GENESIS_HASH
         self._last_offset = -1
-        self._sought = 0  # where the reader was last sent (see _await_visible)
+        self._low = 0  # the topic's first offset
+        self._sought = 0  # where the follower was last sent (see _await_visible)
+        # The newest events, contiguous up to the tail, with their offsets.
+        self._recent: list[StoredEvent] = []
+        self._recent_offsets: list[int] = []
+        # Facts learnt on the way: event id -> seq (the newest KNOWN_IDS read or
+        # written), and seq -> offset points (sorted) that bound every search.
+        self._seq_by_id: dict[str, int] = {}
+        self._index_seqs: list[int] = []
+        self._index_offsets: list[int] = []
         self._corruption: LogCorrupted | None = None
         # Snapshots live outside the topic (see eventlog.snapshot); open_log sets the folder.
         self.snapshot_store: SnapshotStore | None = None
@@ -219,19 +268,33 @@ class KafkaEventLog(EventLog):
         *,
         until_seq: int | None = None,
         skip_data_of: Collection[str] = (),  # parsed once on fetch: nothing to skip
+        check_content: bool = False,
     ) -> Iterator[StoredEvent]:
         with self._lock:
             self._catch_up(self._deadline())
-            last = len(self._events)
+            last = self._tail_seq
             stop = last if until_seq is None else max(0, min(until_seq, last))
-            # A snapshot of the range: later appends do not change what this yields.
-            selected = self._events[max(0, after_seq) : stop]
-        return iter(selected)
+            after = max(0, after_seq)
+            if after >= stop:
+                return iter(())
+            first = last - len(self._recent) + 1
+            if after + 1 >= first:
+                # A copy of the range: later appends do not change what this yields.
+                return iter(self._recent[after + 1 - first : stop + 1 - first])
+        # Older than what is held: read from the topic, up to the tail as it is now.
+        return self._read_range(after, stop, check_content)
 
     def last_seq(self) -> int:
         with self._lock:
             self._catch_up(self._deadline())
-            return len(self._events)
+            return self._tail_seq
+
+    def last_event(self) -> StoredEvent | None:
+        with self._lock:
+            self._catch_up(self._deadline())
+            if self._recent:
+                return self._recent[-1]
+        return super().last_event()
 
     def find(self, event_ids: Sequence[str]) -> dict[str, StoredEvent]:
         with self._lock:
@@ -242,31 +305,65 @@ class KafkaEventLog(EventLog):
         """The Kafka offset of the record holding event `seq` (they differ: commit
         markers take offsets too), for pointing tools at the raw topic."""
         with self._lock:
-            self._catch_up(self._deadline())
-            if not 1 <= seq <= len(self._offsets):
+            deadline = self._deadline()
+            self._catch_up(deadline)
+            if not 1 <= seq <= self._tail_seq:
                 raise KeyError(f"no event with seq {seq} in {self._topic}")
-            return self._offsets[seq - 1]
+            return self._offset_of(seq, deadline)
 
     def _known(self, event_ids: Sequence[str]) -> dict[str, StoredEvent]:
+        """The events among `event_ids` that this instance has read or written.
+
+        It remembers the newest KNOWN_IDS ids it has met, not every id of the topic
+        (that would mean reading all of it on open): an id older than that is not
+        found here. A retried append is found all the same (`_present`).
+        """
         found: dict[str, StoredEvent] = {}
         for event_id in event_ids:
             seq = self._seq_by_id.get(event_id)
             if seq is not None:
-                found[event_id] = self._events[seq - 1]
+                event = self._event_at(seq)
+                if event is not None and event.id == event_id:
+                    found[event_id] = event
         return found
 
-    def _end_offset(self, deadline: float) -> int:
-        """The last stable offset: below it, every transaction has committed or aborted."""
-        _, end = self._reader().get_watermark_offsets(
+    def _present(self, ids: list[str], expected_last_seq: int) -> dict[str, StoredEvent]:
+        """The events of a batch (`ids`) the log holds: those this instance knows, and
+        those right after `expected_last_seq`, where an append that committed lies when
+        its writer, never told it did, retries it with the seq it expected then."""
+        present = self._known(ids)
+        if len(present) < len(ids) and 0 <= expected_last_seq < self._tail_seq:
+            wanted = set(ids)
+            until = expected_last_seq + len(ids)
+            for event in self.read(expected_last_seq, until_seq=until):
+                if event.id in wanted:
+                    present[event.id] = event
+        return present
+
+    def _event_at(self, seq: int) -> StoredEvent | None:
+        first = self._tail_seq - len(self._recent) + 1
+        if first <= seq <= self._tail_seq:
+            return self._recent[seq - first]
+        return next(self._read_range(seq - 1, seq, check_content=True), None)
+
+    def _watermarks(self, deadline: float) -> tuple[int, int]:
+        """The topic's first offset, and its last stable offset: below it, every
+        transaction has committed or aborted."""
+        low, end = self._reader().get_watermark_offsets(
             self._partition, timeout=_s_left(deadline), cached=False
         )
-        return int(end)
+        return int(low), int(end)
+
+    def _end_offset(self, deadline: float) -> int:
+        return self._watermarks(deadline)[1]
 
     def _catch_up(self, deadline: float) -> None:
-        """Read every committed record after what we hold, up to the last stable offset."""
+        """Read every committed record after the tail, up to the last stable offset."""
         if self._corruption is not None:
             raise self._corruption
         try:
+            if not self._located:
+                self._locate(deadline)
             consumer = self._reader()
             end = self._end_offset(deadline)
             if self._position(consumer) >= end:
@@ -296,20 +393,340 @@ class KafkaEventLog(EventLog):
         except Exception as error:
             raise _translate(error, f"reading {self._topic}") from error
 
+    def _locate(self, deadline: float) -> None:
+        """Find the tail by reading back from the end of the topic, not from its start.
+
+        The records in [end - window, end) are read, the window growing until it
+        holds a committed record (aborted batches and commit markers hold none) or
+        reaches the topic's start. They are checked against one another (seq, link,
+        content) and are what the follower goes on from. The first one's link to the
+        event before it is not checked here: a replay checks it from its snapshot's
+        head, and `audit verify` from the first event.
+        """
+        low, end = self._watermarks(deadline)
+        window = LOCATE_WINDOW
+        while True:
+            start = max(low, end - window)
+            messages = self._read_offsets(start, end, deadline)
+            if messages or start == low:
+                break
+            window *= 8
+        if messages:
+            first = self._parse(messages[0])
+            self._tail_seq = first.seq - 1
+            # The first event of the log links to the genesis hash, whatever it claims.
+            self._tail_hash = GENESIS_HASH if first.seq == 1 else first.prev_hash
+            with collector_paused():
+                self._ingest(messages)
+        consumer = self._reader()
+        consumer.assign([TopicPartition(self._topic, PARTITION, end)])
+        consumer.pause([self._partition])
+        self._sought = max(self._sought, end)
+        self._low = low
+        self._located = True
+
+    def _read_offsets(self, start: int, end: int, deadline: float) -> list[Message]:
+        """Every committed record with start <= offset < end, through the range reader."""
+        token = object()
+        found: list[Message] = []
+        position = start
+        try:
+            while position < end:
+                if time.monotonic() >= deadline:
+                    raise _AppendTimeout(f"reading {self._topic} from offset {start} to {end}")
+                batch = self._range_batch(token, position, min(10_000, end - position))
+                for message in batch:
+                    _raise_error(message)
+                    offset = int(message.offset() or 0)
+                    if offset < end:
+                        found.append(message)
+                    position = offset + 1
+                if self._ranger is not None:
+                    at = self._ranger.position([self._partition])[0].offset
+                    position = max(position, int(at))
+        finally:
+            self._release_range(token)
+        return found
+
+    def _range_batch(
+        self, token: object, position: int, wanted: int, *, small: bool = False
+    ) -> list[Message]:
+        """The next records for the read `token`, which continues at `position`.
+
+        A `small` read (a few events: a snapshot's head, a retried batch) goes
+        through the prober, whose fetches are small: the range reader would fetch
+        megabytes ahead for it.
+        """
+        if small:
+            consumer = self._probe_reader()
+            if self._probe_owner is not token:
+                consumer.assign([TopicPartition(self._topic, PARTITION, position)])
+                self._probe_owner = token
+        else:
+            if self._ranger is None:
+                self._ranger = Consumer(self._consumer_config("range", RANGE_FETCH))
+            consumer = self._ranger
+            if self._range_owner is not token:
+                # Another read moved the range reader: send it back where this one is.
+                consumer.assign([TopicPartition(self._topic, PARTITION, position)])
+                self._range_owner = token
+        return consumer.consume(wanted, timeout=0.02)
+
+    def _release_range(self, token: object) -> None:
+        """Stop the reader a read used prefetching, once the read has ended."""
+        with self._lock:
+            for consumer, owner in ((self._ranger, "_range_owner"), (self._prober, "_probe_owner")):
+                if consumer is not None and getattr(self, owner) is token:
+                    setattr(self, owner, None)
+                    with contextlib.suppress(Exception):
+                        consumer.unassign()
+
+    def _probe_reader(self) -> Consumer:
+        if self._prober is None:
+            self._prober = Consumer(self._consumer_config("probe", PROBE_FETCH))
+        return self._prober
+
+    def _read_range(self, after: int, stop: int, check_content: bool) -> Iterator[StoredEvent]:
+        """Events after < seq <= stop, read from the topic.
+
+        The read starts at the record of event `after` (found by `_offset_of`), so
+        the first event's link is checked as every other's; from the log's start,
+        the first links to the genesis hash. Each fetch is checked whole (seq and
+        links always, content hashes with `check_content`), then yielded: a reader
+        that stops early leaves the range reader to the next.
+        """
+        token = object()
+        small = stop - after <= SMALL_RANGE
+        try:
+            with self._lock:
+                deadline = self._deadline()
+                if after == 0:
+                    position = self._low
+                    prev_hash: str | None = GENESIS_HASH
+                    expected = 1
+                else:
+                    position = self._offset_of(after, deadline)
+                    prev_hash = None  # the anchor, event `after`, is read first
+                    expected = after
+            while expected <= stop:
+                with self._lock:
+                    try:
+                        # Every record handed over is an event (markers and aborted
+                        # batches are not): ask for no more than the range holds.
+                        wanted = min(RANGE_BATCH, stop - expected + 1)
+                        messages = self._range_batch(token, position, wanted, small=small)
+                    except Exception as error:
+                        raise _translate(error, f"reading {self._topic}") from error
+                if not messages:
+                    if time.monotonic() >= deadline:
+                        raise LogUnavailable(
+                            f"reading {self._topic}: no record from offset {position} "
+                            f"within {self._timeout_s:g} s"
+                        )
+                    continue
+                deadline = self._deadline()
+                events = self._check_fetch(messages, expected, prev_hash, check_content)
+                position = int(messages[-1].offset() or 0) + 1
+                prev_hash = events[-1].hash
+                expected += len(events)
+                if events[0].seq == after:
+                    del events[0]  # the anchor: checked, not asked for
+                if events:
+                    with self._lock:
+                        self._learn_range(events, position - 1)
+                    yield from events
+        finally:
+            self._release_range(token)
+
+    def _check_fetch(
+        self, messages: list[Message], expected: int, prev_hash: str | None, check_content: bool
+    ) -> list[StoredEvent]:
+        """The events of one fetch, checked against one another and the one before.
+
+        The replay's inner loop, so the common case is a few passes in C over the
+        whole fetch (parse, seqs, links, content hashes on the records' bytes); only
+        a fetch that fails them is walked event by event, to name the first break.
+        `prev_hash` None: the first record is a range's anchor, whose link is not
+        checked.
+        """
+        # A message that carries a client error holds no record: parsing it fails.
+        values = cast("list[bytes]", [message.value() for message in messages])
+        try:
+            events = [_from_record(_loads(value)) for value in values]
+        except (ValueError, TypeError, KeyError):
+            self._first_unreadable(messages)
+            raise
+        hashes = [event.hash for event in events]
+        prevs = [event.prev_hash for event in events]
+        count = len(events)
+        if (
+            [event.seq for event in events] == list(range(expected, expected + count))
+            and (prev_hash is None or prevs[0] == prev_hash)
+            and prevs[1:] == hashes[:-1]
+            and (not check_content or all(map(record_hash_holds, values, hashes)))
+        ):
+            return events
+        link = prev_hash or prevs[0]
+        for event, value, message in zip(events, values, messages, strict=True):
+            if (
+                event.seq != expected
+                or event.prev_hash != link
+                or (check_content and not record_hash_holds(value, event.hash))
+            ):
+                broken = verify_chain(
+                    [event], expect_first_seq=expected, prev_hash=link, recompute=check_content
+                )
+                if broken is not None:
+                    raise LogCorrupted(
+                        f"{self._topic} offset {message.offset()}: seq {broken.seq}: "
+                        f"{broken.reason}",
+                        seq=broken.seq,
+                    )
+            link, expected = event.hash, expected + 1
+        return events
+
+    def _first_unreadable(self, messages: list[Message]) -> None:
+        """Raise the error of the first message that holds no event."""
+        for message in messages:
+            _raise_error(message)
+            self._parse(message)
+
+    def _learn_range(self, events: list[StoredEvent], last_offset: int) -> None:
+        """Remember what a range read met: one point of seq -> offset, and the ids of
+        events among the newest KNOWN_IDS (an older one is not asked for)."""
+        self._learn_point(events[-1].seq, last_offset)
+        recent = self._tail_seq - KNOWN_IDS
+        if events[-1].seq > recent:
+            kept = events if events[0].seq > recent else [e for e in events if e.seq > recent]
+            self._seq_by_id.update(zip(map(_ID, kept), map(_SEQ, kept), strict=True))
+            self._forget_old_ids()
+
+    def _forget_old_ids(self) -> None:
+        excess = len(self._seq_by_id) - KNOWN_IDS
+        if excess > KNOWN_IDS // 4:
+            for event_id in list(itertools.islice(self._seq_by_id, excess)):
+                del self._seq_by_id[event_id]
+
+    def _learn_point(self, seq: int, offset: int) -> None:
+        at = bisect.bisect_left(self._index_seqs, seq)
+        if at < len(self._index_seqs) and self._index_seqs[at] == seq:
+            return
+        self._index_seqs.insert(at, seq)
+        self._index_offsets.insert(at, offset)
+        if len(self._index_seqs) > INDEX_POINTS:
+            del self._index_seqs[::2]
+            del self._index_offsets[::2]
+
+    def _offset_of(self, seq: int, deadline: float) -> int:
+        """The offset of the record holding event `seq`, 1 <= seq <= the tail.
+
+        Known points (the recent events, points met by earlier reads) bound it:
+        between two records, every event takes at least one offset. Each probe
+        reads the first committed records at a guessed offset. The guess
+        interpolates between the bounds, since offsets grow with seq at a nearly
+        steady rate (one commit marker per append), and bisects when that did not
+        halve the range: a few probes find any seq of a ten-million-event log.
+        """
+        first = self._tail_seq - len(self._recent) + 1
+        if self._recent and first <= seq <= self._tail_seq:
+            return self._recent_offsets[seq - first]
+        seqs, offsets = self._index_seqs, self._index_offsets
+        at = bisect.bisect_left(seqs, seq)
+        if at < len(seqs) and seqs[at] == seq:
+            return offsets[at]
+        lo_seq, lo_offset = (seqs[at - 1], offsets[at - 1]) if at else (0, self._low - 1)
+        hi_seq, hi_offset = self._tail_seq, self._last_offset
+        if self._recent:
+            hi_seq, hi_offset = first, self._recent_offsets[0]
+        if at < len(seqs) and seqs[at] < hi_seq:
+            hi_seq, hi_offset = seqs[at], offsets[at]
+        floor = lo_offset + (seq - lo_seq)
+        ceiling = hi_offset - (hi_seq - seq)
+        halve = False
+        while floor <= ceiling:
+            if halve:
+                guess = (floor + ceiling) // 2
+            else:
+                step = (seq - lo_seq) * (hi_offset - lo_offset) // (hi_seq - lo_seq)
+                guess = min(max(lo_offset + step, floor), ceiling)
+            found = self._probe(guess, deadline)
+            width = ceiling - floor
+            first_seq, first_offset = found[0]
+            last_seq, last_offset = found[-1]
+            if first_seq <= seq <= last_seq:
+                for probed_seq, probed_offset in found:
+                    if probed_seq == seq:
+                        return probed_offset
+                break
+            if first_seq > seq:
+                hi_seq, hi_offset = first_seq, first_offset
+                ceiling = min(guess - 1, hi_offset - (hi_seq - seq))
+            else:
+                lo_seq, lo_offset = last_seq, last_offset
+                floor = max(floor, lo_offset + (seq - lo_seq))
+            halve = ceiling - floor > width // 2
+        raise LogCorrupted(f"{self._topic} holds no record of event {seq}", seq=seq)
+
+    def _probe(self, offset: int, deadline: float) -> list[tuple[int, int]]:
+        """(seq, offset) of the committed records the first fetch at `offset` returns
+        (at least one: there is always a record at or after a search's guess)."""
+        try:
+            prober = self._probe_reader()
+            prober.assign([TopicPartition(self._topic, PARTITION, offset)])
+            self._probe_owner = None  # a small read that held it starts again
+            try:
+                first = None
+                while first is None:
+                    if time.monotonic() >= deadline:
+                        raise _AppendTimeout(f"reading {self._topic} at offset {offset}")
+                    first = prober.poll(min(_s_left(deadline), 0.1))
+                messages = [first, *prober.consume(PROBE_BATCH, timeout=0)]
+            finally:
+                prober.unassign()
+            found = []
+            for message in messages:
+                _raise_error(message)
+                at = int(message.offset() or 0)
+                try:
+                    seq = orjson.loads(message.value() or b"")["seq"]
+                except (ValueError, TypeError, KeyError) as error:
+                    raise LogCorrupted(
+                        f"{self._topic} offset {at} is not a gitsched event: {error}"
+                    ) from error
+                if type(seq) is not int:
+                    raise LogCorrupted(f"{self._topic} offset {at} is not a gitsched event")
+                found.append((seq, at))
+        except EventLogError:
+            raise
+        except Exception as error:
+            raise _translate(error, f"reading {self._topic}") from error
+        self._learn_point(*found[0])
+        self._learn_point(*found[-1])
+        return found
+
     def _position(self, consumer: Consumer) -> int:
-        """The next offset the reader will hand out: past what we hold, past commit
+        """The next offset the follower will hand out: past what we hold, past commit
         markers it has skipped, past where we sent it."""
         offset = consumer.position([self._partition])[0].offset
         return max(int(offset), self._last_offset + 1, self._sought)
 
+    def _parse(self, message: Message) -> StoredEvent:
+        offset = int(message.offset() or 0)
+        value = message.value()
+        try:
+            return StoredEvent.from_record(orjson.loads(value if isinstance(value, bytes) else b""))
+        except (ValueError, TypeError, KeyError) as error:
+            raise LogCorrupted(
+                f"{self._topic} offset {offset} is not a gitsched event: {error}"
+            ) from error
+
     def _ingest(self, messages: list[Message]) -> None:
-        """Check and keep fetched records: the replay's inner loop, so written flat.
+        """Check fetched records against the tail and keep them.
 
         Each record must be the next seq, link to the hash before it, and hash to
         its own `hash` (checked on the record's bytes, which spares re-encoding
         it; a record that is not byte-canonical is checked the long way).
         """
-        events = self._events
         keep = self._keep
         loads = orjson.loads
         from_record = StoredEvent.from_record
@@ -321,7 +738,7 @@ class KafkaEventLog(EventLog):
                 raise KafkaException(error)
             offset = int(message.offset() or 0)
             if offset <= self._last_offset:
-                continue  # our own append, cached when it committed
+                continue  # our own append, kept when it committed
             value = message.value()
             raw = value if isinstance(value, bytes) else b""
             try:
@@ -330,28 +747,28 @@ class KafkaEventLog(EventLog):
                 raise LogCorrupted(
                     f"{self._topic} offset {offset} is not a gitsched event: {error}"
                 ) from error
-            prev_hash = events[-1].hash if events else GENESIS_HASH
             if (
-                event.seq != len(events) + 1
-                or event.prev_hash != prev_hash
+                event.seq != self._tail_seq + 1
+                or event.prev_hash != self._tail_hash
                 or not record_hash_holds(raw, event.hash)
             ):
                 broken = verify_chain(
-                    [event], expect_first_seq=len(events) + 1, prev_hash=prev_hash
+                    [event], expect_first_seq=self._tail_seq + 1, prev_hash=self._tail_hash
                 )
                 if broken is not None:
                     raise LogCorrupted(
-                        f"{self._topic} offset {offset}: seq {broken.seq}: {broken.reason}"
+                        f"{self._topic} offset {offset}: seq {broken.seq}: {broken.reason}",
+                        seq=broken.seq,
                     )
             keep(event, offset)
 
     def _accept(self, events: list[StoredEvent], offsets: list[int]) -> None:
         """Keep the batch this writer just committed: sealed here, or checked hash by
-        hash before import, so only its links to what the cache holds are checked."""
+        hash before import, so only its links to the tail are checked."""
         broken = verify_chain(
             events,
-            expect_first_seq=len(self._events) + 1,
-            prev_hash=self._events[-1].hash if self._events else GENESIS_HASH,
+            expect_first_seq=self._tail_seq + 1,
+            prev_hash=self._tail_hash,
             recompute=False,
         )
         if broken is not None:
@@ -360,40 +777,45 @@ class KafkaEventLog(EventLog):
             self._keep(event, offset)
 
     def _keep(self, event: StoredEvent, offset: int) -> None:
-        """Add a checked event, read from `offset`, to what this instance holds."""
+        """Make a checked event, read from `offset`, the new tail."""
         known = self._seq_by_id.get(event.id)
-        if known is not None:
+        if known is not None and known != event.seq:
             raise LogCorrupted(
                 f"{self._topic} offset {offset}: event id {event.id!r} at seq {event.seq} "
-                f"is already at seq {known}"
+                f"is already at seq {known}",
+                seq=event.seq,
             )
-        self._events.append(event)
-        self._offsets.append(offset)
+        self._recent.append(event)
+        self._recent_offsets.append(offset)
         self._seq_by_id[event.id] = event.seq
-        self._last_offset = offset
+        self._tail_seq, self._tail_hash, self._last_offset = event.seq, event.hash, offset
+        if len(self._recent) > 2 * RECENT_EVENTS:
+            drop = len(self._recent) - RECENT_EVENTS
+            for at in range(0, drop, INDEX_EVERY):
+                self._learn_point(self._recent[at].seq, self._recent_offsets[at])
+            del self._recent[:drop]
+            del self._recent_offsets[:drop]
+            self._forget_old_ids()
+
+    def _consumer_config(self, role: str, fetch: dict[str, Any]) -> dict[str, Any]:
+        return {
+            **self._client_config(role),
+            # Assigned, never subscribed: the group is never joined, no
+            # offset is ever committed.
+            "group.id": f"gitsched-reader-{self._topic}",
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "isolation.level": "read_committed",
+            "auto.offset.reset": "earliest",
+            "enable.partition.eof": False,
+            "fetch.wait.max.ms": 50,
+            **fetch,
+        }
 
     def _reader(self) -> Consumer:
+        """The follower: assigned at the tail once `_locate` has found it."""
         if self._consumer is None:
-            consumer = Consumer(
-                {
-                    **self._client_config("reader"),
-                    # Assigned, never subscribed: the group is never joined, no
-                    # offset is ever committed.
-                    "group.id": f"gitsched-reader-{self._topic}",
-                    "enable.auto.commit": False,
-                    "enable.auto.offset.store": False,
-                    "isolation.level": "read_committed",
-                    "auto.offset.reset": "earliest",
-                    "enable.partition.eof": False,
-                    "fetch.wait.max.ms": 50,
-                    "fetch.max.bytes": 64 * 1024 * 1024,
-                    "max.partition.fetch.bytes": 16 * 1024 * 1024,
-                }
-            )
-            start = self._last_offset + 1 if self._last_offset >= 0 else OFFSET_BEGINNING
-            consumer.assign([TopicPartition(self._topic, PARTITION, start)])
-            consumer.pause([self._partition])
-            self._consumer = consumer
+            self._consumer = Consumer(self._consumer_config("reader", RANGE_FETCH))
         return self._consumer
 
     # -- writing ---------------------------------------------------------
@@ -409,11 +831,11 @@ class KafkaEventLog(EventLog):
         with self._lock:
             deadline = self._deadline()
             self._prepare_write(deadline)
-            present = self._known(ids)
+            present = self._present(ids, expected_last_seq)
             if len(present) == len(batch):
                 return [present[i] for i in ids]
             self._check_still_writer()
-            last = len(self._events)
+            last = self._tail_seq
             if present:
                 raise DuplicateEvent(
                     f"{len(present)} of {len(batch)} events are in {self._topic} already "
@@ -425,7 +847,7 @@ class KafkaEventLog(EventLog):
                 batch,
                 first_seq=last + 1,
                 time=format_time(self._clock()),
-                prev_hash=self._events[-1].hash if self._events else GENESIS_HASH,
+                prev_hash=self._tail_hash,
             )
             self._write(sealed, deadline)
             return [event for event, _ in sealed]
@@ -439,14 +861,14 @@ class KafkaEventLog(EventLog):
         with self._lock:
             deadline = self._deadline()
             self._prepare_write(deadline)
-            done = already_imported(batch, self._known([e.id for e in batch]))
+            done = already_imported(batch, self._present([e.id for e in batch], expected_last_seq))
             if done is not None:
                 return done
             self._check_still_writer()
             check_import(
                 batch,
-                last_seq=len(self._events),
-                last_hash=self._events[-1].hash if self._events else GENESIS_HASH,
+                last_seq=self._tail_seq,
+                last_hash=self._tail_hash,
                 expected_last_seq=expected_last_seq,
             )
             self._write([(e, canonical_json(e.to_record())) for e in batch], deadline)
@@ -455,7 +877,7 @@ class KafkaEventLog(EventLog):
     def _prepare_write(self, deadline: float) -> None:
         """Hold the producer (fencing older writers) and know the log up to its end.
 
-        A new producer reads the whole tail once it has fenced everyone older.
+        A new producer reads the tail once it has fenced everyone older.
         After that, this writer's own commits are the only ones that can land
         while its producer lives (the broker fences it the moment another
         initialises), so its cache is the tail and no round trip is spent on it.
@@ -466,7 +888,7 @@ class KafkaEventLog(EventLog):
             self._writer(deadline)
 
     def _check_still_writer(self) -> None:
-        last = len(self._events)
+        last = self._tail_seq
         if self._writer_tail is not None and last > self._writer_tail:
             message = (
                 f"{self._fenced_message()}: the log reached seq {last} after this "
@@ -480,7 +902,7 @@ class KafkaEventLog(EventLog):
         to read_committed readers on return."""
         offsets = self._produce(sealed, deadline)
         self._accept([event for event, _ in sealed], offsets)
-        self._writer_tail = len(self._events)
+        self._writer_tail = self._tail_seq
         self._await_visible(offsets[-1], deadline)
 
     def _await_visible(self, last_offset: int, deadline: float) -> None:
@@ -552,7 +974,7 @@ class KafkaEventLog(EventLog):
         except EventLogError:
             self._discard_producer()
             raise
-        self._writer_tail = len(self._events)
+        self._writer_tail = self._tail_seq
         return producer
 
     def _produce(self, sealed: list[tuple[StoredEvent, bytes]], deadline: float) -> list[int]:
@@ -694,9 +1116,11 @@ class KafkaEventLog(EventLog):
     def close(self) -> None:
         with self._lock:
             self._discard_producer()
-            if self._consumer is not None:
-                _close_quietly(self._consumer)
-                self._consumer = None
+            for consumer in (self._consumer, self._ranger, self._prober):
+                if consumer is not None:
+                    _close_quietly(consumer)
+            self._consumer = self._ranger = self._prober = None
+            self._range_owner = self._probe_owner = None
 
     def __repr__(self) -> str:
         return f"KafkaEventLog({','.join(self._bootstrap)}/{self._topic})"
@@ -714,6 +1138,19 @@ def delete_log_topic(url: str, *, timeout_s: float = 15) -> None:
         deleted[log.topic].result(timeout=timeout_s)
     except Exception as error:
         raise _translate(error, f"deleting topic {log.topic}") from error
+
+
+_loads = orjson.loads
+_from_record = StoredEvent.from_record
+_ID = operator.attrgetter("id")
+_SEQ = operator.attrgetter("seq")
+
+
+def _raise_error(message: Message) -> None:
+    """Raise the log's error for a message that carries a client error."""
+    error = message.error()
+    if error is not None and error.code() != KafkaError._PARTITION_EOF:
+        raise _translate(KafkaException(error), "reading")
 
 
 def _s_left(deadline: float) -> float:

@@ -50,6 +50,20 @@ def replay(
     them as it read); a break raises LogCorrupted naming its seq. From a snapshot,
     the chain is checked from the snapshot's head on.
     """
+    # One pause for the snapshot's load, the tail's read and the fold: each time the
+    # collector comes back on it may walk the whole new state once.
+    with collector_paused():
+        return _fold(log, since, until_seq, until_time, verify, use_snapshots)
+
+
+def _fold(
+    log: EventLog,
+    since: Replayed | None,
+    until_seq: int | None,
+    until_time: str | None,
+    verify: bool,
+    use_snapshots: bool,
+) -> Replayed:
     problems: list[str] = []
     start = since
     if (
@@ -83,32 +97,38 @@ def replay(
         else None
     )
     timeline: Timeline[StoredEvent] | None = Timeline() if until_time is not None else None
-    with collector_paused():
-        for stored in log.read(last_seq, until_seq=until_seq):
-            if checker is not None:
-                broken = checker.check(stored)
-                if broken is not None:
-                    raise LogCorrupted(
-                        f"the log was altered at seq {broken.seq}: {broken.reason}; "
-                        "run `gitsched audit verify`",
-                        seq=broken.seq,
-                    )
-            if timeline is None:
-                state = evolve(state, decode(stored))
-                last_seq, last_time, last_hash = stored.seq, stored.time, stored.hash
-                continue
-            released = timeline.add(
-                stored, stored.type, stored.data, stored.time, stored.cause, stored.actor
-            )
-            past = False
-            for event, fact_time in released:
-                if fact_time > str(until_time):
-                    past = True  # fact times never go back: nothing later is before it
-                    break
-                state = evolve(state, decode(event))
-                last_seq, last_time, last_hash = event.seq, event.time, event.hash
-            if past:
+    folded: StoredEvent | None = None  # the last event folded in
+    for stored in log.read(last_seq, until_seq=until_seq, check_content=verify):
+        if checker is not None:
+            broken = checker.check(stored)
+            if broken is not None:
+                raise LogCorrupted(
+                    f"the log was altered at seq {broken.seq}: {broken.reason}; "
+                    "run `gitsched audit verify`",
+                    seq=broken.seq,
+                )
+            if log.reads_checked:
+                # The first event links to what the fold started from; the log
+                # checks every later one against the one before it as it reads.
+                checker = None
+        if timeline is None:
+            state = evolve(state, decode(stored))
+            folded = stored
+            continue
+        released = timeline.add(
+            stored, stored.type, stored.data, stored.time, stored.cause, stored.actor
+        )
+        past = False
+        for event, fact_time in released:
+            if fact_time > str(until_time):
+                past = True  # fact times never go back: nothing later is before it
                 break
+            state = evolve(state, decode(event))
+            folded = event
+        if past:
+            break
+    if folded is not None:
+        last_seq, last_time, last_hash = folded.seq, folded.time, folded.hash
     return Replayed(
         state,
         last_seq,

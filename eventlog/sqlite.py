@@ -29,11 +29,13 @@ from eventlog.base import (
 )
 from eventlog.envelope import (
     GENESIS_HASH,
+    ChainChecker,
     NewEvent,
     StoredEvent,
     canonical_json,
     format_time,
     seal_batch,
+    stored_hash_holds,
 )
 from eventlog.snapshot import SQLiteSnapshotStore
 
@@ -85,6 +87,9 @@ def _row_to_event(row: tuple[Any, ...]) -> StoredEvent:
 
 
 class SQLiteEventLog(EventLog):
+    # read(check_content=True) checks each row on the data's stored bytes.
+    reads_checked = True
+
     def __init__(
         self, path: str | Path, *, clock: Clock = utc_now, busy_timeout_s: float = 30.0
     ) -> None:
@@ -229,6 +234,7 @@ class SQLiteEventLog(EventLog):
         *,
         until_seq: int | None = None,
         skip_data_of: Collection[str] = (),
+        check_content: bool = False,
     ) -> Iterator[StoredEvent]:
         upper = until_seq if until_seq is not None else 2**62
         skip = frozenset(skip_data_of)
@@ -236,6 +242,9 @@ class SQLiteEventLog(EventLog):
             f"SELECT {_COLUMNS} FROM events WHERE seq > ? AND seq <= ? ORDER BY seq",
             (after_seq, upper),
         )
+        if check_content:
+            yield from self._checked(cursor)
+            return
         loads = orjson.loads
         while rows := cursor.fetchmany(4096):
             if skip:
@@ -267,6 +276,34 @@ class SQLiteEventLog(EventLog):
                 for row in rows:
                     _row_to_event(row)  # raises LogCorrupted naming the row
                 raise
+
+    def _checked(self, cursor: sqlite3.Cursor) -> Iterator[StoredEvent]:
+        """The rows' events, each checked against the one before it (seq, link) and
+        its content against its hash, hashed on the data's stored bytes.
+
+        The first one's link is the caller's to check (it knows what precedes it).
+        """
+        expected = -1
+        link = ""
+        while rows := cursor.fetchmany(4096):
+            for row in rows:
+                event = _row_to_event(row)
+                if (expected >= 0 and (event.seq != expected or event.prev_hash != link)) or (
+                    not stored_hash_holds(event, row[4].encode())
+                ):
+                    checker = ChainChecker(
+                        expect_first_seq=event.seq if expected < 0 else expected,
+                        prev_hash=event.prev_hash if expected < 0 else link,
+                    )
+                    broken = checker.check(event)
+                    if broken is not None:
+                        raise LogCorrupted(
+                            f"the log was altered at seq {broken.seq}: {broken.reason}; "
+                            "run `gitsched audit verify`",
+                            seq=broken.seq,
+                        )
+                expected, link = event.seq + 1, event.hash
+                yield event
 
     def last_seq(self) -> int:
         row = self._db.execute("SELECT MAX(seq) FROM events").fetchone()

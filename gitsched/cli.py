@@ -48,6 +48,7 @@ from schemas import SpecError
         "log": "gitsched.cli_log:log",
         "inventory": "gitsched.cli_inventory:inventory",
         "serve": "gitsched.serve:serve",
+        "telemetry": "gitsched.cli_telemetry:telemetry",
     },
     context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
 )

@@ -20,8 +20,10 @@ import click
 
 from audit import changes as changes_query
 from audit import compliance as compliance_query
+from audit import fairshare as fairshare_query
 from audit import history as history_query
 from audit import pointintime
+from audit import solves as solves_query
 from audit import usage as usage_query
 from audit.catchup import CatchUp, ChainBroken, Progress, open_view, verify_view
 from audit.catchup import rebuild as rebuild_view
@@ -410,6 +412,61 @@ def usage(
     if fmt == "text":
         click.echo(f"GPU-hours by {by}, {_iso(start)} .. {_iso(end)}")
     emit_rows(rows, usage_query.HEADERS[by], fmt)
+
+
+@audit.command()
+@log_option
+@repo_opt
+@db_option
+@since_until
+@click.option(
+    "--every-hours",
+    type=click.FloatRange(min=0.01),
+    default=24.0,
+    show_default=True,
+    help="One sample of every queue this often.",
+)
+@format_option("text", "csv", "json")
+def fairshare(
+    log_url: str | None,
+    repo: str,
+    db_path: str | None,
+    since: str | None,
+    until: str | None,
+    every_hours: float,
+    fmt: str,
+) -> None:
+    """Each queue's decayed GPU usage against its fair share, over time."""
+    with view(log_url, repo, db_path) as (event_log, store):
+        start, end = _period(store, since, until)
+        times = fairshare_query.sample_times(start, end, every_hours * 3600.0)
+        rows = fairshare_query.fair_share_over_time(event_log.read(0), times)
+    if fmt == "json":
+        click.echo(json.dumps({"since": _iso(start), "until": _iso(end), "rows": rows}, indent=2))
+        return
+    if fmt == "text":
+        click.echo(
+            f"Usage (decayed) against fair share, {_iso(start)} .. {_iso(end)}, "
+            f"every {every_hours:g} h"
+        )
+    emit_rows(rows, fairshare_query.HEADERS, fmt)
+
+
+@audit.command("solves")
+@log_option
+@repo_opt
+@click.option(
+    "--fallbacks", is_flag=True, help="Only the solves where greedy's plan replaced the MILP's."
+)
+@format_option("text", "csv", "json")
+def solves_command(log_url: str | None, repo: str, fallbacks: bool, fmt: str) -> None:
+    """Every solve: solver, status, whose plan was applied and why, gap and bound."""
+    with user_errors(), open_event_log(log_url, repo) as event_log:
+        rows = solves_query.solves(event_log.read(0), fallbacks_only=fallbacks)
+    if fmt == "json":
+        click.echo(json.dumps({"rows": rows}, indent=2))
+        return
+    emit_rows(rows, solves_query.HEADERS, fmt)
 
 
 # -- changes --------------------------------------------------------------------------------

@@ -1,6 +1,7 @@
 """`gitsched plan PATH BASE..HEAD`: a pull request's effect on the cluster, before merge.
 
-Exit codes as `flux diff`: 0 no change, 1 changes, 2 an invalid HEAD or any other error.
+Exit codes as `flux diff` (gitsched/exit_codes.py): 0 no change, 1 changes, 2 an
+invalid HEAD or any other error.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from eventlog import open_log
 from eventlog.base import EventLog, LogConfigurationError
 from eventlog.sqlite import sqlite_path_from_url
 from gitsched.config import resolve_log_url
-from gitsched.exit_codes import plan_exit_code
+from gitsched.exit_codes import PLAN_CHANGES, PLAN_INVALID, PLAN_NO_CHANGE, plan_exit_code
 from gitsched.options import fail, format_option, log_option, repo_of, user_errors
 from gitsched.render_plan import RENDERERS, summary_line
 from reconciler.git import GitRepo
@@ -40,7 +41,24 @@ def _open_for_reading(url: str, explicit: bool) -> EventLog | None:
     return open_log(url)
 
 
-@click.command()
+PLAN_HELP = f"""What merging HEAD would do to the cluster, before it is merged.
+
+    \b
+    BASE is the state the cluster is in: by default (..HEAD, or just HEAD) the
+    last commit the log applied, so the plan starts from the real placements.
+    A BASE other than that commit makes the plan stale, and it says so.
+    HEAD is the branch under review. Nothing is appended to the log: the plan
+    is the reconciler's own step, run over the branch's commits.
+
+    Shows HEAD's validation errors, quota and policy changes per queue, jobs
+    admitted, moved, preempted or left pending (with reasons), GPUs and fair
+    share per queue, the solve, and the owner approvals still missing.
+
+    Exit {PLAN_NO_CHANGE} no change, {PLAN_CHANGES} changes, {PLAN_INVALID} an invalid HEAD or any other error.
+    """
+
+
+@click.command(help=PLAN_HELP)
 @click.argument("arguments", nargs=-1, metavar="[PATH] BASE..HEAD")
 @click.option(
     "--repo",
@@ -63,20 +81,6 @@ def plan(
     fmt: str,
     output: str | None,
 ) -> None:
-    """What merging HEAD would do to the cluster, before it is merged.
-
-    \b
-    BASE is the state the cluster is in: by default (..HEAD, or just HEAD) the
-    last commit the log applied, so the plan starts from the real placements.
-    A BASE other than that commit makes the plan stale, and it says so.
-    HEAD is the branch under review. Nothing is appended to the log.
-
-    Shows HEAD's validation errors, quota and policy changes per queue, jobs
-    admitted, moved, preempted or left pending (with reasons), GPUs and fair
-    share per queue, the solve, and the owner approvals still missing.
-
-    Exit 0 no change, 1 changes, 2 an invalid HEAD or any other error.
-    """
     if len(arguments) not in (1, 2):
         fail("give BASE..HEAD, and the repo as --repo PATH (or as PATH before it)")
     *given, revisions = arguments

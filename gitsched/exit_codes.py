@@ -18,9 +18,10 @@ EXIT_ERROR = 2
 # team or GPU flavor the log never saw.
 EXIT_NOT_FOUND = 3
 
-# `gitsched plan` answers "would merging change anything?", as `terraform plan
-# -detailed-exitcode` does: 0 no, 1 yes (changes to review); a HEAD that would be
-# rejected is 2, like any error, so a CI step cannot mistake it for a reviewable change.
+# `gitsched plan` answers "would merging change anything?", as `flux diff` does: 0 no,
+# 1 yes (changes to review); a HEAD whose files are invalid is 2, like any error, so a
+# CI step cannot mistake it for a reviewable change. Its 1 is not EXIT_INVALID: "no"
+# to plan's question is 0.
 PLAN_NO_CHANGE = EXIT_OK
 PLAN_CHANGES = 1
 PLAN_INVALID = EXIT_ERROR

@@ -5,9 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from engine.model import GPU_MILLI
-from engine.placement.constraints import gpus_text
 from engine.state import ClusterState
+from engine.units import gpus_from_milli, gpus_or_none, gpus_text, milli_from_gpus
 
 
 def table(headers: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
@@ -44,13 +43,9 @@ def state_to_dict(state: ClusterState, last_seq: int) -> dict[str, Any]:
                 "cohort": q.cohort,
                 "quotas": {
                     fq.flavor: {
-                        "nominal": fq.nominal / GPU_MILLI,
-                        "borrowingLimit": None
-                        if fq.borrowing_limit is None
-                        else fq.borrowing_limit / GPU_MILLI,
-                        "lendingLimit": None
-                        if fq.lending_limit is None
-                        else fq.lending_limit / GPU_MILLI,
+                        "nominal": gpus_from_milli(fq.nominal),
+                        "borrowingLimit": gpus_or_none(fq.borrowing_limit),
+                        "lendingLimit": gpus_or_none(fq.lending_limit),
                     }
                     for fq in q.quotas
                 },
@@ -77,7 +72,7 @@ def state_to_dict(state: ClusterState, last_seq: int) -> dict[str, Any]:
 
 def used_gpus(state: ClusterState) -> tuple[int, int]:
     used = sum(p.gpu_milli for p in state.placements.values())
-    total = sum(n.gpus * GPU_MILLI for n in state.nodes.values())
+    total = sum(milli_from_gpus(n.gpus) for n in state.nodes.values())
     return used, total
 
 

@@ -11,9 +11,10 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from engine.model import GPU_MILLI, FlavorQuota, Queue
-from engine.placement.constraints import gpus_text
+from engine.fairshare import FairShareRow
+from engine.model import FlavorQuota, Queue
 from engine.placement.plan import SolveStats
+from engine.units import gpus_or_none, gpus_text
 from gitsched import __version__
 from gitsched.exit_codes import plan_exit_code
 from gitsched.render import table
@@ -27,6 +28,7 @@ from reconciler.plan import (
     QueueChange,
     QueueUsage,
 )
+from reconciler.plan_fairness import FairShareView
 
 MARKER = "<!-- gitsched-plan -->"
 
@@ -143,10 +145,40 @@ def solve_text(stats: SolveStats | None) -> str:
     if stats is None:
         return "no solve: the change does not touch what placement reads"
     gap = "n/a" if stats.gap is None else f"{stats.gap * 100:.2f}%"
-    return (
+    bound = "" if stats.bound is None else f", bound {stats.bound:.2f}"
+    text = (
         f"solver {stats.solver} ({stats.status}), gap {gap}, {stats.seconds:.3f} s, "
-        f"objective {stats.objective:.2f}"
+        f"objective {stats.objective:.2f}{bound}"
     )
+    if stats.fallback:
+        text += f"; greedy's plan taken: {stats.fallback}"
+    return text
+
+
+def lost_total_text(plan: PullRequestPlan) -> str:
+    """What the plan's preemptions lose in all, since each job's last checkpoint."""
+    stopped = plan.of(Action.PREEMPTED)
+    lost = sum(e.lost_gpu_seconds for e in stopped)
+    return f"{len(stopped)} preemption(s) lose {lost / 3600:.2f} GPU-h of work since their last checkpoints"
+
+
+def fair_share_rows_text(view: FairShareView) -> list[list[str]]:
+    return [
+        [
+            r.name,
+            r.cohort or "-",
+            _share(r.share),
+            f"{r.usage_gpu_hours:.1f}",
+            _share(r.usage_share),
+        ]
+        for r in view.queues
+    ] + [
+        [f"cohort {r.name}", "", _share(r.share), f"{r.usage_gpu_hours:.1f}", _share(r.usage_share)]
+        for r in view.cohorts
+    ]
+
+
+FAIR_HEADERS = ["QUEUE", "COHORT", "FAIR SHARE", "USED GPU-H (DECAYED)", "USED SHARE"]
 
 
 def counts_text(plan: PullRequestPlan) -> str:
@@ -272,9 +304,24 @@ def plan_text(plan: PullRequestPlan) -> str:
         if why and (e.action is not Action.ADMITTED or why != "admitted"):
             out.append(f"      why: {why}")
 
+    if plan.of(Action.PREEMPTED):
+        out.append(f"  {lost_total_text(plan)}")
+
     if plan.usage:
         out += ["", "GPUs and fair share per queue (dominant GPU share / weight)"]
         out.append(table(["QUEUE", "WEIGHT", "GPUS", "FAIR SHARE"], usage_rows(plan.usage)))
+
+    view = plan.fairness
+    if view is not None and view.queues:
+        out += [
+            "",
+            f"Fair share over time (usage halves every {view.half_life_hours:g} h; "
+            "a queue that used less lately is placed first when GPUs are contended)",
+        ]
+        out.append(table(FAIR_HEADERS, fair_share_rows_text(view)))
+    if view is not None and view.idle:
+        out += ["", "Idle GPUs"]
+        out += [f"  {n.job}: {n.reason}" for n in view.idle]
 
     if plan.approvals:
         rule = (
@@ -428,6 +475,19 @@ def plan_markdown(plan: PullRequestPlan) -> str:
             ],
         )
 
+    view = plan.fairness
+    if view is not None and view.queues:
+        out += _details(
+            f"Fair share over time (half-life {view.half_life_hours:g} h)",
+            _md_table([h.lower() for h in FAIR_HEADERS], fair_share_rows_text(view)),
+        )
+    if view is not None and view.idle:
+        out += _details(
+            f"Idle GPUs: {len(view.idle)} job(s)",
+            [f"- {code(n.job)}: {md(n.reason)}" for n in view.idle],
+            open_=True,
+        )
+
     if plan.approvals:
         missing = len(plan.missing_approvals)
         rule = "" if plan.approval_enforced else " (not enforced by the Policy)"
@@ -451,10 +511,6 @@ def _footer(out: list[str], plan: PullRequestPlan) -> str:
 # -- json ------------------------------------------------------------------------------------
 
 
-def _gpus(milli: int | None) -> float | None:
-    return None if milli is None else milli / GPU_MILLI
-
-
 def _quota_dict(q: Queue | None) -> dict[str, Any] | None:
     if q is None:
         return None
@@ -465,9 +521,9 @@ def _quota_dict(q: Queue | None) -> dict[str, Any] | None:
         "maxPriorityClass": q.max_priority_class,
         "quotas": {
             fq.flavor: {
-                "nominal": _gpus(fq.nominal),
-                "borrowingLimit": _gpus(fq.borrowing_limit),
-                "lendingLimit": _gpus(fq.lending_limit),
+                "nominal": gpus_or_none(fq.nominal),
+                "borrowingLimit": gpus_or_none(fq.borrowing_limit),
+                "lendingLimit": gpus_or_none(fq.lending_limit),
             }
             for fq in q.quotas
         },
@@ -514,7 +570,7 @@ def plan_to_dict(plan: PullRequestPlan) -> dict[str, Any]:
                 "reason": e.reason,
                 "previous_reason": e.previous_reason or None,
                 "flavor": e.flavor,
-                "gpus": _gpus(e.gpu_milli),
+                "gpus": gpus_or_none(e.gpu_milli),
                 "from": list(e.nodes_before),
                 "to": list(e.nodes_after),
                 "lost_gpu_hours": round(e.lost_gpu_seconds / 3600, 3),
@@ -529,7 +585,7 @@ def plan_to_dict(plan: PullRequestPlan) -> dict[str, Any]:
             {
                 "queue": u.queue,
                 "weight": {"before": u.weight_before, "after": u.weight_after},
-                "gpus": {"before": _gpus(u.gpu_before), "after": _gpus(u.gpu_after)},
+                "gpus": {"before": gpus_or_none(u.gpu_before), "after": gpus_or_none(u.gpu_after)},
                 "fair_share": {"before": u.share_before, "after": u.share_after},
             }
             for u in plan.usage
@@ -543,7 +599,32 @@ def plan_to_dict(plan: PullRequestPlan) -> dict[str, Any]:
             "bound": stats.bound,
             "gap": stats.gap,
             "seconds": stats.seconds,
+            "plan_source": stats.plan_source,
+            "fallback": stats.fallback or None,
         },
+        "lost_gpu_hours": round(
+            sum(e.lost_gpu_seconds for e in plan.of(Action.PREEMPTED)) / 3600, 3
+        ),
+        "fair_share": None
+        if plan.fairness is None
+        else {
+            "half_life_hours": plan.fairness.half_life_hours,
+            "at": plan.fairness.at,
+            "queues": [_fair_row(r) for r in plan.fairness.queues],
+            "cohorts": [_fair_row(r) for r in plan.fairness.cohorts],
+        },
+        "idle": []
+        if plan.fairness is None
+        else [
+            {
+                "job": n.job,
+                "action": n.action,
+                "since": n.since,
+                "until": n.until,
+                "reason": n.reason,
+            }
+            for n in plan.fairness.idle
+        ],
         "approvals": {
             "enforced": plan.approval_enforced,
             "teams": [
@@ -581,6 +662,16 @@ def plan_to_dict(plan: PullRequestPlan) -> dict[str, Any]:
             }
             for c in plan.commits
         ],
+    }
+
+
+def _fair_row(r: FairShareRow) -> dict[str, Any]:
+    return {
+        "name": r.name,
+        "cohort": r.cohort,
+        "fair_share": round(r.share, 6),
+        "used_gpu_hours_decayed": round(r.usage_gpu_hours, 3),
+        "used_share": round(r.usage_share, 6),
     }
 
 

@@ -18,6 +18,7 @@ from enum import StrEnum
 from pathlib import PurePosixPath
 
 from engine.model import Approval, Finding, FlavorQuota, Owner, Queue
+from engine.units import gpus_text
 from policies.rules import place_of
 from schemas import Document
 
@@ -298,7 +299,7 @@ def _quota_text(fq: FlavorQuota | None) -> str:
         return "none"
 
     def gpus(milli: int | None) -> str:
-        return "-" if milli is None else f"{milli / 1000:g}"
+        return "-" if milli is None else gpus_text(milli)
 
     return f"{gpus(fq.nominal)}/{gpus(fq.borrowing_limit)}/{gpus(fq.lending_limit)}"
 

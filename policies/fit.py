@@ -14,8 +14,9 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 
 from engine.core import DesiredState
-from engine.model import GPU_MILLI, Job, Node, NodeState
-from engine.placement.constraints import eligible_flavors, gpus_text, node_rejection
+from engine.model import Job, Node, NodeState
+from engine.placement.constraints import eligible_flavors, node_rejection
+from engine.units import gpus_text, milli_from_gpus
 from schemas import Document, JsonPath, SpecError
 
 NEVER_FITS = "never-fits"
@@ -71,7 +72,7 @@ def _never_fits(
     # Most jobs fit the first candidate: the search stops there.
     if candidates and not any(node_rejection(job, n, f) is None for n, f in candidates):
         most = max((node for node, _ in candidates), key=lambda n: (n.gpus, n.cpu_milli))
-        if job.resources.gpu_milli > most.gpus * GPU_MILLI:
+        if job.resources.gpu_milli > milli_from_gpus(most.gpus):
             return ("spec", "resources", "gpu"), (
                 f"a replica asks for {gpus_text(job.resources.gpu_milli)} GPUs and the largest"
                 f" node it may use ({most.name}) has {most.gpus}"
@@ -79,7 +80,7 @@ def _never_fits(
         return ("spec",), (
             f"no node can host one replica (for one: {node_rejection(job, *candidates[0])})"
         )
-    total = sum(capacity.get(f, 0) for f in flavors if f is not None) * GPU_MILLI
+    total = milli_from_gpus(sum(capacity.get(f, 0) for f in flavors if f is not None))
     if flavors != (None,) and job.smallest_gang * job.resources.gpu_milli > total:
         return ("spec", "replicas"), (
             f"its smallest gang needs {gpus_text(job.smallest_gang * job.resources.gpu_milli)}"

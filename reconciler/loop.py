@@ -4,35 +4,19 @@ Where it stands is read from the log itself (the last applied or rejected
 commit), so a crashed or restarted reconciler resumes exactly; event ids are
 derived from the commit sha, so a retried append is recognised, never doubled.
 A reconciler that finds another one has written first re-reads the log and goes on.
+What to append is reconciler.step's to decide; this module reads, appends, retries
+and keeps snapshots.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from engine.core import (
-    ApplyCommit,
-    ApplyPlan,
-    RejectCommit,
-    decide,
-    decision_time,
-    keep_waiting_reasons,
-    placement_instance,
-)
-from engine.events import (
-    ApprovalChecked,
-    CommitApplied,
-    Event,
-    JobChanged,
-    JobSubmitted,
-    OwnersChanged,
-)
+from engine.core import RejectCommit
 from engine.model import CommitInfo, Finding
 from engine.placement.plan import PlacementPlan
-from engine.placement.solvers import solve, solve_changed
-from engine.state import ClusterState, fold
+from engine.state import ClusterState
 from eventlog.base import (
     ConcurrencyConflict,
     DuplicateEvent,
@@ -43,18 +27,14 @@ from eventlog.base import (
 from eventlog.codec import encode
 from eventlog.envelope import canonical_json
 from eventlog.replay import Replayed, replay, snapshot
-from reconciler.approval import commit_approval
 from reconciler.git import GitRepo
-from reconciler.specs import SpecCache, load_commit, to_finding
+from reconciler.specs import SpecCache
+from reconciler.step import Step, cluster_solve, commit_steps, owed_solve
 
 log = logging.getLogger("gitsched.reconciler")
 
-SOLVER_ACTOR = "solver"
 # How often one pass starts over after another reconciler wrote to the log first.
 MAX_RESTARTS = 20
-# A commit that only adds or edits jobs, at most this share of them, is placed by an
-# incremental solve: those jobs are free, every other job stays where it runs or waits.
-INCREMENTAL_SHARE = 0.25
 # A snapshot of the folded state after every this many events, so a restart replays
 # at most this many (eventlog.snapshot); 0 writes none.
 SNAPSHOT_EVERY = 100_000
@@ -132,10 +112,10 @@ class Reconciler:
             try:
                 tip = self._tip = replay(self.log, since=self._tip, verify=True)
                 report.state, report.last_seq = tip.state, tip.last_seq
-                if tip.state.needs_placement and tip.state.cluster is not None:
-                    # Decided at the time of the last event that asked for it: never the clock.
-                    now = tip.last_time or ""
-                    self._append([self._solve(tip.state, cause, now, report)], report)
+                # Decided at the time of the last event that asked for it: never the clock.
+                step = cluster_solve(tip.state, cause, tip.last_time or "", self.solver)
+                if step is not None:
+                    self._append(step, report)
             except _Superseded:
                 log.info("another writer appended to the log; re-reading it")
                 continue
@@ -145,45 +125,26 @@ class Reconciler:
     def _pass(self, report: ReconcileReport) -> None:
         tip = self._tip = replay(self.log, since=self._tip, verify=True)
         report.state, report.last_seq = tip.state, tip.last_seq
-        if tip.state.needs_placement and tip.state.last_commit is not None:
-            # A log written before commits and their solves shared one append may
-            # hold a commit without its solve: finish that solve first.
-            owed = tip.state.last_commit
-            self._append([self._solve(tip.state, owed.sha, decision_time(owed), report)], report)
+        owed = owed_solve(tip.state, self.solver)
+        if owed is not None:
+            self._append(owed, report)
         state = self._tip.state
         last = state.last_commit.sha if state.last_commit else None
-        for commit in self.repo.commits_since(self.branch, last):
-            state = self._tip.state
-            loaded = load_commit(self.repo, commit.sha, cache=self._specs)
-            intent: ApplyCommit | RejectCommit
-            approval = commit_approval(self.repo, state, commit, loaded, self._specs)
-            unapproved = approval.findings
-            if loaded.desired is None:
-                intent = RejectCommit(commit, tuple(to_finding(e) for e in loaded.errors))
-                log.info("commit %s rejected: %d error(s)", commit.sha[:12], len(loaded.errors))
-            elif unapproved:
-                intent = RejectCommit(commit, unapproved)
-                log.info("commit %s rejected: owner approval missing", commit.sha[:12])
-            else:
-                intent = ApplyCommit(commit, loaded.desired, approval.records)
-            events = decide(state, intent)
-            groups = [_Group(events, commit.sha, commit.actor, commit.sha)]
-            applied = fold(events, state)
-            if applied.needs_placement:
-                # The commit and the placement it leads to are one append: no reader
-                # ever sees a change the solver has not answered yet.
-                groups.append(
-                    self._solve(
-                        applied, commit.sha, decision_time(commit), report, _changed_jobs(events)
-                    )
-                )
-            self._append(groups, report)
+        commits = self.repo.commits_since(self.branch, last)
+        steps = commit_steps(self.repo, state, commits, solver=self.solver, specs=self._specs)
+        for step in steps:
+            intent = step.intent
+            assert intent is not None  # a commit's step
+            self._append(step, report)
+            errors = intent.errors if isinstance(intent, RejectCommit) else ()
+            if isinstance(intent, RejectCommit):
+                log.info("commit %s rejected: %d finding(s)", intent.commit.sha[:12], len(errors))
             report.commits.append(
                 CommitOutcome(
-                    commit,
-                    isinstance(intent, ApplyCommit),
-                    getattr(intent, "errors", ()),
-                    len(events),
+                    intent.commit,
+                    not isinstance(intent, RejectCommit),
+                    errors,
+                    len(step.groups[0].events),
                 )
             )
 
@@ -207,51 +168,19 @@ class Reconciler:
         self._snapshot_seq = tip.last_seq
         log.info("snapshot of the state at seq %d written", tip.last_seq)
 
-    def _solve(
-        self,
-        state: ClusterState,
-        cause: str,
-        now: str,
-        report: ReconcileReport,
-        changed: frozenset[str] | None = None,
-    ) -> _Group:
-        """The solver's events for `state`, to append after `cause` (a commit's sha, or the
-        cluster events that led to it), decided at `now`: the commit's time
-        (`decision_time`) or the events' own, never the clock's.
-
-        When only a few jobs changed (`changed`) and others run, those jobs alone
-        are placed (an incremental solve); anything else re-solves the cluster.
-        """
-        if state.cluster is None:
-            return _Group((), f"{cause}/solve", SOLVER_ACTOR, cause)
-        instance = placement_instance(state, now)
-        plan = None
-        if (
-            changed is not None
-            and state.placements
-            and len(changed) <= INCREMENTAL_SHARE * len(state.jobs)
-        ):
-            plan = solve_changed(instance, changed, self.solver)
-            if plan is not None:
-                plan = keep_waiting_reasons(plan, state, changed)
-        if plan is None:
-            plan = solve(instance, self.solver)
-        report.plan = plan
-        events = decide(state, ApplyPlan(plan, solve_id=f"{cause}/solve", at=now))
-        return _Group(events, f"{cause}/solve", SOLVER_ACTOR, cause)
-
-    def _append(self, groups: Sequence[_Group], report: ReconcileReport) -> None:
-        """Append the groups' events in one transaction and fold them into the tip."""
+    def _append(self, step: Step, report: ReconcileReport) -> None:
+        """Append the step's events in one transaction and take its state as the tip."""
         tip = self._tip
         assert tip is not None  # a pass starts by reading the log
-        events = [event for group in groups for event in group.events]
+        if step.plan is not None:
+            report.plan = step.plan
         batch = [
-            encode(e, id=f"{group.id_prefix}/{i}", actor=group.actor, cause=group.cause)
-            for group in groups
-            for i, e in enumerate(group.events)
+            encode(e, id=event_id, actor=group.actor, cause=group.cause)
+            for group in step.groups
+            for event_id, e in zip(group.ids(), group.events, strict=True)
         ]
         if not batch:
-            self._tip = replace(tip, state=fold(events, tip.state))
+            self._tip = replace(tip, state=step.state)
             report.state = self._tip.state
             return
         try:
@@ -276,28 +205,5 @@ class Reconciler:
             raise _Superseded
         report.events_appended += len(stored)
         last = stored[-1]
-        self._tip = Replayed(fold(events, tip.state), last.seq, last.time, last.hash)
+        self._tip = Replayed(step.state, last.seq, last.time, last.hash)
         report.state, report.last_seq = self._tip.state, self._tip.last_seq
-
-
-def _changed_jobs(events: Sequence[Event]) -> frozenset[str] | None:
-    """The jobs a commit added or edited, when that is all it did; None otherwise
-    (a withdrawn job frees room for waiting ones, a quota or node change moves
-    every bound: the cluster is re-solved)."""
-    jobs: set[str] = set()
-    for event in events:
-        if isinstance(event, JobSubmitted | JobChanged):
-            jobs.add(event.job.key)
-        elif not isinstance(event, CommitApplied | OwnersChanged | ApprovalChecked):
-            return None
-    return frozenset(jobs)
-
-
-@dataclass(frozen=True, slots=True)
-class _Group:
-    """Events with one id prefix, actor and cause, within an append."""
-
-    events: Sequence[Event]
-    id_prefix: str
-    actor: str
-    cause: str

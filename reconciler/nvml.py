@@ -1,4 +1,5 @@
-"""Live GPU inventory from NVML: what a machine really has, as a Node document.
+"""Live GPU inventory from NVML: what a machine really has, as a Node document; and its
+GPUs' utilisation, sampled for idle reclamation (UtilizationReader).
 
 A node agent runs this on each GPU host and commits (or compares) the result
 with the static inventory, so a spec never promises GPUs a host does not have.
@@ -85,6 +86,46 @@ def read_gpus() -> list[GpuInfo]:
         return gpus
     finally:
         pynvml.nvmlShutdown()
+
+
+class UtilizationReader:
+    """Each GPU's utilisation (0-100 %, the share of the last sample period a kernel ran,
+    nvmlDeviceGetUtilizationRates), NVML started once for a run of samples:
+    `with UtilizationReader() as r: r.read()`. For idle reclamation (reconciler/telemetry.py)."""
+
+    def __enter__(self) -> UtilizationReader:
+        try:
+            import pynvml
+        except ImportError as e:
+            raise InventoryUnavailable(
+                "nvidia-ml-py is not installed: pip install 'gitsched[nvml]'"
+            ) from e
+        try:
+            pynvml.nvmlInit()
+        except pynvml.NVMLError as e:
+            raise InventoryUnavailable(
+                f"NVML cannot start (no NVIDIA driver or GPU here?): {e}"
+            ) from e
+        self._nvml = pynvml
+        self._handles = [
+            pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())
+        ]
+        return self
+
+    def read(self) -> list[tuple[int, float]]:
+        pynvml = self._nvml
+        out = []
+        for index, handle in enumerate(self._handles):
+            try:
+                out.append((index, float(pynvml.nvmlDeviceGetUtilizationRates(handle).gpu)))
+            except pynvml.NVMLError as e:
+                raise InventoryUnavailable(
+                    f"NVML cannot read GPU {index}'s utilisation: {e}"
+                ) from e
+        return out
+
+    def __exit__(self, *exc: object) -> None:
+        self._nvml.nvmlShutdown()
 
 
 def _active_nvlinks(pynvml: Any, handle: Any) -> int:

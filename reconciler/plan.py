@@ -1,7 +1,8 @@
 """`plan`: what merging a branch would do to the cluster, computed without touching it.
 
-The plan starts from what the cluster really runs (the log, folded), applies the head's
-specs exactly as the reconciler would (`decide`, then the Policy's solver) and compares:
+The plan starts from what the cluster really runs (the log's tip, as the reconciler
+reads it), runs the reconciler's own step (reconciler.step) over the branch's commits
+with appending off, and compares:
 quotas and policy before -> after, jobs admitted, moved, preempted or left pending, GPUs
 and fair share per queue, and the owner approvals still missing. It reads the log and
 git and appends nothing.
@@ -16,18 +17,20 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from engine import events as ev
-from engine.core import ApplyCommit, ApplyPlan, decide, decision_time, placement_instance
+from engine.core import ApplyCommit, RejectCommit, decide, decision_time
 from engine.errors import UsageError
 from engine.model import GPU_MILLI, CommitInfo, Placement, Policy, Queue
-from engine.placement.plan import OutcomeStatus, PlacementPlan, SolveStats
-from engine.placement.solvers import solve
+from engine.placement.plan import SolveStats
 from engine.state import ClusterState, evolve, fold
 from eventlog.base import EventLog
 from eventlog.codec import decode
+from eventlog.replay import replay
 from policies.approval import TeamApproval
 from reconciler.approval import team_approvals
 from reconciler.git import GitRepo, change_commits
-from reconciler.specs import LoadedSpecs, load_commit
+from reconciler.plan_fairness import FairShareView, fair_share_view
+from reconciler.specs import SpecCache, load_commit
+from reconciler.step import EventGroup, commit_steps, owed_solve
 from schemas import SpecError
 
 # Policy fields as the Policy YAML spells them, so a reviewer can find the line.
@@ -46,6 +49,16 @@ POLICY_FIELD_NAMES = {
     "reclaim_within_cohort": "preemption.reclaimWithinCohort",
     "require_owner_approval": "approval.requireOwnerApproval",
     "require_signed_approval": "approval.requireSignedApproval",
+    "usage_half_life_hours": "fairness.usageHalfLifeHours",
+}
+IDLE_FIELD_NAMES = {
+    "enabled": "idle.enabled",
+    "threshold_percent": "idle.thresholdPercent",
+    "window_minutes": "idle.windowMinutes",
+    "grace_minutes": "idle.graceMinutes",
+    "exempt_priority_classes": "idle.exemptPriorityClasses",
+    "exempt_queues": "idle.exemptQueues",
+    "action": "idle.action",
 }
 
 
@@ -163,6 +176,11 @@ class PullRequestPlan:
     approvals: tuple[TeamApproval, ...] = ()
     approval_enforced: bool = False
     commits: tuple[CommitInfo, ...] = field(default=())
+    # What the reconciler's step appends for the branch, in order (with the LOG
+    # baseline: exactly what `reconcile` appends once HEAD is merged as it is).
+    groups: tuple[EventGroup, ...] = ()
+    # fair share over time and idle jobs after the change (reconciler/plan_fairness.py)
+    fairness: FairShareView | None = None
 
     @property
     def valid(self) -> bool:
@@ -194,28 +212,18 @@ def parse_range(text: str) -> tuple[str | None, str]:
     return (base or None), head
 
 
-# -- the log -------------------------------------------------------------------------------
+# -- the log ------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class _LogView:
-    current: ClusterState
-    last_seq: int
-    at_base: ClusterState | None  # right after the last event the base commit caused
-
-
-def _read_log(event_log: EventLog | None, base_sha: str | None) -> _LogView:
+def _state_at(event_log: EventLog, sha: str) -> ClusterState | None:
+    """The state right after the last event `sha` caused; None if it caused none."""
     state = ClusterState()
-    last_seq = 0
-    at_base: ClusterState | None = None
-    if event_log is None:
-        return _LogView(state, 0, None)
+    at: ClusterState | None = None
     for stored in event_log.read(0):
         state = evolve(state, decode(stored))
-        last_seq = stored.seq
-        if base_sha is not None and stored.cause == base_sha:
-            at_base = state
-    return _LogView(state, last_seq, at_base)
+        if stored.cause == sha:
+            at = state
+    return at
 
 
 def _commit_info(repo: GitRepo, sha: str) -> CommitInfo:
@@ -225,21 +233,77 @@ def _commit_info(repo: GitRepo, sha: str) -> CommitInfo:
     return commits[-1]
 
 
-def _settle(state: ClusterState, cause: CommitInfo) -> ClusterState:
-    """Run the solve a reconciler would run after `state`'s last commit, if one is owed,
-    at that commit's time (as the reconciler does)."""
-    if not state.needs_placement or state.cluster is None:
-        return state
-    now = decision_time(cause)
-    plan = solve(placement_instance(state, now))
-    return fold(decide(state, ApplyPlan(plan, solve_id=f"{cause.sha}/plan", at=now)), state)
+def _since(repo: GitRepo, last: CommitInfo | None, rev: str, base_sha: str) -> list[CommitInfo]:
+    """The commits up to `rev` the reconciler would read after `last`, the log's newest
+    (as `commits_since`); those after `base_sha` when `rev` does not descend from `last`."""
+    if last is not None and last.sha == rev:
+        return []  # the log holds it already
+    if last is not None and repo.is_ancestor(last.sha, rev):
+        return repo.commits(f"{last.sha}..{rev}")
+    if base_sha == rev:
+        return []
+    return repo.commits(f"{base_sha}..{rev}")
 
 
-def _simulate(state: ClusterState, commit: CommitInfo, loaded: LoadedSpecs) -> ClusterState:
-    if loaded.desired is None:
-        return state
-    state = fold(decide(state, ApplyCommit(commit, loaded.desired)), state)
-    return _settle(state, commit)
+@dataclass(frozen=True, slots=True)
+class _Start:
+    """Where the reconciler's steps start, and the commits that lead from there to BASE."""
+
+    baseline: Baseline
+    state: ClusterState
+    to_base: tuple[CommitInfo, ...] = ()
+    stale: str | None = None
+    note: str | None = None
+
+
+def _start(
+    repo: GitRepo,
+    event_log: EventLog | None,
+    current: ClusterState,
+    base: Revision,
+    base_info: CommitInfo,
+    log_name: str,
+) -> _Start:
+    applied_info = current.last_good_commit
+    newest = current.last_commit
+    if applied_info is None:
+        return _Start(
+            Baseline.FRESH,
+            ClusterState(),
+            (base_info,),
+            note=f"{log_name} is empty or absent: the placements before are a fresh solve of "
+            f"{base.short}, not what the cluster runs",
+        )
+    applied = Revision("applied", applied_info.sha, applied_info.subject)
+    if base.sha == applied.sha:
+        return _Start(Baseline.LOG, current)
+    if newest is not None and base.sha == newest.sha:
+        # The log's newest commit was rejected: the cluster still runs the last good one.
+        return _Start(
+            Baseline.LOG,
+            current,
+            note=f"base {base.short} was rejected by the reconciler; the cluster runs "
+            f"{applied.short} ({applied.subject}), the last commit it applied",
+        )
+    at_base = _state_at(event_log, base.sha) if event_log is not None else None
+    if at_base is not None:
+        return _Start(
+            Baseline.LOG_AT_BASE,
+            at_base,
+            stale=f"base {base.short} is not the cluster's current commit: {log_name} has "
+            f"applied {applied.short} ({applied.subject}) since. This plan starts from the "
+            f"placements the log recorded at {base.short}; rebase the branch, or plan against "
+            f"{applied.short}, to see the effect on the cluster as it is.",
+        )
+    to_base = _since(repo, newest, base.sha, base.sha) or [base_info]
+    return _Start(
+        Baseline.SIMULATED,
+        current,
+        tuple(to_base),
+        stale=f"base {base.short} has not been applied to the cluster: {log_name}'s last "
+        f"applied commit is {applied.short} ({applied.subject}). The placements at "
+        f"{base.short} are simulated by reconciling up to it from the cluster's current state.",
+    )
 
 
 # -- the plan ------------------------------------------------------------------------------
@@ -253,11 +317,17 @@ def plan_change(
     *,
     log_name: str = "the log",
 ) -> PullRequestPlan:
-    """What applying HEAD would do, starting from the cluster as it is at BASE."""
+    """What applying HEAD would do, starting from the cluster as it is at BASE.
+
+    The "after" is the reconciler's own step (reconciler.step) run over the branch's
+    commits from the log's tip, appending nothing: with the LOG baseline, `groups` are
+    the events `reconcile` would append if HEAD were merged as it is (fast-forward).
+    """
     head_sha = repo.resolve(head_rev)
     base_sha = repo.resolve(base_rev) if base_rev is not None else None
-    view = _read_log(event_log, base_sha)
-    applied_info = view.current.last_good_commit
+    tip = replay(event_log) if event_log is not None else None
+    current = tip.state if tip is not None else ClusterState()
+    applied_info = current.last_good_commit
     applied = Revision("applied", applied_info.sha, applied_info.subject) if applied_info else None
     if base_sha is None:
         if applied is None:
@@ -271,74 +341,60 @@ def plan_change(
     base = Revision(base_rev, base_sha, base_info.subject)
     head_info = _commit_info(repo, head_sha)
     head = Revision(head_rev, head_sha, head_info.subject)
-    base_loaded = load_commit(repo, base_sha)
+    specs = SpecCache()
+    base_loaded = load_commit(repo, base_sha, cache=specs)
 
-    notes: list[str] = []
-    stale: str | None = None
-    newest = view.current.last_commit
-    if applied is not None and base_sha == applied.sha:
-        baseline, before = Baseline.LOG, _settle(view.current, base_info)
-    elif applied is not None and newest is not None and base_sha == newest.sha:
-        # The log's newest commit was rejected: the cluster still runs the last good one.
-        baseline, before = Baseline.LOG, _settle(view.current, base_info)
-        notes.append(
-            f"base {base.short} was rejected by the reconciler; the cluster runs "
-            f"{applied.short} ({applied.subject}), the last commit it applied"
-        )
-    elif applied is not None and view.at_base is not None:
-        baseline, before = Baseline.LOG_AT_BASE, _settle(view.at_base, base_info)
-        stale = (
-            f"base {base.short} is not the cluster's current commit: {log_name} has applied "
-            f"{applied.short} ({applied.subject}) since. This plan starts from the placements "
-            f"the log recorded at {base.short}; rebase the branch, or plan against "
-            f"{applied.short}, to see the effect on the cluster as it is."
-        )
-    elif applied is not None:
-        baseline = Baseline.SIMULATED
-        before = _simulate(view.current, base_info, base_loaded)
-        stale = (
-            f"base {base.short} has not been applied to the cluster: {log_name}'s last applied "
-            f"commit is {applied.short} ({applied.subject}). The placements at {base.short} "
-            "are simulated by applying it to the cluster's current state."
-        )
-    else:
-        baseline = Baseline.FRESH
-        before = _simulate(ClusterState(), base_info, base_loaded)
-        notes.append(
-            f"{log_name} is empty or absent: the placements before are a fresh solve of "
-            f"{base.short}, not what the cluster runs"
-        )
-    if base_loaded.desired is None and baseline is not Baseline.LOG:
+    start = _start(repo, event_log, current, base, base_info, log_name)
+    notes = [start.note] if start.note else []
+    if base_loaded.desired is None and start.baseline is not Baseline.LOG:
         notes.append(
             f"base {base.short} is itself invalid ({len(base_loaded.errors)} error(s)); "
             "the state before is the last valid one"
         )
-
     commits = tuple(repo.commits(f"{base_sha}..{head_sha}")) if base_sha != head_sha else ()
     skeleton = PullRequestPlan(
         base=base,
         head=head,
-        baseline=baseline,
+        baseline=start.baseline,
         applied=applied,
-        log_seq=view.last_seq,
-        stale=stale,
+        log_seq=tip.last_seq if tip is not None else 0,
+        stale=start.stale,
         notes=tuple(notes),
         commits=commits,
     )
-    head_loaded = load_commit(repo, head_sha)
+    # The reconciler's own steps: first a solve the log still owes, then each commit.
+    before = start.state
+    groups: list[EventGroup] = []
+    if (owed := owed_solve(before)) is not None:
+        before = owed.state
+        groups.extend(owed.groups)
+    for step in commit_steps(repo, before, start.to_base, specs=specs):
+        before = step.state
+    if start.baseline is not Baseline.LOG:
+        groups = []  # the events of a simulated base are no part of the change
+    last = before.last_commit if start.baseline is Baseline.LOG else None
+    steps = list(commit_steps(repo, before, _since(repo, last, head_sha, base_sha), specs=specs))
+    after = steps[-1].state if steps else before
+    groups.extend(g for step in steps for g in step.groups)
+    head_loaded = load_commit(repo, head_sha, cache=specs)
     if head_loaded.desired is None:
-        return dataclasses.replace(skeleton, errors=head_loaded.errors)
+        return dataclasses.replace(skeleton, errors=head_loaded.errors, groups=tuple(groups))
     desired = head_loaded.desired
+    for step in steps:
+        if isinstance(step.intent, RejectCommit):
+            commit, (first, *more) = step.intent.commit, step.intent.errors or (None,)
+            why = first.message if first is not None else "rejected"
+            notes.append(
+                f"merged as it is, the reconciler would reject {commit.sha[:12]} "
+                f"({commit.subject}): {why}" + (f" (and {len(more)} more)" if more else "")
+            )
+    solved = [step.plan for step in steps if step.plan is not None]
 
-    events = decide(before, ApplyCommit(head_info, desired))
-    after = fold(events, before)
-    plan = (
-        solve(placement_instance(after, decision_time(head_info)))
-        if after.needs_placement
-        else None
-    )
-    effects, kept = _effects(before, after, plan)
-    after_placements = plan.placements() if plan is not None else dict(after.placements)
+    # What HEAD declares, against BASE as the cluster runs it: one diff, however many
+    # commits the branch has and whatever the reconciler makes of them.
+    declared_events = decide(before, ApplyCommit(head_info, desired))
+    declared = fold(declared_events, before)
+    effects, kept = _effects(before, after, [e for step in steps for e in step.events])
 
     # The change as one merge of HEAD into BASE: every commit in BASE..HEAD (the rule a
     # merge commit meets in the reconciler); HEAD itself when BASE is HEAD.
@@ -356,22 +412,25 @@ def plan_change(
     )
     return dataclasses.replace(
         skeleton,
+        notes=tuple(notes),
         warnings=head_loaded.warnings,
-        spec_changes=tuple(_spec_changes(before, events)),
+        spec_changes=tuple(_spec_changes(before, declared_events)),
         queue_changes=tuple(
-            QueueChange(name, before.queues.get(name), after.queues.get(name))
-            for name in sorted(set(before.queues) | set(after.queues))
-            if before.queues.get(name) != after.queues.get(name)
+            QueueChange(name, before.queues.get(name), declared.queues.get(name))
+            for name in sorted(set(before.queues) | set(declared.queues))
+            if before.queues.get(name) != declared.queues.get(name)
         ),
-        policy_changes=_policy_changes(before.policy, after.policy),
+        policy_changes=_policy_changes(before.policy, declared.policy),
         effects=effects,
         kept=kept,
-        usage=_usage(before, after, after_placements),
-        solve=plan.stats if plan is not None else None,
+        usage=_usage(before, after, after.placements),
+        solve=solved[-1].stats if solved else None,
         approvals=approvals,
         approval_enforced=signed
         or before.policy.require_owner_approval
         or desired.policy.require_owner_approval,
+        groups=tuple(groups),
+        fairness=fair_share_view(after, decision_time(head_info)),
     )
 
 
@@ -404,18 +463,32 @@ def _spec_changes(before: ClusterState, events: Iterable[ev.Event]) -> list[Spec
 
 
 def _policy_changes(before: Policy, after: Policy) -> tuple[FieldChange, ...]:
-    return tuple(
+    changes = [
         FieldChange(
             POLICY_FIELD_NAMES.get(f.name, f.name), getattr(before, f.name), getattr(after, f.name)
         )
         for f in dataclasses.fields(Policy)
-        if getattr(before, f.name) != getattr(after, f.name)
+        if f.name != "idle" and getattr(before, f.name) != getattr(after, f.name)
+    ]
+    changes.extend(
+        FieldChange(
+            IDLE_FIELD_NAMES[f.name], getattr(before.idle, f.name), getattr(after.idle, f.name)
+        )
+        for f in dataclasses.fields(type(before.idle))
+        if getattr(before.idle, f.name) != getattr(after.idle, f.name)
     )
+    return tuple(changes)
 
 
 def _effects(
-    before: ClusterState, after: ClusterState, plan: PlacementPlan | None
+    before: ClusterState, after: ClusterState, events: Iterable[ev.Event]
 ) -> tuple[tuple[JobEffect, ...], int]:
+    """Each job's fate from BASE to HEAD, with the reasons the solver's last word on it
+    gave; and how many running jobs keep their place."""
+    last: dict[str, ev.PlacementDecided | ev.JobPreempted | ev.JobPending] = {}
+    for e in events:
+        if isinstance(e, ev.PlacementDecided | ev.JobPreempted | ev.JobPending):
+            last[e.job] = e
     effects: list[JobEffect] = []
     for key in sorted(set(before.jobs) - set(after.jobs)):
         was = before.placements.get(key)
@@ -429,57 +502,55 @@ def _effects(
                 nodes_before=was.nodes if was else (),
             )
         )
-    if plan is None:
-        for key in sorted(after.pending):
-            effects.append(JobEffect(key, Action.STILL_PENDING, after.pending[key].reason))
-        return tuple(effects), len(after.placements)
     kept = 0
-    for o in plan.outcomes:
-        was = before.placements.get(o.job)
-        nodes_after = tuple(sorted({r.node for r in o.replicas}))
-        gpu = sum(r.gpu_milli * len(r.gpus) for r in o.replicas)
-        if o.status is OutcomeStatus.KEPT:
+    for key in sorted(after.jobs):
+        was, now, word = before.placements.get(key), after.placements.get(key), last.get(key)
+        reason = word.reason if word is not None else ""
+        if (
+            now is not None
+            and was is not None
+            and (now.flavor, now.replicas)
+            == (
+                was.flavor,
+                was.replicas,
+            )
+        ):
             kept += 1
-        elif o.status is OutcomeStatus.PLACED:
-            effects.append(
-                JobEffect(o.job, Action.ADMITTED, o.reason, o.flavor, gpu, (), nodes_after)
-            )
-        elif o.status is OutcomeStatus.MOVED:
+        elif now is not None:
             effects.append(
                 JobEffect(
-                    o.job,
-                    Action.MOVED,
-                    o.reason,
-                    o.flavor,
-                    gpu,
+                    key,
+                    Action.ADMITTED if was is None else Action.MOVED,
+                    reason,
+                    now.flavor,
+                    now.gpu_milli,
                     was.nodes if was else (),
-                    nodes_after,
+                    now.nodes,
                 )
             )
-        elif o.status is OutcomeStatus.PREEMPTED:
+        elif was is not None and isinstance(word, ev.JobPreempted):
             effects.append(
                 JobEffect(
-                    o.job,
+                    key,
                     Action.PREEMPTED,
-                    o.reason,
-                    was.flavor if was else None,
-                    was.gpu_milli if was else 0,
-                    was.nodes if was else (),
+                    word.reason,
+                    was.flavor,
+                    was.gpu_milli,
+                    was.nodes,
                     (),
-                    o.lost_gpu_seconds,
-                    o.preempted_by,
-                    rule=o.rule,
+                    word.lost_gpu_seconds,
+                    word.preempted_by,
+                    rule=word.rule,
                 )
             )
-        else:
-            known = o.job in before.jobs
-            old = before.pending.get(o.job)
-            previous = old.reason if old is not None and old.reason != o.reason else ""
+        elif (waits := after.pending.get(key)) is not None:
+            old = before.pending.get(key)
+            previous = old.reason if old is not None and old.reason != waits.reason else ""
             effects.append(
                 JobEffect(
-                    o.job,
-                    Action.STILL_PENDING if known else Action.NEWLY_PENDING,
-                    o.reason,
+                    key,
+                    Action.STILL_PENDING if key in before.jobs else Action.NEWLY_PENDING,
+                    waits.reason,
                     previous_reason=previous,
                 )
             )

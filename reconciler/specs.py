@@ -16,11 +16,12 @@ import policies
 import schemas
 from engine.core import DesiredState
 from engine.model import (
-    GPU_MILLI,
     ClusterSpec,
     Finding,
     FlavorQuota,
     GpuFlavor,
+    IdleAction,
+    IdlePolicy,
     Isolation,
     Job,
     Node,
@@ -35,6 +36,7 @@ from engine.model import (
     TopologyRequirement,
     job_key,
 )
+from engine.units import mib_from_gib, milli_from_cores, milli_from_gpus
 from policies.approval import parse_owners
 from policies.fit import fit_warnings
 from reconciler.git import GitRepo
@@ -353,14 +355,6 @@ def to_finding(e: SpecError) -> Finding:
 # -- documents -> domain model ------------------------------------------------------------
 
 
-def _milli(value: float) -> int:
-    return round(value * GPU_MILLI)
-
-
-def _mib(gib: float) -> int:
-    return round(gib * 1024)
-
-
 def build_desired(
     docs: Sequence[Document],
     merged_policy: Mapping[str, Any],
@@ -406,7 +400,7 @@ def build_desired(
             jobs[job.key] = job
     return DesiredState(
         cluster=cluster,
-        policy=_policy(merged_policy),
+        policy=policy_of(merged_policy),
         nodes=nodes,
         queues=queues,
         jobs=jobs,
@@ -439,8 +433,8 @@ def _node(
         name=name,
         flavor=spec.get("flavor"),
         gpus=int(spec.get("gpus", 0)),
-        cpu_milli=_milli(spec.get("cpu", 0)),
-        memory_mib=_mib(spec.get("memoryGiB", 0)),
+        cpu_milli=milli_from_cores(spec.get("cpu", 0)),
+        memory_mib=mib_from_gib(spec.get("memoryGiB", 0)),
         topology=dict(topology if topology is not None else spec.get("topology", {})),
         region=spec.get("region"),
         isolation=Isolation(spec.get("isolation", "shared")),
@@ -466,7 +460,7 @@ def _node_pool(spec: Mapping[str, Any], labels: Mapping[str, str]) -> list[Node]
 
 def _queue(name: str, spec: Mapping[str, Any], team: str) -> Queue:
     def limit(q: Mapping[str, Any], key: str) -> int | None:
-        return _milli(q[key]) if q.get(key) is not None else None
+        return milli_from_gpus(q[key]) if q.get(key) is not None else None
 
     return Queue(
         name=name,
@@ -477,7 +471,7 @@ def _queue(name: str, spec: Mapping[str, Any], team: str) -> Queue:
         quotas=tuple(
             FlavorQuota(
                 flavor=q["flavor"],
-                nominal=_milli(q["nominal"]),
+                nominal=milli_from_gpus(q["nominal"]),
                 borrowing_limit=limit(q, "borrowingLimit"),
                 lending_limit=limit(q, "lendingLimit"),
             )
@@ -496,9 +490,9 @@ def _job(name: str, spec: Mapping[str, Any], queue: str, cluster: ClusterSpec, f
         replicas=int(spec.get("replicas", 1)),
         min_replicas=spec.get("minReplicas"),
         resources=Resources(
-            gpu_milli=_milli(resources.get("gpu", 0)),
-            cpu_milli=_milli(resources.get("cpu", 0)),
-            memory_mib=_mib(resources.get("memoryGiB", 0)),
+            gpu_milli=milli_from_gpus(resources.get("gpu", 0)),
+            cpu_milli=milli_from_cores(resources.get("cpu", 0)),
+            memory_mib=mib_from_gib(resources.get("memoryGiB", 0)),
         ),
         gpu_flavors=tuple(spec.get("gpuFlavors", ())),
         topology=TopologyRequirement(
@@ -520,7 +514,8 @@ def _job(name: str, spec: Mapping[str, Any], queue: str, cluster: ClusterSpec, f
     )
 
 
-def _policy(spec: Mapping[str, Any]) -> Policy:
+def policy_of(spec: Mapping[str, Any]) -> Policy:
+    """The engine's Policy from a merged Policy spec (policies.merge_policies)."""
     solver = spec.get("solver", {})
     objective = spec.get("objective", {})
     preemption = spec.get("preemption", {})
@@ -549,6 +544,24 @@ def _policy(spec: Mapping[str, Any]) -> Policy:
         require_signed_approval=bool(
             approval.get("requireSignedApproval", base.require_signed_approval)
         ),
+        usage_half_life_hours=float(
+            spec.get("fairness", {}).get("usageHalfLifeHours", base.usage_half_life_hours)
+        ),
+        idle=_idle_policy(spec.get("idle", {}), base.idle),
+    )
+
+
+def _idle_policy(idle: Mapping[str, Any], base: IdlePolicy) -> IdlePolicy:
+    return IdlePolicy(
+        enabled=bool(idle.get("enabled", base.enabled)),
+        threshold_percent=float(idle.get("thresholdPercent", base.threshold_percent)),
+        window_minutes=float(idle.get("windowMinutes", base.window_minutes)),
+        grace_minutes=float(idle.get("graceMinutes", base.grace_minutes)),
+        exempt_priority_classes=tuple(
+            sorted(idle.get("exemptPriorityClasses", base.exempt_priority_classes))
+        ),
+        exempt_queues=tuple(sorted(idle.get("exemptQueues", base.exempt_queues))),
+        action=IdleAction(idle.get("action", base.action)),
     )
 
 

@@ -60,7 +60,11 @@ def format_json_path(path: Sequence[str | int]) -> str:
 
 @dataclass(frozen=True, slots=True)
 class SpecError:
-    """One problem in one file, with enough location for an editor to jump to it."""
+    """One problem in one file, with enough location for an editor to jump to it.
+
+    The same thing as `engine.model.Finding`, field for field: schemas and the engine each
+    stand alone, so each declares it; `reconciler.specs.to_finding` is where one becomes
+    the other, and tests/unit/test_findings.py keeps them alike."""
 
     file: str
     line: int | None

@@ -24,7 +24,6 @@ from typing import Any
 from engine.codec import to_data
 from engine.events import EVENT_TYPES
 from engine.model import (
-    GPU_MILLI,
     ClusterSpec,
     CommitInfo,
     FlavorQuota,
@@ -35,6 +34,7 @@ from engine.model import (
     PriorityClass,
     Queue,
 )
+from engine.units import GPU_MILLI, milli_from_gpus
 from eventlog.envelope import GENESIS_HASH, NewEvent, StoredEvent, format_time, seal_batch
 from eventlog.sqlite import SQLiteEventLog
 
@@ -82,7 +82,7 @@ class SimJob:
 
     @property
     def milli(self) -> int:
-        return self.replicas * self.gpus_each * GPU_MILLI
+        return milli_from_gpus(self.replicas * self.gpus_each)
 
 
 @dataclasses.dataclass
@@ -234,7 +234,7 @@ class Simulation:
             if cohort is None and flavor != "h100-80g":
                 continue
             capacity = gpus * count
-            nominal = max(8, int(capacity * share / members * scale)) * GPU_MILLI
+            nominal = milli_from_gpus(max(8, int(capacity * share / members * scale)))
             borrowing = None if cohort is None else nominal
             quotas.append(FlavorQuota(flavor, nominal, borrowing, None))
         self.ceiling[team] = {q.flavor: q.nominal + (q.borrowing_limit or 0) for q in quotas}
@@ -271,7 +271,7 @@ class Simulation:
             "queue": job.queue,
             "replicas": job.replicas,
             "resources": {
-                "gpu_milli": job.gpus_each * GPU_MILLI,
+                "gpu_milli": milli_from_gpus(job.gpus_each),
                 "cpu_milli": 8000 * job.gpus_each,
                 "memory_mib": 65536 * job.gpus_each,
             },
@@ -333,7 +333,7 @@ class Simulation:
         events: Emitted = []
         for key in sorted(done):
             self._release(self.running[key])
-            events.append(("JobFinished", {"job": key}))
+            events.append(("JobFinished", {"job": key, "at": ""}))
         cause = f"kubernetes/{self.batches}"
         self._emit(events, "kubernetes", cause)
         self._solve(cause)
@@ -602,6 +602,8 @@ class Simulation:
                     "preempted": counts["preempted"],
                     "pending": counts["pending"],
                     "broken_soft": [],
+                    "plan_source": "greedy",
+                    "fallback": "",
                 },
             )
         )

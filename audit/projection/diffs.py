@@ -72,10 +72,19 @@ def owners_diff(old: list[list[str]], new: list[list[str]]) -> str:
     return "; ".join(parts) or "no effective change"
 
 
+def _value_text(value: Any) -> str:
+    """A value as the change summary prints it; a nested mapping (the policy's `idle`) with
+    its keys sorted, so a summary never depends on the order a payload was read in."""
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k}: {_value_text(value[k])}" for k in sorted(value)) + "}"
+    return str(value)
+
+
 def dict_diff(old: dict[str, Any], new: dict[str, Any]) -> str:
     keys = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
     if not old:
-        return "set: " + ", ".join(f"{k}={new.get(k)}" for k in sorted(new))
-    return "; ".join(f"{k.replace('_', ' ')} {old.get(k)} -> {new.get(k)}" for k in keys) or (
-        "no effective change"
-    )
+        return "set: " + ", ".join(f"{k}={_value_text(new.get(k))}" for k in sorted(new))
+    return "; ".join(
+        f"{k.replace('_', ' ')} {_value_text(old.get(k))} -> {_value_text(new.get(k))}"
+        for k in keys
+    ) or ("no effective change")

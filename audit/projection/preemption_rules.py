@@ -57,6 +57,8 @@ def check(
     rule = d.get("rule") or Rule.UNRECORDED
     by = d.get("preempted_by")
     evidence = [victim.seq, run.seq]
+    if by is None and rule == Rule.IDLE:
+        return None  # reclaimed for idleness: the JobIdle before it is the evidence
     if by is None or rule == Rule.PLACE_GONE:
         if rule not in (Rule.PLACE_GONE, Rule.UNRECORDED):
             return f"{key} stopped under rule {rule} with no preemptor", evidence

@@ -113,6 +113,11 @@ class Projector:
             "JobPreempted": self._job_preempted,
             "JobPending": self._job_pending,
             "SolveCompleted": self._solve_completed,
+            # Telemetry and idle flags: read by audit/fairshare.py from the log, no rows here
+            # (a reclaimed job's stop is its JobPreempted, with rule "idle").
+            "GpuUtilizationReported": self._not_projected,
+            "JobIdle": self._not_projected,
+            "JobIdleCleared": self._not_projected,
         }
         assert set(self._handlers) == set(EVENT_TYPES), "every event type needs a handler"
         self._people: dict[str, str] = {}  # actor -> person(actor): a few authors submit every job
@@ -729,3 +734,6 @@ class Projector:
 
     def _solve_completed(self, stored: Envelope, d: dict[str, Any], batch: Batch) -> None:
         self.usage.solve(stored.seq, self._time, batch)
+
+    def _not_projected(self, stored: Envelope, d: dict[str, Any], batch: Batch) -> None:
+        return None

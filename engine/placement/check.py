@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from engine.model import GPU_MILLI, Isolation
+from engine.model import Isolation
 from engine.placement.constraints import (
     QuotaLedger,
     node_rejection,
@@ -17,6 +17,7 @@ from engine.placement.constraints import (
 )
 from engine.placement.plan import OutcomeStatus, PlacementInstance, PlacementPlan
 from engine.placement.topology import Tree, topology_violation
+from engine.units import GPU_MILLI
 
 
 def check_plan(instance: PlacementInstance, plan: PlacementPlan) -> list[str]:

@@ -11,7 +11,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from engine.model import (
-    GPU_MILLI,
     Isolation,
     Job,
     Node,
@@ -19,13 +18,7 @@ from engine.model import (
     ReplicaPlacement,
     Resources,
 )
-
-
-def gpus_text(milli: int) -> str:
-    """1000 -> '1', 500 -> '0.5', 16000 -> '16'."""
-    if milli % GPU_MILLI == 0:
-        return str(milli // GPU_MILLI)
-    return f"{milli / GPU_MILLI:g}"
+from engine.units import GPU_MILLI, gpus_text
 
 
 def replicas_text(count: int) -> str:

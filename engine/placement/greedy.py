@@ -14,7 +14,6 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from engine.model import (
-    GPU_MILLI,
     NODE_LEVEL,
     Job,
     Node,
@@ -26,7 +25,6 @@ from engine.placement.constraints import (
     NodeFree,
     QuotaLedger,
     eligible_flavors,
-    gpus_text,
     node_rejection,
     replica_shape_error,
     replicas_text,
@@ -63,6 +61,7 @@ from engine.placement.topology import (
     span_of,
     topology_violation,
 )
+from engine.units import GPU_MILLI, gpus_text
 
 
 @dataclass(frozen=True, slots=True)
@@ -532,6 +531,7 @@ class GreedyPlacer:
                 status="heuristic",
                 objective=objective,
                 seconds=time.perf_counter() - started,
+                plan_source="greedy",
             ),
             broken_soft=broken_soft_constraints(instance, ordered),
         )

@@ -1,6 +1,7 @@
-"""The MILP placer: the greedy plan as warm start and fallback, the model of `model.py`
-solved by HiGHS or CBC, its counts packed onto nodes and GPUs, and every job that
-does not run told why.
+"""The MILP placer, the orchestration: the greedy plan as warm start and fallback
+(`warmstart.py`, `incremental.py`), the formulation of `formulation.py` solved by HiGHS or
+CBC (outright, or LP relaxation then neighbourhood searches), its counts packed onto
+nodes and GPUs (`realise.py`), and every job that does not run told why (`explain.py`).
 
 The plan it returns is never worse than the greedy plan on the shared objective
 and always passes `check.py`: a solve that cannot beat or equal greedy (time out
@@ -10,37 +11,30 @@ change alone (`incremental_start`): everything that runs stays, the changed jobs
 where they fit.
 
 Class-level counts that do not pack onto the nodes of a small instance are packed
-again by the per-node model, with every job's choices fixed (`_disaggregate`).
+again by the per-node formulation, with every job's choices fixed (`_disaggregate`).
 """
 
 from __future__ import annotations
 
-import math
 import time
 from collections import defaultdict
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, replace
 
-from engine.model import GPU_MILLI, Job, Node, Placement, ReplicaPlacement
 from engine.placement.check import check_plan
-from engine.placement.constraints import node_rejection
-from engine.placement.greedy import Fit, GreedyPlacer, Miss, Packing, priority_order
-from engine.placement.linear import LinearModel, LinearSolution, SolveLimits, solve
-from engine.placement.model import (
+from engine.placement.explain import attribution
+from engine.placement.formulation import (
     BuildOptions,
+    Formulation,
     JobVars,
-    PlacementModel,
+    aux_value,
     build,
     job_columns,
-    keep_problem,
-    warm_values,
 )
-from engine.placement.objective import (
-    broken_soft_constraints,
-    lost_gpu_seconds,
-    plan_compactness,
-    plan_objective,
-)
+from engine.placement.greedy import GreedyPlacer, Packing
+from engine.placement.incremental import incremental_start
+from engine.placement.linear import LinearModel, LinearSolution, SolveLimits, solve
+from engine.placement.objective import broken_soft_constraints, plan_compactness, plan_objective
 from engine.placement.plan import (
     JobOutcome,
     OutcomeStatus,
@@ -48,8 +42,11 @@ from engine.placement.plan import (
     PlacementPlan,
     SolveStats,
 )
-from engine.placement.preemption import Attribution, Rights, attribute
-from engine.placement.topology import compact_allocation, explain_spans, gang_topology
+from engine.placement.preemption import Rights
+from engine.placement.realise import PACKING_ORDERS, best_realisation, realise
+from engine.placement.running import keep_problem
+from engine.placement.topology import gang_topology
+from engine.placement.warmstart import warm_values
 
 # Instances up to this size get the node-exact model (every node that runs a movable
 # job is its own class, every job gets per-class columns, no domain is pruned).
@@ -205,26 +202,26 @@ class MilpPlacer:
             greedy, outcomes=tuple(o for o in greedy.outcomes if o.job not in waits)
         )
         built = time.perf_counter()
-        model = build(sub, greedy_sub, options)
+        formulation = build(sub, greedy_sub, options)
         # Packing the solution and explaining the plan take about as long as the build did.
         self._reserve = min(
             RESERVE_MAX_S, max(0.3, RESERVE_PER_BUILD * (time.perf_counter() - built))
         )
         self._mark("build")
-        warm = warm_values(model, sub, greedy_sub)
-        if warm is not None and model.lp.violations(warm):
+        warm = warm_values(formulation, sub, greedy_sub)
+        if warm is not None and formulation.lp.violations(warm):
             warm = None
         self._mark("warm start")
-        lp = model.lp
+        lp = formulation.lp
         upper = list(lp.col_upper)
-        for col in model.escapes:
+        for col in formulation.escapes:
             upper[col] = 0.0
-        closed = lp.with_bounds(lp.col_lower, upper) if model.escapes else lp
+        closed = lp.with_bounds(lp.col_lower, upper) if formulation.escapes else lp
 
         def left() -> float:
             return max(0.2, policy.time_limit_s - (time.perf_counter() - started))
 
-        if lp.num_cols <= DIRECT_COLUMNS and not model.escapes and not options.keep_all:
+        if lp.num_cols <= DIRECT_COLUMNS and not formulation.escapes and not options.keep_all:
             # Small enough to solve outright: its MIP bound is the bound.
             solution = solve(closed, self.backend, SolveLimits(left(), policy.gap_tolerance), warm)
             bound = solution.bound
@@ -232,9 +229,11 @@ class MilpPlacer:
                 solution.objective is None or closed.objective(warm) > solution.objective + EPS
             ):
                 # A solver may stop within its gap below the start it was given: keep the start.
-                solution = replace(self._warm_only(model, warm, solution.status), bound=bound)
+                solution = replace(self._warm_only(formulation, warm, solution.status), bound=bound)
         else:
-            solution, bound = self._relax_and_fix(model, closed, warm, left, policy.gap_tolerance)
+            solution, bound = self._relax_and_fix(
+                formulation, closed, warm, left, policy.gap_tolerance
+            )
         self._mark("solve")
         outcomes: tuple[JobOutcome, ...] | None = None
         if solution.values is not None:
@@ -242,30 +241,32 @@ class MilpPlacer:
             # Explaining and checking the plan take about a third of the reserve.
             deadline = started + policy.time_limit_s - self._reserve / 3
             packed, score = best_realisation(
-                sub, model, solution.values, orders, self._template, deadline
+                sub, formulation, solution.values, orders, self._template, deadline
             )
             self._mark("realise")
             if (
                 solution.objective is not None
                 and score < solution.objective - EPS
                 and sum(1 for n in sub.nodes if n.schedulable) <= EXACT_NODES
-                and not model.small
+                and not formulation.small
                 and left() > RESERVE_S / 4
             ):
-                exact = self._disaggregate(sub, greedy_sub, options, model, solution.values, left)
+                exact = self._disaggregate(
+                    sub, greedy_sub, options, formulation, solution.values, left
+                )
                 if exact is not None and plan_objective(sub, exact) > score:
                     packed = exact
                 self._mark("per-node packing")
             # Small instances only: on larger ones (S: 64 nodes) the pass took 1-3 s and
             # found a tighter plan in one of three seeds, by 0.4% of the cost.
             if (
-                model.small
+                formulation.small
                 and not options.keep_all
                 and left() > RESERVE_S / 4
                 and _has_gangs(sub, packed)
             ):
                 packed = self._tighten(
-                    sub, greedy_sub, options, model, solution.values, packed, left
+                    sub, greedy_sub, options, formulation, solution.values, packed, left
                 )
                 self._mark("compaction")
             outcomes = packed + waiting
@@ -276,7 +277,7 @@ class MilpPlacer:
                 sub, tuple(o for o in plan if o.job not in waits)
             )
         return self._finish(
-            instance, greedy, model, solution, outcomes, bound, warm is not None, started
+            instance, greedy, formulation, solution, outcomes, bound, warm is not None, started
         )
 
     def _tighten(
@@ -284,7 +285,7 @@ class MilpPlacer:
         sub: PlacementInstance,
         greedy_sub: PlacementPlan,
         options: BuildOptions,
-        model: PlacementModel,
+        formulation: Formulation,
         values: tuple[float, ...],
         packed: tuple[JobOutcome, ...],
         left: Callable[[], float],
@@ -293,7 +294,7 @@ class MilpPlacer:
         per-node model whose objective also charges every domain a gang uses per level
         (topology.py); taken when it scores as well and spans less."""
         tighter = self._disaggregate(
-            sub, greedy_sub, options, model, values, left, compactness=True
+            sub, greedy_sub, options, formulation, values, left, compactness=True
         )
         if tighter is None:
             return packed
@@ -308,7 +309,7 @@ class MilpPlacer:
         sub: PlacementInstance,
         greedy_sub: PlacementPlan,
         options: BuildOptions,
-        model: PlacementModel,
+        formulation: Formulation,
         values: tuple[float, ...],
         left: Callable[[], float],
         compactness: bool = False,
@@ -323,7 +324,7 @@ class MilpPlacer:
         lower = list(exact.lp.col_lower)
         upper = list(exact.lp.col_upper)
         for key, jv in exact.jobs.items():
-            cv = model.jobs.get(key)
+            cv = formulation.jobs.get(key)
             if cv is None:
                 continue
             pairs = [(jv.place, cv.place), (jv.keep, cv.keep), (jv.spread, cv.spread)]
@@ -344,7 +345,7 @@ class MilpPlacer:
 
     def _relax_and_fix(
         self,
-        model: PlacementModel,
+        formulation: Formulation,
         closed: LinearModel,
         warm: list[float] | None,
         left: Callable[[], float],
@@ -362,13 +363,13 @@ class MilpPlacer:
         leaves out and the running jobs it keeps fixed (its support); then, while time and gap
         allow, the jobs where the LP and the best plan disagree (RINS), and the quota
         neighbourhood of the other classes."""
-        relaxed = solve(model.lp, self.backend, SolveLimits(left(), 0.0, relax=True))
+        relaxed = solve(formulation.lp, self.backend, SolveLimits(left(), 0.0, relax=True))
         self._mark("relaxation")
         bound = relaxed.bound
         if relaxed.values is None:
-            return self._warm_only(model, warm, "error"), bound
+            return self._warm_only(formulation, warm, "error"), bound
         lp_values = relaxed.values
-        best = self._warm_only(model, warm, "feasible")
+        best = self._warm_only(formulation, warm, "feasible")
 
         # Packing the counts onto nodes loses some of the model's value: leave room for it.
         target = None if bound is None else bound - gap * PACKING_SHARE * max(abs(bound), EPS)
@@ -380,7 +381,7 @@ class MilpPlacer:
             nonlocal best
             incumbent = best.values if mode != "rens" else None
             sub = self._fix_and_solve(
-                model, closed, lp_values, incumbent, mode, left, gap, share, target, loose
+                formulation, closed, lp_values, incumbent, mode, left, gap, share, target, loose
             )
             if sub.values is None or sub.objective is None:
                 return False
@@ -398,7 +399,7 @@ class MilpPlacer:
             """The next priority class short of its nominal quotas, from the best plan."""
             if best.values is None or not short_of_gap() or left() <= self._reserve + margin:
                 return False
-            short = _short_of_nominal(model, lp_values, best.values, tried)
+            short = _short_of_nominal(formulation, lp_values, best.values, tried)
             if short is None:
                 return False
             tried.append(short[0])
@@ -425,7 +426,7 @@ class MilpPlacer:
 
     def _fix_and_solve(
         self,
-        model: PlacementModel,
+        formulation: Formulation,
         closed: LinearModel,
         lp_values: tuple[float, ...],
         incumbent: tuple[float, ...] | None,
@@ -448,8 +449,8 @@ class MilpPlacer:
         upper = list(closed.col_upper)
         fixed_jobs = free_jobs = 0
         target = lp_values if incumbent is None or mode not in ("rins", "quota") else incumbent
-        hot = _contested_classes(model, lp_values) if mode == "support" else set()
-        for jv in model.jobs.values():
+        hot = _contested_classes(formulation, lp_values) if mode == "support" else set()
+        for jv in formulation.jobs.values():
             cols = job_columns(jv)
             if mode == "quota":
                 settled = jv.job.key not in (loose or ())
@@ -463,8 +464,8 @@ class MilpPlacer:
                     jv.keep >= 0
                     and lp_values[jv.keep] >= 1 - INTEGRAL
                     and not any(
-                        model.node_class.get(r.node) in hot
-                        for r in model.running[jv.job.key].placement.replicas
+                        formulation.node_class.get(r.node) in hot
+                        for r in formulation.running[jv.job.key].placement.replicas
                     )
                 )
             else:
@@ -481,7 +482,7 @@ class MilpPlacer:
                 free_jobs += 1
         if mode == "rens":
             self._rens = (fixed_jobs, free_jobs)
-        fix_settled_aux(model, lower, upper)
+        fix_settled_aux(formulation, lower, upper)
         if (
             incumbent is not None
             and mode != "rins"
@@ -509,12 +510,14 @@ class MilpPlacer:
         self._split = now
 
     @staticmethod
-    def _warm_only(model: PlacementModel, warm: list[float] | None, status: str) -> LinearSolution:
+    def _warm_only(
+        formulation: Formulation, warm: list[float] | None, status: str
+    ) -> LinearSolution:
         values = tuple(warm) if warm is not None else None
         return LinearSolution(
             status="feasible" if values is not None else status,
             values=values,
-            objective=model.lp.objective(values) if values is not None else None,
+            objective=formulation.lp.objective(values) if values is not None else None,
             bound=None,
             seconds=0.0,
             solver="warm",
@@ -524,7 +527,7 @@ class MilpPlacer:
         self,
         instance: PlacementInstance,
         greedy: PlacementPlan,
-        model: PlacementModel,
+        formulation: Formulation,
         solution: LinearSolution,
         outcomes: tuple[JobOutcome, ...] | None,
         bound: float | None,
@@ -545,6 +548,7 @@ class MilpPlacer:
         fell_back = (
             outcomes is None or score is None or score < greedy_score - EPS or bool(problems)
         )
+        outcomes_found = outcomes is not None
         if fell_back or outcomes is None or score is None:
             outcomes, score = greedy.outcomes, greedy_score
         elif (
@@ -558,6 +562,11 @@ class MilpPlacer:
         if bound is not None:
             bound = max(bound, score)
         gap = None if bound is None else (bound - score) / max(abs(bound), EPS)
+        fallback = ""
+        if fell_back:
+            fallback = _fallback_reason(solution.status, outcomes_found, problems, own_score)
+        elif greedy_tighter:
+            fallback = "greedy's plan scores as well and its gangs span fewer domains"
         if solution.status == "infeasible":
             status = "infeasible"
         elif fell_back:
@@ -572,8 +581,8 @@ class MilpPlacer:
             bound=bound,
             fell_back=fell_back,
             warm_started=warm_started,
-            small=model.small,
-            pruned=len(model.pruned),
+            small=formulation.small,
+            pruned=len(formulation.pruned),
             phases=tuple(self._phases),
             fixed_jobs=self._rens[0],
             free_jobs=self._rens[1],
@@ -591,11 +600,26 @@ class MilpPlacer:
                 bound=bound,
                 gap=gap,
                 seconds=time.perf_counter() - started,
-                variables=model.lp.num_cols,
-                constraints=model.lp.num_rows,
+                variables=formulation.lp.num_cols,
+                constraints=formulation.lp.num_rows,
+                plan_source="greedy" if fell_back or greedy_tighter else "milp",
+                fallback=fallback,
             ),
             broken_soft=broken_soft_constraints(instance, outcomes),
         )
+
+
+def _fallback_reason(
+    status: str, found: bool, problems: tuple[str, ...], own_score: float | None
+) -> str:
+    """Why the MILP's own plan was not used, in a line for the solve event."""
+    if not found:
+        if status == "infeasible":
+            return "the model was infeasible"
+        return f"no feasible MILP solution within the time limit (solver status {status})"
+    if problems:
+        return f"the MILP's plan broke a rule: {problems[0]}"
+    return "the MILP's packed plan scored below greedy's"
 
 
 def _has_gangs(instance: PlacementInstance, outcomes: tuple[JobOutcome, ...]) -> bool:
@@ -610,32 +634,20 @@ def _has_gangs(instance: PlacementInstance, outcomes: tuple[JobOutcome, ...]) ->
     )
 
 
-def fix_settled_aux(model: PlacementModel, lower: list[float], upper: list[float]) -> None:
+def fix_settled_aux(formulation: Formulation, lower: list[float], upper: list[float]) -> None:
     """Fix the auxiliary columns (blocked slots, touched nodes, borrowed and nominal use ...)
     whose terms are all fixed, at the value they then take in every optimal solution, so
     that the solver gets only what is left to decide."""
-    for col, terms, const, kind, param in model.aux:
+    for col, terms, const, kind, param in formulation.aux:
         if any(lower[c] != upper[c] for c, _ in terms):
             continue
-        used = const + sum(lower[c] * v for c, v in terms)
-        if kind == "excess":
-            value = max(0.0, used - param)
-        elif kind == "min":
-            value = max(0.0, min(param, used))
-        elif kind == "short":
-            value = max(0.0, param - used)
-        elif kind == "touched":
-            value = max(lower[col], float(math.ceil(used / param - 1e-9)))
-        elif kind == "over":
-            value = 1.0 if used > param + 1e-9 else 0.0
-        else:  # "max"
-            value = max((lower[c] for c, _ in terms), default=0.0)
+        value = aux_value(kind, terms, const, param, lower, lower[col])
         if lower[col] - INTEGRAL <= value <= upper[col] + INTEGRAL:
             lower[col] = upper[col] = value
 
 
 def _short_of_nominal(
-    model: PlacementModel,
+    formulation: Formulation,
     lp_values: tuple[float, ...],
     incumbent: tuple[float, ...],
     tried: Collection[int],
@@ -644,8 +656,8 @@ def _short_of_nominal(
     furthest short of the LP's (in the objective's value), and its jobs in the queues where
     it falls short; None where no class falls short."""
     lost: dict[tuple[str, str, int], float] = {}
-    for col, where in model.nominal.items():
-        lost[where] = model.lp.col_cost[col] * (lp_values[col] - incumbent[col])
+    for col, where in formulation.nominal.items():
+        lost[where] = formulation.lp.col_cost[col] * (lp_values[col] - incumbent[col])
     by_priority: dict[int, float] = defaultdict(float)
     for (_, _, p), v in lost.items():
         if p not in tried:
@@ -655,7 +667,9 @@ def _short_of_nominal(
     top = max(sorted(by_priority), key=lambda p: by_priority[p])
     queues = {q for (q, _, p), v in lost.items() if p == top and v > 0}
     return top, {
-        key for key, jv in model.jobs.items() if jv.job.priority == top and jv.job.queue in queues
+        key
+        for key, jv in formulation.jobs.items()
+        if jv.job.priority == top and jv.job.queue in queues
     }
 
 
@@ -672,817 +686,16 @@ def _filler(jv: JobVars, lp_values: tuple[float, ...]) -> bool:
     )
 
 
-def _contested_classes(model: PlacementModel, lp_values: tuple[float, ...]) -> set[int]:
+def _contested_classes(formulation: Formulation, lp_values: tuple[float, ...]) -> set[int]:
     """Fine classes where the LP runs part of a job: the running jobs there may have to make
     room for the whole of it."""
     hot: set[int] = set()
     domains: set[str] = set()
-    for jv in model.jobs.values():
+    for jv in formulation.jobs.values():
         if jv.place < 0 or not INTEGRAL < lp_values[jv.place] < 1 - INTEGRAL:
             continue
         hot.update(cid for cid, c in jv.per_class.items() if lp_values[c] > INTEGRAL)
         domains.update(d for (_, d), c in jv.domain.items() if lp_values[c] > INTEGRAL)
     if domains:
-        hot.update(cls.id for cls in model.classes if domains & set(cls.domains.values()))
+        hot.update(cls.id for cls in formulation.classes if domains & set(cls.domains.values()))
     return hot
-
-
-def incremental_start(
-    sub: PlacementInstance, free: Collection[str]
-) -> tuple[PlacementPlan, Packing]:
-    """The warm start and fallback of an incremental solve, greedy on the change alone: every
-    running job stays where it is (highest priority first, as greedy keeps them), and the
-    free jobs go, in priority order, wherever they fit; nobody is preempted for them (the
-    MILP decides that)."""
-    started = time.perf_counter()
-    packing = new_packing(sub)
-    outcomes: dict[str, JobOutcome] = {}
-    running = [j for j in sub.jobs if j.key in sub.current and j.key not in free]
-    running.sort(key=lambda j: (j.preemptible, -j.priority, j.submitted_at, j.key))
-    for job in running:
-        placement = sub.current[job.key]
-        amount = len(placement.replicas) * job.resources.gpu_milli
-        if _can_take(packing, job, placement.replicas) and (
-            not job.preemptible
-            or packing.ledger.rejection(job.queue, placement.flavor, amount) is None
-        ):
-            packing.commit(job, Fit(placement.flavor, placement.replicas))
-            if not job.preemptible:
-                # A non-preemptible job that stays is not charged to quota (check.py agrees).
-                packing.ledger.remove(job.queue, placement.flavor, amount)
-            outcomes[job.key] = JobOutcome(
-                job.key, OutcomeStatus.KEPT, placement.flavor, placement.replicas
-            )
-    for job in priority_order(j for j in sub.jobs if j.key not in outcomes):
-        result = packing.find(job)
-        was = sub.current.get(job.key)
-        why = "" if was is None else keep_problem(sub, job, was) or "its place is taken"
-        if isinstance(result, Fit):
-            packing.commit(job, result)
-            status = OutcomeStatus.MOVED if was is not None else OutcomeStatus.PLACED
-            reason = f"moved: {why}" if was is not None else "admitted"
-            outcomes[job.key] = JobOutcome(
-                job.key, status, result.flavor, result.replicas, reason=reason
-            )
-        elif was is not None:
-            outcomes[job.key] = JobOutcome(
-                job.key,
-                OutcomeStatus.PREEMPTED,
-                reason=f"{why}; no other place: {result.reason}",
-                constraint=result.constraint,
-                lost_gpu_seconds=lost_gpu_seconds(job, was, sub.now),
-            )
-        else:
-            outcomes[job.key] = JobOutcome(
-                job.key, OutcomeStatus.PENDING, reason=result.reason, constraint=result.constraint
-            )
-    ordered = tuple(outcomes[j.key] for j in priority_order(sub.jobs))
-    plan = PlacementPlan(
-        outcomes=ordered,
-        stats=SolveStats(
-            solver="greedy",
-            status="heuristic",
-            objective=plan_objective(sub, ordered),
-            seconds=time.perf_counter() - started,
-        ),
-    )
-    return plan, packing
-
-
-# -- from counts to nodes and GPUs -------------------------------------------------------------
-
-
-def _chosen(values: tuple[float, ...], col: int) -> bool:
-    return col >= 0 and values[col] > 0.5
-
-
-def _domain_first(jv: JobVars, replicas: int) -> tuple[object, ...]:
-    r = jv.job.resources
-    return (jv.level is None, -r.gpu_milli, -r.cpu_milli, -replicas, -jv.job.priority, jv.job.key)
-
-
-def _largest_replica_first(jv: JobVars, replicas: int) -> tuple[object, ...]:
-    r = jv.job.resources
-    return (-r.gpu_milli, jv.level is None, -r.cpu_milli, -replicas, -jv.job.priority, jv.job.key)
-
-
-def _largest_job_first(jv: JobVars, replicas: int) -> tuple[object, ...]:
-    r = jv.job.resources
-    return (jv.level is None, -r.gpu_milli * replicas, -jv.job.priority, jv.job.key)
-
-
-# Orders in which the model's choices are packed onto nodes; the best plan is kept. Gangs
-# bound to a domain first, or first-fit decreasing by replica size (it keeps the larger
-# power-of-two slots the capacity rows count), or the largest jobs first.
-PACKING_ORDERS = (_domain_first, _largest_replica_first, _largest_job_first)
-
-
-def best_realisation(
-    instance: PlacementInstance,
-    model: PlacementModel,
-    values: tuple[float, ...],
-    orders: int = len(PACKING_ORDERS),
-    template: Packing | None = None,
-    deadline: float = math.inf,
-) -> tuple[tuple[JobOutcome, ...], float]:
-    """The best of packing the solution in each of the first `orders` PACKING_ORDERS (another
-    order only while it would end before `deadline`, a perf_counter time), and its score."""
-    best: Packed | None = None
-    best_score = 0.0
-    best_order = 0
-    last = 0.0
-    for order in range(orders):
-        began = time.perf_counter()
-        if best is not None and began + last > deadline:
-            break
-        packed = pack_solution(instance, model, values, order, template=template)
-        template = packed.packing
-        score = plan_objective(instance, packed.outcomes(instance, explain=False))
-        if best is None or score > best_score + EPS:
-            best, best_score, best_order = packed, score, order
-        last = time.perf_counter() - began
-    assert best is not None
-    best, best_score = _stay_where_possible(
-        instance, model, values, best, best_score, best_order, deadline
-    )
-    return best.outcomes(instance), best_score
-
-
-def _stay_where_possible(
-    instance: PlacementInstance,
-    model: PlacementModel,
-    values: tuple[float, ...],
-    best: Packed,
-    best_score: float,
-    order: int,
-    deadline: float,
-    follow: bool = False,
-) -> tuple[Packed, float]:
-    """A running job the model could only keep or stop (it has no column to move it: an
-    incremental solve) and that the packing did not keep stays where it is when no rule
-    allows its stop, or when the plan then scores at least as well. The model ties stops
-    to the rules per queue, not per preemptor, and counts room by class in aggregate: it
-    may stop a job that no admitted job may preempt, or whose room the new jobs did not
-    need. Per round: every such job whose place is still free stays (the plan only
-    gains); those no rule lets stop stay together (one repack: a plan that stops them is
-    not lawful); then, while time allows, each other one, highest priority first, if the
-    plan scores as well. A job that stays can change which stops are lawful: a few rounds."""
-    candidates = [
-        job
-        for job in priority_order(instance.jobs)
-        if (jv := model.jobs.get(job.key)) is not None
-        and jv.keep >= 0
-        and jv.place < 0
-        and job.key in instance.current
-    ]
-    # Any running job the plan stops, moveable or not: a stop no rule allows is undone.
-    running = [job for job in priority_order(instance.jobs) if job.key in instance.current]
-    stay: set[str] = set()
-
-    def repack(keys: set[str]) -> tuple[Packed, float]:
-        packed = pack_solution(
-            instance, model, values, order, follow, template=best.packing, stay=frozenset(keys)
-        )
-        return packed, plan_objective(instance, packed.outcomes(instance, explain=False))
-
-    for _ in range(3):
-        changed = False
-        stopped = [j for j in candidates if best.status.get(j.key) is None]
-        if not stopped and all(best.status.get(j.key) is not None for j in running):
-            break
-        for job in stopped:
-            placement = instance.current[job.key]
-            amount = len(placement.replicas) * job.resources.gpu_milli
-            if _can_take(best.packing, job, placement.replicas) and (
-                best.packing.ledger.rejection(job.queue, placement.flavor, amount) is None
-            ):
-                best.packing.commit(job, Fit(placement.flavor, placement.replicas))
-                if not job.preemptible:
-                    best.packing.ledger.remove(job.queue, placement.flavor, amount)
-                best.status[job.key] = OutcomeStatus.KEPT
-                stay.add(job.key)
-                changed = True
-        if changed:
-            best_score = plan_objective(instance, best.outcomes(instance, explain=False))
-        lawful = attribution(instance, best.outcomes(instance, explain=False)).by
-        unlawful = {j.key for j in running if best.status.get(j.key) is None} - set(lawful)
-        if unlawful:
-            packed, score = repack(stay | unlawful)
-            kept = {k for k in unlawful if packed.status.get(k) is OutcomeStatus.KEPT}
-            if kept:
-                stay |= kept
-                best, best_score = packed, score
-                changed = True
-        last = 0.0
-        for job in candidates:
-            if best.status.get(job.key) is not None or job.key in unlawful:
-                continue
-            began = time.perf_counter()
-            if began + last > deadline:
-                return best, best_score
-            packed, score = repack(stay | {job.key})
-            if packed.status.get(job.key) is OutcomeStatus.KEPT and score >= best_score - _noise(
-                best_score
-            ):
-                stay.add(job.key)
-                best, best_score = packed, score
-                changed = True
-            last = time.perf_counter() - began
-        if not changed:
-            break
-    return best, best_score
-
-
-def _noise(score: float) -> float:
-    """What summing a plan's terms in another order may change its score by."""
-    return EPS + 1e-12 * abs(score)
-
-
-def realise(
-    instance: PlacementInstance,
-    model: PlacementModel,
-    values: tuple[float, ...],
-    order: int = 0,
-    follow: bool = False,
-) -> tuple[JobOutcome, ...]:
-    """Pack the solution onto nodes and GPUs; jobs that do not pack go through greedy repair.
-    `follow`: a per-node solution, whose replicas go exactly to the nodes it names (a job
-    it moves back onto its own nodes stays put afterwards, where its GPUs are still free)."""
-    packed = pack_solution(instance, model, values, order, follow)
-    score = plan_objective(instance, packed.outcomes(instance, explain=False))
-    packed, _ = _stay_where_possible(
-        instance, model, values, packed, score, order, math.inf, follow
-    )
-    return packed.outcomes(instance)
-
-
-class SharedPacking(Packing):
-    """A packing whose caches of eligible nodes and domains (pure functions of the instance)
-    are shared with every other packing of the same instance, and filled per kind of node."""
-
-    def __init__(self, instance: PlacementInstance, template: Packing | None = None) -> None:
-        super().__init__(instance)
-        if isinstance(template, SharedPacking) and template.instance is instance:
-            self._eligible = template._eligible
-            self._eligible_names = template._eligible_names
-            self._domains = template._domains
-            self._kinds: tuple[list[tuple[object, ...]], dict[tuple[object, ...], Node]] = (
-                template._kinds
-            )
-        else:
-            kind_of: list[tuple[object, ...]] = [
-                (n.flavor, n.isolation, n.region, n.state, n.gpus, n.cpu_milli, n.memory_mib)
-                for n in instance.nodes
-            ]
-            first: dict[tuple[object, ...], Node] = {}
-            for kind, n in zip(kind_of, instance.nodes, strict=True):
-                first.setdefault(kind, n)
-            self._kinds = (kind_of, first)
-
-    def eligible_nodes(self, job: Job, flavor: str | None) -> list[Node]:
-        key = (flavor, job.isolation, job.residency, job.resources)
-        nodes = self._eligible.get(key)
-        if nodes is None:
-            kind_of, first = self._kinds
-            ok = {kind for kind, n in first.items() if node_rejection(job, n, flavor) is None}
-            nodes = [n for kind, n in zip(kind_of, self.instance.nodes, strict=True) if kind in ok]
-            self._eligible[key] = nodes
-            self._eligible_names[key] = {n.name for n in nodes}
-        return nodes
-
-
-def new_packing(instance: PlacementInstance, template: Packing | None = None) -> Packing:
-    """An empty packing of `instance` that shares its caches with `template`'s."""
-    return SharedPacking(instance, template)
-
-
-@dataclass(slots=True)
-class Packed:
-    """A solution packed onto nodes: what runs where, and which jobs repair placed."""
-
-    packing: Packing
-    status: dict[str, OutcomeStatus]
-    notes: dict[str, str]
-
-    def outcomes(self, instance: PlacementInstance, explain: bool = True) -> tuple[JobOutcome, ...]:
-        """Every job's outcome; `explain` False leaves out the reasons (enough to score)."""
-        if explain:
-            return _outcomes(instance, self.packing, self.status, self.notes)
-        out = []
-        for job in instance.jobs:
-            key = job.key
-            now = self.status.get(key)
-            was = instance.current.get(key)
-            if now is not None:
-                fit = self.packing.running[key]
-                out.append(JobOutcome(key, now, fit.flavor, fit.replicas))
-            elif was is None:
-                out.append(JobOutcome(key, OutcomeStatus.PENDING))
-            else:
-                lost = lost_gpu_seconds(job, was, instance.now)
-                out.append(JobOutcome(key, OutcomeStatus.PREEMPTED, lost_gpu_seconds=lost))
-        return tuple(out)
-
-
-def pack_solution(
-    instance: PlacementInstance,
-    model: PlacementModel,
-    values: tuple[float, ...],
-    order: int = 0,
-    follow: bool = False,
-    template: Packing | None = None,
-    stay: frozenset[str] = frozenset(),
-) -> Packed:
-    """`realise` without the reasons: the packing and each running job's status. The
-    running jobs in `stay` are kept where they are first, whatever the solution says."""
-    packing = new_packing(instance, template)
-    jobs = {j.key: j for j in instance.jobs}
-    status: dict[str, OutcomeStatus] = {}
-    notes: dict[str, str] = {}
-
-    def commit(job: Job, fit: Fit, kept: bool) -> None:
-        packing.commit(job, fit)
-        if kept and not job.preemptible:
-            # A non-preemptible job that stays is not charged to quota (check.py agrees).
-            packing.ledger.remove(
-                job.queue, fit.flavor, len(fit.replicas) * job.resources.gpu_milli
-            )
-
-    def try_keep(job: Job, placement: Placement) -> bool:
-        fit = Fit(placement.flavor, placement.replicas)
-        if not _can_take(packing, job, placement.replicas):
-            return False
-        if job.preemptible:
-            amount = len(placement.replicas) * job.resources.gpu_milli
-            if packing.ledger.rejection(job.queue, placement.flavor, amount) is not None:
-                return False
-        commit(job, fit, kept=True)
-        return True
-
-    # 1. What stays where it is: first the jobs that are not decided (the warm start kept
-    # them all together, so they fit together), then those the solution keeps.
-    for key, rj in model.running.items():
-        if rj.fixed:
-            commit(rj.job, Fit(rj.placement.flavor, rj.placement.replicas), kept=True)
-            status[key] = OutcomeStatus.KEPT
-    for key, rj in model.running.items():
-        jv = model.jobs.get(key)
-        if (
-            key not in status
-            and jv is not None
-            and (_chosen(values, jv.keep) or key in stay)
-            and try_keep(rj.job, rj.placement)
-        ):
-            status[key] = OutcomeStatus.KEPT
-
-    # 2. What is placed anew, biggest and most constrained first.
-    chosen = [
-        jv for key, jv in model.jobs.items() if key not in status and _chosen(values, jv.place)
-    ]
-    chosen.sort(key=lambda jv: PACKING_ORDERS[order](jv, _replicas(jv, values)))
-    for jv in chosen:
-        job = jv.job
-        placement = instance.current.get(job.key)
-        if follow:
-            fit = _follow_job(packing, model, jv, values)
-            if fit is not None and _quota_ok(packing, job, fit):
-                commit(job, fit, kept=False)
-                status[job.key] = OutcomeStatus.MOVED if placement else OutcomeStatus.PLACED
-            continue
-        if (
-            placement is not None
-            and len(placement.replicas) == _replicas(jv, values)
-            and _in_chosen_domain(instance, jv, values, placement)
-            and _on_chosen_classes(model, jv, values, placement)
-            and keep_problem(instance, job, placement) is None
-            and try_keep(job, placement)
-        ):
-            status[job.key] = OutcomeStatus.KEPT  # asked to move, but its place is still free
-            continue
-        fit = _realise_job(packing, model, jv, values)
-        if fit is not None and _quota_ok(packing, job, fit):
-            commit(job, fit, kept=False)
-            status[job.key] = OutcomeStatus.MOVED if placement else OutcomeStatus.PLACED
-
-    if follow:
-        # A job the solution moved onto the nodes it runs on stays where it is, if it can.
-        for key, st in list(status.items()):
-            placement = instance.current.get(key)
-            if st is not OutcomeStatus.MOVED or placement is None:
-                continue
-            fit = packing.running[key]
-            if sorted(r.node for r in fit.replicas) != sorted(r.node for r in placement.replicas):
-                continue
-            job = jobs[key]
-            packing.release(job)
-            if keep_problem(instance, job, placement) is None and try_keep(job, placement):
-                status[key] = OutcomeStatus.KEPT
-            else:
-                commit(job, fit, kept=False)
-
-    # 3. Repair: whatever the model admitted but did not pack, and anything that still fits;
-    # a running job the model could only keep or stop (an incremental solve gives it no
-    # column to move) stays where it is or stops, as the model allowed, never moves.
-    for job in priority_order(j for j in instance.jobs if j.key not in status):
-        placement = instance.current.get(job.key)
-        if (
-            placement is not None
-            and keep_problem(instance, job, placement) is None
-            and try_keep(job, placement)
-        ):
-            status[job.key] = OutcomeStatus.KEPT
-            continue
-        jv = model.jobs.get(job.key)
-        if placement is not None and job.preemptible and jv is not None and jv.place < 0:
-            continue
-        result = packing.find(job)
-        if isinstance(result, Fit):
-            commit(job, result, kept=False)
-            status[job.key] = OutcomeStatus.MOVED if placement else OutcomeStatus.PLACED
-            notes[job.key] = "placed by repair after the solve"
-
-    return Packed(packing, status, notes)
-
-
-def _in_chosen_domain(
-    instance: PlacementInstance, jv: JobVars, values: tuple[float, ...], placement: Placement
-) -> bool:
-    """Whether a running job's current nodes lie in the domain the model chose for it."""
-    domain = next((d for (_, d), c in jv.domain.items() if _chosen(values, c)), None)
-    if domain is None or jv.level is None:
-        return True
-    nodes = {n.name: n for n in instance.nodes}
-    return all(
-        r.node in nodes and nodes[r.node].domain(jv.level) == domain for r in placement.replicas
-    )
-
-
-def _on_chosen_classes(
-    model: PlacementModel, jv: JobVars, values: tuple[float, ...], placement: Placement
-) -> bool:
-    """Whether a running job's replicas lie on the node classes the model counted them on
-    (then keeping it where it is uses what the model gave it; elsewhere it takes room the
-    model gave to others)."""
-    fine: dict[int, int] = defaultdict(int)
-    coarse: dict[int, int] = defaultdict(int)
-    for r in placement.replicas:
-        cid = model.node_class.get(r.node)
-        if cid is None:
-            return False
-        fine[cid] += 1
-        coarse[model.classes[cid].coarse] += 1
-    singles = [slot for slot, c in jv.single.items() if _chosen(values, c)]
-    if singles:
-        nodes = {r.node for r in placement.replicas}
-        slot = singles[0]
-        if len(nodes) != 1:
-            return False
-        cid = model.node_class[next(iter(nodes))]
-        return slot == cid if slot >= 0 else -1 - slot == model.classes[cid].coarse
-    whole_domain = set(jv.domain.values())
-    want_fine = {
-        cid: (jv.job.replicas if c in whole_domain else round(values[c]))
-        for cid, c in jv.per_class.items()
-        if values[c] > 0.5
-    }
-    want_coarse = {kid: round(values[c]) for kid, c in jv.per_coarse.items() if values[c] > 0.5}
-    if want_coarse:
-        return dict(coarse) == want_coarse and not want_fine
-    if want_fine:
-        return dict(fine) == want_fine
-    return True  # a spread preferred gang: anywhere
-
-
-def _replicas(jv: JobVars, values: tuple[float, ...]) -> int:
-    if jv.replicas >= 0:
-        return round(values[jv.replicas])
-    return jv.job.replicas
-
-
-def _can_take(packing: Packing, job: Job, replicas: tuple[ReplicaPlacement, ...]) -> bool:
-    if len({r.node for r in replicas}) == len(replicas):
-        # One replica per node: each node on its own.
-        for replica in replicas:
-            free = packing.free.get(replica.node)
-            if free is None or not free.can_take(replica, job.resources, job):
-                return False
-        return True
-    taken: list[ReplicaPlacement] = []
-    ok = True
-    for replica in replicas:
-        free = packing.free.get(replica.node)
-        if free is None or not free.can_take(replica, job.resources, job):
-            ok = False
-            break
-        free.take(replica, job.resources, job)
-        taken.append(replica)
-    for replica in taken:
-        packing.free[replica.node].give(replica, job.resources, job)
-    return ok
-
-
-def _chosen_flavor(jv: JobVars, values: tuple[float, ...]) -> tuple[str | None] | None:
-    """The flavor the solution gives the job, as a 1-tuple (its flavor may be None: any);
-    None when the job must have one and the solution chose none."""
-    flavor = next((f for f, c in jv.flavor.items() if _chosen(values, c)), None)
-    if flavor is None and jv.flavor and None not in jv.flavor:
-        return None
-    return (flavor,)
-
-
-def _follow_job(
-    packing: Packing, model: PlacementModel, jv: JobVars, values: tuple[float, ...]
-) -> Fit | None:
-    """The replicas of a per-node solution, on exactly the nodes it names."""
-    job = jv.job
-    picked = _chosen_flavor(jv, values)
-    if picked is None:
-        return None
-    (flavor,) = picked
-    whole_domain = set(jv.domain.values())
-    counts: list[tuple[Node, int]] = []
-    for cid, c in jv.per_class.items():
-        if values[c] > 0.5:
-            n = jv.job.replicas if c in whole_domain else round(values[c])
-            counts.extend((node, n) for node in model.classes[cid].nodes[:1])
-    for slot, c in jv.single.items():
-        if _chosen(values, c) and slot >= 0:
-            size = job.replicas
-            if slot in jv.single_replicas:
-                size = round(values[jv.single_replicas[slot]])
-            counts.append((model.classes[slot].nodes[0], size))
-    if sum(n for _, n in counts) != _replicas(jv, values) or any(
-        len(model.classes[model.node_class[node.name]].nodes) != 1 for node, _ in counts
-    ):
-        return None
-    rooms = packing.rooms(job, flavor, packing.eligible_nodes(job, flavor))
-    gang = gang_topology(job)
-    if gang.slice_size > 1:
-        # Slices: the same nodes, in an order that keeps each slice in one domain.
-        allocation = compact_allocation(
-            packing.tree,
-            {node.name: n for node, n in counts},
-            sum(n for _, n in counts),
-            packing.fullness,
-            gang.limit,
-            gang.slice_size,
-            gang.slice_level,
-        )
-        if allocation is None:
-            return None
-        counts = [(packing.nodes[name], n) for name, n in allocation]
-    replicas: list[ReplicaPlacement] = []
-    for node, n in counts:
-        fit = packing.pack(job, flavor, [node], n, rooms)
-        if fit is None:
-            return None
-        replicas.extend(fit.replicas)
-    return Fit(flavor, tuple(replicas))
-
-
-def _quota_ok(packing: Packing, job: Job, fit: Fit) -> bool:
-    amount = len(fit.replicas) * job.resources.gpu_milli
-    return packing.ledger.rejection(job.queue, fit.flavor, amount) is None
-
-
-def _realise_job(
-    packing: Packing, model: PlacementModel, jv: JobVars, values: tuple[float, ...]
-) -> Fit | None:
-    """Nodes and GPUs for a job the model places: in its domain, on its classes."""
-    job = jv.job
-    picked = _chosen_flavor(jv, values)
-    if picked is None:
-        return None
-    (flavor,) = picked
-    count = _replicas(jv, values)
-    if count <= 0:
-        return None
-    eligible = packing.eligible_nodes(job, flavor)
-    rooms = packing.rooms(job, flavor, eligible)
-    level = jv.level
-    allowed: list[Node] = eligible
-    gang = gang_topology(job)
-    if level is not None:
-        domain = next((d for (_, d), c in jv.domain.items() if _chosen(values, c)), None)
-        single = next((slot for slot, c in jv.single.items() if _chosen(values, c)), None)
-        if domain is not None:
-            allowed = packing.domains(job, flavor, level).get(domain, [])
-            if gang.slice_size > 1:
-                return _realise_slices(packing, model, jv, values, flavor, allowed, count, rooms)
-        elif single is not None:
-            if single in jv.single_replicas:
-                count = round(values[jv.single_replicas[single]])
-            cls = model.classes[single] if single >= 0 else model.coarse[-1 - single]
-            hosts = [n for n in cls.nodes if rooms.get(n.name, 0) >= count]
-            if not hosts:
-                hosts = [n for n in eligible if rooms.get(n.name, 0) >= count]
-            if not hosts:
-                return None
-            best = min(
-                hosts,
-                key=lambda n: (
-                    packing.free[n.name].free_gpu_milli,
-                    packing.free[n.name].cpu_free,
-                    n.name,
-                ),
-            )
-            return packing.pack(job, flavor, [best], count, rooms)
-        elif _chosen(values, jv.spread):
-            if gang.slice_size > 1:
-                return _realise_slices(packing, model, jv, values, flavor, allowed, count, rooms)
-            # A preferred domain given up: still try one domain first, as greedy does.
-            for nodes in sorted(
-                packing.domains(job, flavor, level).values(),
-                key=lambda ns: sum(packing.free[n.name].free_gpu_milli for n in ns),
-            ):
-                fit = packing.pack(job, flavor, nodes, count, rooms)
-                if fit is not None:
-                    return fit
-        else:
-            return None
-    # Replicas per class, as the model counted them; else best fit over the allowed nodes.
-    whole_domain = set(jv.domain.values())
-    per_class = [
-        (cid, count if c in whole_domain else round(values[c]))
-        for cid, c in jv.per_class.items()
-        if values[c] > 0.5
-    ]
-    per_coarse = [(kid, round(values[c])) for kid, c in jv.per_coarse.items() if values[c] > 0.5]
-    groups = [(model.classes[cid].nodes, n) for cid, n in per_class]
-    if per_coarse:
-        groups = [(model.coarse[kid].nodes, n) for kid, n in per_coarse] + groups
-    if groups:
-        inside = {n.name for n in allowed}
-        replicas: list[ReplicaPlacement] = []
-        for group, n in sorted(groups, key=lambda t: -t[1]):
-            nodes = [m for m in group if m.name in inside]
-            fit = _pack_group(packing, job, flavor, nodes, n, rooms)
-            if fit is None:
-                replicas = []
-                break
-            replicas.extend(fit.replicas)
-        if len(replicas) == count:
-            return Fit(flavor, tuple(replicas))
-    return _pack_group(packing, job, flavor, allowed, count, rooms)
-
-
-def _pack_group(
-    packing: Packing,
-    job: Job,
-    flavor: str | None,
-    nodes: list[Node],
-    count: int,
-    rooms: dict[str, int],
-) -> Fit | None:
-    """`count` replicas on `nodes` (the class the model counted them on): as tightly as the
-    tree allows (topology.compact_allocation) for a gang, else best fit."""
-    if gang_topology(job).compact and count > 1:
-        names = {m.name for m in nodes}
-        allocation = compact_allocation(
-            packing.tree, {n: k for n, k in rooms.items() if n in names}, count, packing.fullness
-        )
-        if allocation is not None:
-            return packing.pack_allocation(job, flavor, allocation)
-    return _pack_sparing(packing, job, flavor, nodes, count, rooms)
-
-
-def _realise_slices(
-    packing: Packing,
-    model: PlacementModel,
-    jv: JobVars,
-    values: tuple[float, ...],
-    flavor: str | None,
-    allowed: list[Node],
-    count: int,
-    rooms: dict[str, int],
-) -> Fit | None:
-    """A sliced gang as a whole (each slice in one domain of its slice level), as tightly
-    as the tree allows, on the classes the model gave it if they hold it so, else
-    anywhere in its domain."""
-    job = jv.job
-    gang = gang_topology(job)
-    inside = {n.name for n in allowed}
-    chosen: set[str] = set()
-    for cid, c in jv.per_class.items():
-        if values[c] > 0.5:
-            chosen.update(n.name for n in model.classes[cid].nodes)
-    for kid, c in jv.per_coarse.items():
-        if values[c] > 0.5:
-            chosen.update(n.name for n in model.coarse[kid].nodes)
-    for names in (chosen & inside, inside):
-        if not names:
-            continue
-        allocation = compact_allocation(
-            packing.tree,
-            {n: k for n, k in rooms.items() if n in names},
-            count,
-            packing.fullness,
-            gang.limit,
-            gang.slice_size,
-            gang.slice_level,
-        )
-        if allocation is not None:
-            return packing.pack_allocation(job, flavor, allocation)
-    return None
-
-
-def _pack_sparing(
-    packing: Packing,
-    job: Job,
-    flavor: str | None,
-    nodes: list[Node],
-    count: int,
-    rooms: dict[str, int],
-) -> Fit | None:
-    """Best fit, but a share goes first where a GPU is already shared, so that the whole
-    GPUs the model counted for whole-GPU replicas stay whole."""
-    r = job.resources
-    if r.fractional:
-        shared = [
-            n
-            for n in nodes
-            if n.name in rooms
-            and any(r.gpu_milli <= g < GPU_MILLI for g in packing.free[n.name].gpu_free)
-        ]
-        if shared:
-            fit = packing.pack(job, flavor, shared, count, rooms)
-            if fit is not None:
-                return fit
-    return packing.pack(job, flavor, nodes, count, rooms)
-
-
-# -- outcomes and their reasons ------------------------------------------------------------------
-
-
-def _outcomes(
-    instance: PlacementInstance,
-    packing: Packing,
-    status: dict[str, OutcomeStatus],
-    notes: dict[str, str],
-) -> tuple[JobOutcome, ...]:
-    out: dict[str, JobOutcome] = {}
-    placed_on: dict[str, set[str]] = defaultdict(set)  # node -> jobs now placed or moved there
-    for key, st in status.items():
-        if st in (OutcomeStatus.PLACED, OutcomeStatus.MOVED):
-            for r in packing.running[key].replicas:
-                placed_on[r.node].add(key)
-    for job in priority_order(instance.jobs):
-        key = job.key
-        now = status.get(key)
-        was = instance.current.get(key)
-        if now is not None:
-            fit = packing.running[key]
-            reason = notes.get(key, "admitted")
-            if now is OutcomeStatus.MOVED and was is not None:
-                why = keep_problem(instance, job, was)
-                reason = f"moved: {why}" if why else "moved to make room (its move cost is paid)"
-            out[key] = JobOutcome(key, now, fit.flavor, fit.replicas, reason=reason)
-            continue
-        miss = packing.find(job)
-        if isinstance(miss, Fit):
-            reason = "fits, but placing it lowers the objective (fragmentation or fairness terms)"
-            miss = Miss(reason, f"objective__{key}")
-        if was is None:
-            out[key] = JobOutcome(
-                key, OutcomeStatus.PENDING, reason=miss.reason, constraint=miss.constraint
-            )
-            continue
-        lost = lost_gpu_seconds(job, was, instance.now)
-        why = keep_problem(instance, job, was)
-        out[key] = JobOutcome(
-            key,
-            OutcomeStatus.PREEMPTED,
-            reason=f"{why}; no other place: {miss.reason}" if why else miss.reason,
-            constraint=miss.constraint if why else "preemption",
-            lost_gpu_seconds=lost,
-        )
-    found = attribution(instance, tuple(out.values()), placed_on)
-    for key, (by, rule, reason) in found.by.items():
-        o = out[key]
-        if by is not None:
-            o = replace(o, reason=reason, preempted_by=by)
-        out[key] = replace(o, rule=rule)
-    return explain_spans(instance, tuple(out[j.key] for j in priority_order(instance.jobs)))
-
-
-def attribution(
-    instance: PlacementInstance,
-    outcomes: tuple[JobOutcome, ...],
-    placed_on: dict[str, set[str]] | None = None,
-) -> Attribution:
-    """What allowed each preemption of a plan (engine.placement.preemption.attribute): a
-    job placed on the victim's nodes is tried first, highest priority first."""
-    if placed_on is None:
-        placed_on = defaultdict(set)
-        for o in outcomes:
-            if o.status in (OutcomeStatus.PLACED, OutcomeStatus.MOVED):
-                for r in o.replicas:
-                    placed_on[r.node].add(o.job)
-    jobs = {j.key: j for j in instance.jobs}
-
-    def near(victim: Job) -> list[str]:
-        was = instance.current[victim.key]
-        keys = {k for r in was.replicas for k in placed_on.get(r.node, ())}
-        return sorted(keys, key=lambda k: (-jobs[k].priority, k))
-
-    return attribute(instance, outcomes, lambda j, p: keep_problem(instance, j, p), near)

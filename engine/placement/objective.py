@@ -8,11 +8,12 @@ priority classes matters, never their values (engine.placement.preemption has th
 2. the GPUs of running jobs, higher priority classes first (a CPU-only job counts one
    tenth of a GPU per replica);
 3. the small terms: moves, preemptions (lost work since the last checkpoint chooses which
-   jobs stop, never whether), fragmentation, unfair shares, and gangs spread over more
-   than their preferred topology domain.
+   jobs stop, never whether), fragmentation, unfair shares (lowered for a queue that used
+   much lately: engine/fairshare.py), and gangs spread over more than their preferred
+   topology domain.
 Each level's weight is above everything the levels below can add up to in the instance.
 
-The MILP in `model.py` expresses each term linearly; its versions never exceed these (its
+The MILP in `formulation.py` expresses each term linearly; its versions never exceed these (its
 objective is an upper bound of this score), so its LP bound bounds every plan's score.
 """
 
@@ -20,11 +21,10 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 from engine.model import (
-    GPU_MILLI,
     Job,
     Node,
     Placement,
@@ -34,6 +34,7 @@ from engine.model import (
 )
 from engine.placement.plan import JobOutcome, OutcomeStatus, PlacementInstance
 from engine.placement.topology import Span, Tree, gang_topology, span_of
+from engine.units import GPU_MILLI
 
 CPU_JOB_VALUE_MILLI = 100
 PREFERRED_TOPOLOGY_SHARE = 0.05  # a preferred-topology gang that spreads loses 5% of its GPUs
@@ -88,6 +89,10 @@ def _small_terms_bound(instance: PlacementInstance) -> float:
     for job in instance.jobs:
         if job.topology is not None and job.topology.mode is TopologyMode.PREFERRED:
             total += PREFERRED_TOPOLOGY_SHARE * gpu_value(job, job.replicas)
+    if policy.fairness_weight:
+        # The most the fairness term can cost: every queue with nothing at all.
+        rate = fairness_penalty_per_share(instance)
+        total += rate * sum(t.share for t in instance_fair_targets(instance).values())
     return total
 
 
@@ -295,14 +300,48 @@ def fair_targets(
 
 
 def fairness_penalty_per_share(instance: PlacementInstance) -> float:
-    """What one unit of dominant share below target costs: with `fairnessWeight` 1, what
-    the cluster's GPUs are worth within nominal quota at the highest priority. Fair sharing
-    is opt-in and ranks queues above everything else (the preemption rules still hold)."""
+    """What one unit of dominant share below target costs: `fairnessWeight` per GPU of the
+    cluster, so one GPU short of a fair share costs `fairnessWeight` (a moved GPU costs a
+    tenth of `moveCost`). A small term: fairness decides between queues within a priority
+    class and within nominal quotas, never above them; with `priorityWeight: 0` every class
+    weighs the same and fairness orders queues whatever their jobs' priorities."""
     if not instance.policy.fairness_weight:
         return 0.0
-    top = max(weights(instance).nominal.values(), default=1.0)
     gpus = capacity_vector(instance.nodes)["gpu"] / GPU_MILLI
-    return instance.policy.fairness_weight * top * gpus
+    return instance.policy.fairness_weight * max(gpus, 1.0)
+
+
+def usage_weights(queues: Sequence[Queue], usage: Mapping[str, float]) -> dict[str, float]:
+    """Each queue's weight for fair shares, lowered by its recent usage as Slurm's fair-share
+    factor does: weight * 2^(-usage / share), where `usage` is the queue's decayed usage as a
+    share of the cluster (engine/fairshare.py) and `share` its weight's share of all weights.
+    A queue that used exactly its share lately counts half; one that used nothing, whole."""
+    total = sum(max(q.weight, 0.0) for q in queues) or 1.0
+    out = {}
+    for q in queues:
+        share = max(q.weight, 1e-9) / total
+        out[q.name] = max(q.weight, 1e-9) * 2.0 ** (-max(0.0, usage.get(q.name, 0.0)) / share)
+    return out
+
+
+_FAIR: dict[int, tuple[PlacementInstance, dict[str, FairTarget]]] = {}
+
+
+def instance_fair_targets(instance: PlacementInstance) -> dict[str, FairTarget]:
+    """The instance's fair dominant shares, each queue weighted by its share and its recent
+    usage (computed once per instance: plans are scored many times a solve)."""
+    found = _FAIR.get(id(instance))
+    if found is not None and found[0] is instance:
+        return found[1]
+    if len(_FAIR) > 8:
+        _FAIR.clear()
+    queues: Sequence[Queue] = instance.queues
+    if instance.usage:
+        adjusted = usage_weights(instance.queues, instance.usage)
+        queues = [replace(q, weight=adjusted[q.name]) for q in instance.queues]
+    targets = fair_targets(queues, instance.jobs, capacity_vector(instance.nodes))
+    _FAIR[id(instance)] = (instance, targets)
+    return targets
 
 
 # -- scoring a whole plan -------------------------------------------------------------------
@@ -392,7 +431,7 @@ def objective_terms(instance: PlacementInstance, outcomes: Sequence[JobOutcome])
     if policy.fairness_weight:
         capacity = capacity_vector(instance.nodes)
         rate = fairness_penalty_per_share(instance)
-        for target in fair_targets(instance.queues, instance.jobs, capacity).values():
+        for target in instance_fair_targets(instance).values():
             share = queue_used[target.queue][target.resource] / capacity[target.resource]
             fairness += rate * max(0.0, target.share - share)
     return ObjectiveTerms(
@@ -440,7 +479,7 @@ def broken_soft_constraints(
                 broken.append(f"topology__{job.key}__{topo.level}")
     if instance.policy.fairness_weight:
         capacity = capacity_vector(instance.nodes)
-        for target in fair_targets(instance.queues, instance.jobs, capacity).values():
+        for target in instance_fair_targets(instance).values():
             share = queue_used[target.queue][target.resource] / capacity[target.resource]
             if target.share - share > 1e-6:
                 broken.append(f"fairness__{target.queue}")

@@ -25,6 +25,10 @@ class PlacementInstance:
     # Where the objective's weights come from when not from this instance: the whole
     # instance, for the part of it an incremental solve decides (so both score alike).
     basis: PlacementInstance | None = None
+    # queue -> its decayed past usage, as a share of what the whole cluster could have run
+    # over the decay window (engine/fairshare.py): lowers the fair share of a queue that
+    # used much lately. Empty: no history.
+    usage: Mapping[str, float] = field(default_factory=dict)
 
     def queue(self, name: str) -> Queue | None:
         for q in self.queues:
@@ -68,6 +72,10 @@ class SolveStats:
     seconds: float = 0.0
     variables: int = 0
     constraints: int = 0
+    # Which placer's plan this is ("milp" or "greedy"), and, when the policy asked for the
+    # MILP and greedy's plan was taken instead, why ("" when the MILP's own plan stands).
+    plan_source: str = ""
+    fallback: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -37,6 +37,7 @@ class Rule(StrEnum):
     WITHIN_QUEUE = "within-queue"  # a higher-priority job of its own queue took its place
     RECLAIM = "reclaim"  # a queue below nominal took back what the victim's queue borrowed
     PLACE_GONE = "place-gone"  # its node, its spec or its queue's quota no longer holds it
+    IDLE = "idle"  # its GPUs stayed idle and the policy reclaims them (engine/idle.py, JobIdle)
     UNRECORDED = "unrecorded"  # logged before the rule was recorded (upcast JobPreempted v1)
 
 

@@ -1,7 +1,12 @@
-"""Solver selection by name. The one module that knows every solver."""
+"""Solver selection by name. The one module that knows every solver.
+
+A MILP that fails outright (its library missing or raising) is answered with the greedy
+plan, and the plan says so (SolveStats.fallback): a commit is always decided.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Collection
 
 from engine.errors import UsageError
@@ -24,7 +29,13 @@ def placer(name: str) -> Placer:
 
 
 def solve(instance: PlacementInstance, solver: str | None = None) -> PlacementPlan:
-    return placer(solver or instance.policy.solver).solve(instance)
+    chosen = placer(solver or instance.policy.solver)
+    if not isinstance(chosen, MilpPlacer):
+        return chosen.solve(instance)
+    try:
+        return chosen.solve(instance)
+    except Exception as e:  # any solver failure: the commit is still decided
+        return greedy_fallback(instance, chosen.name, e)
 
 
 def solve_changed(
@@ -35,5 +46,16 @@ def solve_changed(
     re-places everything, and costs little doing it)."""
     chosen = placer(solver or instance.policy.solver)
     if isinstance(chosen, MilpPlacer):
-        return chosen.solve_incremental(instance, changed)
+        try:
+            return chosen.solve_incremental(instance, changed)
+        except Exception as e:  # any solver failure: the commit is still decided
+            return greedy_fallback(instance, chosen.name, e)
     return None
+
+
+def greedy_fallback(instance: PlacementInstance, solver: str, error: Exception) -> PlacementPlan:
+    """Greedy's plan for a MILP that failed, recorded as the MILP's solve that fell back."""
+    plan = GreedyPlacer().solve(instance)
+    why = f"the {solver} solver failed: {type(error).__name__}: {error}"
+    stats = dataclasses.replace(plan.stats, solver=solver, fallback=why[:300])
+    return dataclasses.replace(plan, stats=stats)

@@ -309,6 +309,14 @@ def _verdict(result: Result) -> str:
     help="HOST:PORT of a Kafka broker: also measure a fresh topic on it (deleted afterwards).",
 )
 @click.option(
+    "--backend",
+    "backends",
+    multiple=True,
+    type=click.Choice(["sqlite", "kafka"]),
+    help="Measure only these backends when no --log is given (repeatable). Default: sqlite, "
+    "and kafka when --kafka is given; kafka needs --kafka (or GITSCHED_KAFKA).",
+)
+@click.option(
     "--events",
     default=100_000,
     show_default=True,
@@ -332,7 +340,13 @@ def _verdict(result: Result) -> str:
 )
 @format_option("text", "json")
 def command(
-    logs: tuple[str, ...], kafka: str | None, events: int, jobs: int, live_jobs: int, fmt: str
+    logs: tuple[str, ...],
+    kafka: str | None,
+    backends: tuple[str, ...],
+    events: int,
+    jobs: int,
+    live_jobs: int,
+    fmt: str,
 ) -> None:
     """Append and replay throughput of each log backend, side by side.
 
@@ -346,12 +360,18 @@ def command(
     reconciler has kept them). About LIVE_JOBS jobs are in the cluster at any time.
     Targets (issue #3): Kafka appends >= 20,000 events/s, replay >= 100,000 events/s.
     """
+    if logs and backends:
+        fail("--backend picks the logs bench makes itself: give it or --log, not both")
+    if "kafka" in backends and not kafka:
+        fail("--backend kafka needs a broker: --kafka HOST:PORT (or GITSCHED_KAFKA)")
+    wanted = set(backends) or ({"sqlite", "kafka"} if kafka else {"sqlite"})
     owned_topics: list[str] = []
     with tempfile.TemporaryDirectory(prefix="gitsched-bench-log-") as scratch:
         urls = list(logs)
         if not urls:
-            urls.append(f"sqlite:///{Path(scratch, 'bench.db')}")
-            if kafka:
+            if "sqlite" in wanted:
+                urls.append(f"sqlite:///{Path(scratch, 'bench.db')}")
+            if kafka and "kafka" in wanted:
                 topic_url = f"kafka://{kafka}/gitsched-bench-{uuid.uuid4().hex[:12]}"
                 urls.append(topic_url)
                 owned_topics.append(topic_url)

@@ -28,8 +28,9 @@ import click
 import yaml
 
 from engine.errors import GitschedError
-from engine.model import GPU_MILLI, Isolation, Job, Node, Queue
+from engine.model import Isolation, Job, Node, Queue
 from engine.placement.plan import OutcomeStatus
+from engine.units import CPU_MILLI, MIB_PER_GIB, gpus_value
 from eventlog import open_log
 from eventlog.base import EventLogError
 from gitsched.options import fail, format_option
@@ -61,10 +62,6 @@ def _doc(kind: str, name: str, spec: dict[str, Any]) -> dict[str, Any]:
 
 def _dump(docs: Iterable[dict[str, Any]]) -> str:
     return yaml.safe_dump_all(list(docs), sort_keys=False, default_flow_style=None)
-
-
-def _gpus(milli: int) -> float | int:
-    return milli // GPU_MILLI if milli % GPU_MILLI == 0 else milli / GPU_MILLI
 
 
 def cluster_doc() -> dict[str, Any]:
@@ -101,8 +98,8 @@ def node_doc(node: Node) -> dict[str, Any]:
     spec: dict[str, Any] = {
         "flavor": node.flavor,
         "gpus": node.gpus,
-        "cpu": node.cpu_milli // 1000,
-        "memoryGiB": node.memory_mib // 1024,
+        "cpu": node.cpu_milli // CPU_MILLI,
+        "memoryGiB": node.memory_mib // MIB_PER_GIB,
         "topology": dict(node.topology),
     }
     if node.region:
@@ -115,11 +112,11 @@ def node_doc(node: Node) -> dict[str, Any]:
 def queue_doc(queue: Queue) -> dict[str, Any]:
     quotas = []
     for q in queue.quotas:
-        quota: dict[str, Any] = {"flavor": q.flavor, "nominal": _gpus(q.nominal)}
+        quota: dict[str, Any] = {"flavor": q.flavor, "nominal": gpus_value(q.nominal)}
         if q.borrowing_limit is not None:
-            quota["borrowingLimit"] = _gpus(q.borrowing_limit)
+            quota["borrowingLimit"] = gpus_value(q.borrowing_limit)
         if q.lending_limit is not None:
-            quota["lendingLimit"] = _gpus(q.lending_limit)
+            quota["lendingLimit"] = gpus_value(q.lending_limit)
         quotas.append(quota)
     spec: dict[str, Any] = {"weight": queue.weight, "quotas": quotas}
     if queue.cohort:
@@ -131,9 +128,9 @@ def job_doc(job: Job) -> dict[str, Any]:
     spec: dict[str, Any] = {
         "replicas": job.replicas,
         "resources": {
-            "gpu": _gpus(job.resources.gpu_milli),
-            "cpu": job.resources.cpu_milli // 1000,
-            "memoryGiB": job.resources.memory_mib // 1024,
+            "gpu": gpus_value(job.resources.gpu_milli),
+            "cpu": job.resources.cpu_milli // CPU_MILLI,
+            "memoryGiB": job.resources.memory_mib // MIB_PER_GIB,
         },
         "priorityClass": job.priority_class,
         "preemptible": job.preemptible,

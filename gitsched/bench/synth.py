@@ -3,7 +3,8 @@
 
 The Policy of each size asks for the goal's gap within the goal's time (S: gap 0,
 M: 1% in 10 s, L: 2% in 30 s); `--incremental` then adds 50 jobs to the solved L
-cluster and re-solves only what changed.
+cluster and re-solves only what changed. Every solve is the reconciler's own placement
+step (`reconciler.step.place`) on the state the instance describes, greedy's included.
 """
 
 from __future__ import annotations
@@ -15,18 +16,47 @@ from typing import Any
 
 import click
 
-from engine.model import GPU_MILLI, Policy
+from engine import events as ev
+from engine.core import placement_instance
+from engine.model import Policy
 from engine.placement.check import check_plan
-from engine.placement.greedy import GreedyPlacer
 from engine.placement.milp import MilpPlacer
 from engine.placement.plan import OutcomeStatus, PlacementInstance, PlacementPlan
+from engine.placement.solvers import placer
 from engine.placement.topology import GangSpan, gang_spans
+from engine.state import ClusterState, fold
+from engine.units import gpus_from_milli
 from gitsched.options import fail, format_option
 from gitsched.render import table
-from simulation.synth import SIZES, synth_instance, with_new_jobs
+from policies.policy import default_policy
+from reconciler.specs import policy_of
+from reconciler.step import place
+from simulation.synth import NOW, SIZES, synth_instance, with_new_jobs
 
 GOALS = {"S": (0.0, 60.0), "M": (0.01, 10.0), "L": (0.02, 30.0)}  # gap, time limit
 NEW_JOBS = 50
+BUILTIN = policy_of(default_policy())
+
+
+def _state_of(instance: PlacementInstance) -> ClusterState:
+    """The cluster `instance` describes, as the reconciler's folded state."""
+    setup: list[ev.Event] = [ev.PolicyChanged(instance.policy)]
+    if instance.cluster is not None:
+        setup.append(ev.ClusterConfigured(instance.cluster))
+    setup += [ev.NodeRegistered(n) for n in instance.nodes]
+    setup += [ev.QueueConfigured(q) for q in instance.queues]
+    setup += [ev.JobSubmitted(j) for j in instance.jobs]
+    setup += [
+        ev.PlacementDecided(k, p.flavor, p.replicas, "admitted", "admitted", "synth", p.started_at)
+        for k, p in sorted(instance.current.items())
+    ]
+    return fold(setup, ClusterState())
+
+
+def _phases(solver: str) -> dict[str, float]:
+    chosen = placer(solver)
+    report = chosen.last_report if isinstance(chosen, MilpPlacer) else None
+    return dict(report.phases) if report else {}
 
 
 def _span_summary(spans: list[GangSpan]) -> dict[str, Any]:
@@ -67,10 +97,9 @@ def _side(instance: PlacementInstance, plan: PlacementPlan, seconds: float) -> d
         "seconds": round(seconds, 2),
         "variables": plan.stats.variables,
         "constraints": plan.stats.constraints,
-        "admitted_gpus": sum(
-            r.gpu_milli * len(r.gpus) for o in plan.outcomes if o.running for r in o.replicas
-        )
-        / GPU_MILLI,
+        "admitted_gpus": gpus_from_milli(
+            sum(r.gpu_milli * len(r.gpus) for o in plan.outcomes if o.running for r in o.replicas)
+        ),
         "moves": counts[OutcomeStatus.MOVED],
         **{s.value: counts[s] for s in OutcomeStatus},
         "checked": not problems,
@@ -90,6 +119,11 @@ def _side(instance: PlacementInstance, plan: PlacementPlan, seconds: float) -> d
 @click.option(
     "--gap", type=float, help="Override the size's gap tolerance (a fraction: 0.01 is 1%)."
 )
+@click.option(
+    "--fairness-weight",
+    type=click.FloatRange(min=0),
+    help="objective.fairnessWeight [default: the built-in policy's].",
+)
 @format_option("text", "json")
 def command(
     size: str,
@@ -98,6 +132,7 @@ def command(
     incremental: bool,
     time_limit: float | None,
     gap: float | None,
+    fairness_weight: float | None,
     fmt: str,
 ) -> None:
     """The MILP against greedy on a seeded synthetic cluster: objective, GPUs, gap, time, moves."""
@@ -106,16 +141,19 @@ def command(
         solver=solver,
         gap_tolerance=goal_gap if gap is None else gap,
         time_limit_s=goal_time if time_limit is None else time_limit,
+        # The built-in policy's objective, fairness included: what a cluster runs by default.
+        fairness_weight=BUILTIN.fairness_weight if fairness_weight is None else fairness_weight,
     )
     started = time.perf_counter()
-    instance = synth_instance(size, seed, policy)
+    state = _state_of(synth_instance(size, seed, policy))
+    instance = placement_instance(state, NOW)  # what the step's solvers see
     built = time.perf_counter() - started
-    placer = MilpPlacer(solver)
     t = time.perf_counter()
-    plan = placer.solve(instance)
+    plan = place(state, NOW, solver=solver)
     milp_seconds = time.perf_counter() - t
+    phases = _phases(solver)
     t = time.perf_counter()
-    greedy = GreedyPlacer().solve(instance)
+    greedy = place(state, NOW, solver="greedy")
     greedy_seconds = time.perf_counter() - t
     spec = SIZES[size]
     result: dict[str, Any] = {
@@ -126,13 +164,14 @@ def command(
         "jobs": len(instance.jobs),
         "running": len(instance.current),
         "policy": {
+            "fairness_weight": policy.fairness_weight,
             "gap_tolerance_pct": round(100 * policy.gap_tolerance, 6),
             "time_limit_s": policy.time_limit_s,
         },
         "generate_seconds": round(built, 2),
         "milp": _side(instance, plan, milp_seconds),
         "greedy": _side(instance, greedy, greedy_seconds),
-        "phases_seconds": dict(placer.last_report.phases) if placer.last_report else {},
+        "phases_seconds": phases,
     }
     result["looser_than_greedy"] = _looser(result["milp"], result["greedy"])
     result["better_by"] = round(plan.stats.objective - greedy.stats.objective, 2)
@@ -143,7 +182,7 @@ def command(
         2,
     )
     if incremental:
-        result["incremental"] = _incremental(instance, plan, placer, seed)
+        result["incremental"] = _incremental(instance, plan, solver, seed)
     if fmt == "json":
         click.echo(json.dumps(result, indent=2))
     else:
@@ -170,18 +209,21 @@ def _looser(milp: dict[str, Any], greedy: dict[str, Any]) -> dict[str, int]:
 
 
 def _incremental(
-    instance: PlacementInstance, plan: PlacementPlan, placer: MilpPlacer, seed: int
+    instance: PlacementInstance, plan: PlacementPlan, solver: str, seed: int
 ) -> dict[str, Any]:
     """The solved cluster a moment later, 50 jobs more: only they (and what they may preempt) move."""
     running = {k: replace(p, started_at=instance.now) for k, p in plan.placements().items()}
     later = with_new_jobs(replace(instance, current=running), NEW_JOBS, seed)
     later = replace(later, policy=replace(later.policy, time_limit_s=1.0))
-    new = [j.key for j in later.jobs[len(instance.jobs) :]]
+    new = frozenset(j.key for j in later.jobs[len(instance.jobs) :])
+    state = _state_of(later)
+    later = placement_instance(state, instance.now)
     t = time.perf_counter()
-    again = placer.solve_incremental(later, new)
+    again = place(state, instance.now, new, solver)
     seconds = time.perf_counter() - t
+    phases = _phases(solver)
     t = time.perf_counter()
-    greedy = GreedyPlacer().solve(later)
+    greedy = place(state, instance.now, new, "greedy")
     greedy_seconds = time.perf_counter() - t
     moved = [o.job for o in again.outcomes if o.status is OutcomeStatus.MOVED]
     stopped = [o.job for o in again.outcomes if o.status is OutcomeStatus.PREEMPTED]
@@ -193,7 +235,7 @@ def _incremental(
         "milp": (milp_side := _side(later, again, seconds)),
         "greedy": (greedy_side := _side(later, greedy, greedy_seconds)),
         "looser_than_greedy": _looser(milp_side, greedy_side),
-        "phases_seconds": dict(placer.last_report.phases) if placer.last_report else {},
+        "phases_seconds": phases,
     }
 
 

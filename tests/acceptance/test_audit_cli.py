@@ -213,13 +213,13 @@ def test_a_tampered_log_fails_verify_and_names_the_first_broken_event(audited: P
     gitsched_cli("audit", "history", "--team", "ml", "--repo", audited)  # the view reads it all
     tamper(
         log,
-        "UPDATE events SET data = replace(data, '\"gpu_milli\":1000', '\"gpu_milli\":100') WHERE seq = 23",
+        "UPDATE events SET data = replace(data, '\"gpu_milli\":1000', '\"gpu_milli\":100') WHERE seq = 24",
     )
     broken = gitsched_cli("log", "verify", "--repo", audited, expect=1)
-    assert broken.stdout.startswith("BROKEN at seq 23 (PlacementDecided ")
+    assert broken.stdout.startswith("BROKEN at seq 24 (PlacementDecided ")
     assert "content does not match its hash" in broken.stdout
     data = gitsched_cli("log", "verify", "--repo", audited, "--format", "json", expect=1).json()
-    assert data["broken"]["seq"] == 23 and data["broken"]["type"] and data["broken"]["id"]
+    assert data["broken"]["seq"] == 24 and data["broken"]["type"] and data["broken"]["id"]
 
 
 def test_evidence_verifies_only_the_tail_and_log_verify_the_whole_chain(audited: Path) -> None:

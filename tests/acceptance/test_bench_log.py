@@ -76,3 +76,23 @@ def test_kafka_is_measured_on_a_fresh_topic_that_is_deleted_afterwards() -> None
     assert set(measured) == {"sqlite", "kafka"}
     assert measured["kafka"]["events"] == 500 and measured["kafka"]["batch"] == 42
     assert not {t for t in after - before if t.startswith("gitsched-bench-")}
+
+
+@pytest.mark.kafka
+def test_backend_kafka_measures_only_a_topic_and_its_restart_from_a_snapshot() -> None:
+    bootstrap = bootstrap_from_env()
+    check_broker(bootstrap)
+    run = gitsched(
+        "bench", "log", "--kafka", bootstrap, "--backend", "kafka", "--events", "300",
+        "--jobs", "10", "--format", "json", expect=0,
+    )  # fmt: skip
+    [kafka] = results(run.stdout).values()
+    assert (kafka["backend"], kafka["events"], kafka["snapshot_seq"]) == ("kafka", 300, 150)
+    assert int(str(kafka["snapshot_bytes"])) > 0
+    assert float(str(kafka["restart_s"])) > 0 and float(str(kafka["restart_from_snapshot_s"])) > 0
+
+
+def test_backend_is_for_the_logs_bench_makes_itself(tmp_path: Path) -> None:
+    log = f"sqlite:///{tmp_path / 'bench.db'}"
+    refused = gitsched("bench", "log", "--log", log, "--backend", "sqlite", expect=2)
+    assert "not both" in refused.stderr

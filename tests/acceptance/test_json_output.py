@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterator
+from pathlib import Path
 
 import click
 import pytest
@@ -27,6 +28,7 @@ from tests.acceptance.test_bench_openb import write_trace
 from tests.kube.conftest import ENV_VAR as KUBE_ENV
 
 HIGHS_POLICY = POLICY_YAML.replace("{name: greedy}", "{name: highs}")
+DCGM_SCRAPE = str(Path(__file__).parents[1] / "unit" / "telemetry" / "dcgm_scrape.prom")
 
 
 def json_commands(group: click.Group, prefix: tuple[str, ...] = ()) -> Iterator[str]:
@@ -56,6 +58,12 @@ CASES: dict[str, tuple[tuple[str, ...], tuple[int, ...]]] = {
     "audit history": (("audit", "history", "--team", "ml", "--repo", "{repo}"), (0,)),
     "audit at": (("audit", "at", "--seq", "3", "--repo", "{repo}"), (0,)),
     "audit usage": (("audit", "usage", "--repo", "{repo}"), (0,)),
+    "audit fairshare": (("audit", "fairshare", "--repo", "{repo}"), (0,)),
+    "audit solves": (("audit", "solves", "--repo", "{repo}"), (0,)),
+    "telemetry ingest": (
+        ("telemetry", "ingest", DCGM_SCRAPE, "--at", "2025-11-16T12:00:00Z", "--repo", "{repo}"),
+        (0,),
+    ),
     "audit changes": (("audit", "changes", "--repo", "{repo}"), (0,)),
     "audit compliance": (("audit", "compliance", "--repo", "{repo}"), (0, 1)),
     "log verify": (("log", "verify", "--repo", "{repo}"), (0,)),

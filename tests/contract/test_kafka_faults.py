@@ -287,6 +287,161 @@ def test_first_event_of_a_topic_chains_from_genesis(topics: Topics) -> None:
     assert first.prev_hash == GENESIS_HASH
 
 
+# -- reading only what is asked for ---------------------------------------------------
+
+
+@pytest.fixture
+def small_windows(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A reader that holds a dozen events and finds the tail in eight offsets, so that
+    a log of a few hundred events is read the way a log of millions is."""
+    import eventlog.kafka
+
+    monkeypatch.setattr(eventlog.kafka, "LOCATE_WINDOW", 8)
+    monkeypatch.setattr(eventlog.kafka, "RECENT_EVENTS", 12)
+    monkeypatch.setattr(eventlog.kafka, "KNOWN_IDS", 40)
+
+
+def records_handed_over(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Count every record a range read or the tail's location takes from the client."""
+    counted: list[int] = []
+    real = KafkaEventLog._range_batch
+
+    def counting(self: KafkaEventLog, *args: Any, **kw: Any) -> Any:
+        messages = real(self, *args, **kw)
+        counted.append(len(messages))
+        return messages
+
+    monkeypatch.setattr(KafkaEventLog, "_range_batch", counting)
+    return counted
+
+
+def abort_a_transaction(bootstrap: str, topic: str, records: int) -> None:
+    """Records that take offsets on the topic but were never committed."""
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"aborter-{topic}"})
+    producer.init_transactions(20)
+    producer.begin_transaction()
+    for i in range(records):
+        producer.produce(topic, value=b'{"seq": 999999}', key=f"aborted-{i}".encode(), partition=0)
+    producer.flush(20)
+    producer.abort_transaction(20)
+
+
+def fill_commits(log: KafkaEventLog, events: int) -> list[Any]:
+    """Commits of three jobs and their placements, as the reconciler appends them."""
+    from gitsched.bench.log import synthetic_commits
+
+    stored: list[Any] = []
+    for commit in synthetic_commits(events, jobs=3, run="restart", live=30):
+        stored += log.append(commit, expected_last_seq=stored[-1].seq if stored else 0)
+    return stored
+
+
+def fill(log: KafkaEventLog, batches: int, first: int = 0) -> list[Any]:
+    stored: list[Any] = []
+    for number in range(first, first + batches):
+        events = batch(*(f"{number}-{i}" for i in range(1 + number % 7)))
+        stored += log.append(events, expected_last_seq=stored[-1].seq if stored else log.last_seq())
+    return stored
+
+
+@pytest.mark.kafka
+def test_any_range_is_read_from_its_own_offset_past_markers_and_aborted_batches(
+    topics: Topics, kafka_bootstrap: str, small_windows: None
+) -> None:
+    topic = topics.new()
+    writer = topics.open(topic)
+    written = fill(writer, 20)
+    abort_a_transaction(kafka_bootstrap, topic, 5)
+    written += fill(topics.open(topic), 20, first=20)  # a new writer after the aborted batch
+
+    reader = topics.open(topic)
+    assert reader.last_seq() == len(written)
+    assert list(reader.read()) == written
+    for after, until in [(0, 1), (1, 2), (17, 40), (59, 60), (60, 95), (79, 200), (3, None)]:
+        assert list(reader.read(after, until_seq=until)) == written[after:until], (after, until)
+    # Every seq is found at the offset it has on the topic, aborted records and
+    # commit markers between them.
+    offsets = [r.offset for r in raw_records(kafka_bootstrap, topic)]
+    fresh = topics.open(topic)
+    assert [fresh.offset_of(e.seq) for e in reversed(written)] == offsets[::-1]
+    # The writer finds its own batches, and a retried one, wherever they lie.
+    again = batch(*(f"3-{i}" for i in range(4)))
+    assert writer.append(again, expected_last_seq=written[5].seq) == written[6:10]
+
+
+@pytest.mark.kafka
+def test_a_restart_from_a_snapshot_reads_the_tail_not_the_topic(
+    topics: Topics, tmp_path: Any, small_windows: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from eventlog.replay import replay, snapshot
+    from eventlog.snapshot import FileSnapshotStore
+
+    topic = topics.new()
+    writer = topics.open(topic)
+    written = fill_commits(writer, 600)
+    full = replay(writer, use_snapshots=False)
+    at = written[-40].seq
+    writer.snapshot_store = FileSnapshotStore(tmp_path)
+    assert snapshot(writer, replay(writer, until_seq=at, use_snapshots=False))
+
+    counted = records_handed_over(monkeypatch)
+    restarted = topics.open(topic)
+    restarted.snapshot_store = FileSnapshotStore(tmp_path)
+    resumed = replay(restarted, verify=True)
+    assert resumed.from_snapshot == at and resumed.snapshot_problems == ()
+    assert (resumed.state, resumed.last_seq, resumed.last_hash) == (
+        full.state,
+        full.last_seq,
+        full.last_hash,
+    )
+    # The last few offsets to find the tail, the snapshot's event (and the one before
+    # it, to check its hash), the 39 after it: nothing like the whole topic.
+    assert 40 <= sum(counted) < 60
+
+    # Without the snapshot, the same reader folds from the first event, to the same state.
+    again = replay(restarted, verify=True, use_snapshots=False)
+    assert again.state == full.state and sum(counted) > len(written)
+
+
+@pytest.mark.kafka
+def test_a_forged_tail_is_caught_by_a_verified_restart_from_a_snapshot(
+    topics: Topics, kafka_bootstrap: str, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from kafka import KafkaProducer  # type: ignore[import-untyped,unused-ignore]
+
+    import eventlog.kafka
+    from eventlog.envelope import event_hash
+    from eventlog.replay import replay, snapshot
+    from eventlog.snapshot import FileSnapshotStore
+
+    topic = topics.new()
+    writer = topics.open(topic)
+    written = fill_commits(writer, 200)
+    writer.snapshot_store = FileSnapshotStore(tmp_path)
+    snapshot(writer, replay(writer, until_seq=written[-20].seq))
+    # The next seq, a hash that matches its content, but linked to the wrong event.
+    forged = written[-1]._replace(
+        seq=written[-1].seq + 1, id="commit-forged", prev_hash=written[-3].hash
+    )
+    forged = forged._replace(hash=event_hash(forged))
+    producer = KafkaProducer(bootstrap_servers=kafka_bootstrap.split(","))
+    try:
+        producer.send(topic, value=canonical_json(forged.to_record()), partition=0).get(timeout=20)
+    finally:
+        producer.close()
+
+    # Found from the end, the forged record alone is the tail it finds...
+    monkeypatch.setattr(eventlog.kafka, "LOCATE_WINDOW", 1)
+    reader = topics.open(topic)
+    reader.snapshot_store = FileSnapshotStore(tmp_path)
+    assert reader.last_seq() == forged.seq
+    # ...and the restart from the snapshot checks every link up to it.
+    with pytest.raises(LogCorrupted, match=f"seq {forged.seq}"):
+        replay(reader, verify=True)
+
+
 # -- the broker goes away ---------------------------------------------------------
 
 

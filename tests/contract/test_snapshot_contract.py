@@ -161,3 +161,46 @@ def _info(replayed: Replayed, body: bytes):  # type: ignore[no-untyped-def]
         digest=snapshot_digest(replayed.last_hash, STATE_FORMAT, body),
         size_bytes=len(body),
     )
+
+
+def test_a_verified_restart_checks_every_event_after_the_snapshot(tmp_path: Path) -> None:
+    """SQLite checks content on the data's stored bytes; a row rewritten in the tail is
+    named by its seq, one rewritten to other bytes of the same JSON still verifies."""
+    import sqlite3
+
+    import orjson
+    import pytest
+
+    from eventlog.base import LogCorrupted
+    from eventlog.sqlite import SQLiteEventLog
+
+    path = tmp_path / "log.db"
+    with SQLiteEventLog(path) as event_log:
+        _fill(event_log, 600)
+        full = replay(event_log, use_snapshots=False)
+        snapshot(event_log, replay(event_log, until_seq=400))
+
+    def rewrite(sql: str, *params: object) -> None:
+        with sqlite3.connect(path) as db:
+            db.execute(sql, params)
+
+    # The same JSON spelt with spaces: not the bytes that were hashed, the same content.
+    with sqlite3.connect(path) as db:
+        [data] = db.execute("SELECT data FROM events WHERE seq = 450").fetchone()
+    rewrite("UPDATE events SET data = ? WHERE seq = 450", orjson.dumps(orjson.loads(data)).decode())
+    rewrite("UPDATE events SET data = replace(data, ',', ', ') WHERE seq = 450")
+    with SQLiteEventLog(path) as event_log:
+        resumed = replay(event_log, verify=True)
+        assert resumed.from_snapshot == 400
+        _same(resumed, full)
+
+    for seq, sql, reason in [
+        (520, "UPDATE events SET actor = 'mallory' WHERE seq = 520", "content does not match"),
+        (510, "UPDATE events SET prev_hash = hash WHERE seq = 510", "prev_hash does not match"),
+        (401, "UPDATE events SET data = '{}' WHERE seq = 401", "content does not match"),
+    ]:
+        rewrite(sql)
+        with SQLiteEventLog(path) as event_log, pytest.raises(LogCorrupted) as caught:
+            replay(event_log, verify=True)
+        assert caught.value.seq == seq and reason in str(caught.value)
+        assert f"altered at seq {seq}" in str(caught.value)

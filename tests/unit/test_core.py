@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -21,6 +22,7 @@ from engine.core import (
 from engine.model import Approval, CommitInfo, Finding, NodeState, Owner, Policy
 from engine.placement.greedy import GreedyPlacer
 from engine.placement.plan import JobOutcome, OutcomeStatus
+from engine.placement.solvers import solve
 from engine.state import ClusterState, fold
 from tests.unit.factories import CLUSTER, job, node, queue
 
@@ -223,3 +225,70 @@ def test_owners_are_recorded_when_they_change_and_approvals_before_commit_applie
     assert "q" not in gone.owners
     for event in (*events, ev.OwnersChanged("q", ())):
         assert from_data(type(event), to_data(event)) == event
+
+
+# -- the built-in policy -----------------------------------------------------------------------
+
+
+def builtin_policy() -> Policy:
+    from policies.policy import default_policy
+    from reconciler.specs import policy_of
+
+    return policy_of(default_policy())
+
+
+def test_the_builtin_policy_places_with_the_milp_and_fairness_on() -> None:
+    policy = builtin_policy()
+    assert policy.solver == "highs" and policy.fairness_weight > 0
+    assert policy.idle.enabled and policy.usage_half_life_hours == 24.0
+    state = apply(ClusterState(), ApplyCommit(commit(1), desired([job("a", gpu=4)], policy=policy)))
+    plan = solve(placement_instance(state, "2026-11-20T10:01:00+00:00"))
+    events = decide(state, ApplyPlan(plan, solve_id="s", at="2026-11-20T10:01:00+00:00"))
+    (done,) = [e for e in events if isinstance(e, ev.SolveCompleted)]
+    assert (done.solver, done.plan_source, done.fallback) == ("highs", "milp", "")
+    assert done.bound is not None and done.gap is not None
+
+
+def test_a_failing_milp_falls_back_to_greedy_and_the_solve_event_says_why(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from engine.placement import solvers
+
+    def broken(self: object, instance: object) -> None:
+        raise RuntimeError("HiGHS crashed")
+
+    monkeypatch.setattr(solvers.MilpPlacer, "solve", broken)
+    state = apply(
+        ClusterState(), ApplyCommit(commit(1), desired([job("a", gpu=4)], policy=builtin_policy()))
+    )
+    plan = solve(placement_instance(state, "2026-11-20T10:01:00+00:00"))
+    assert plan.outcome("q/a").status is OutcomeStatus.PLACED
+    events = decide(state, ApplyPlan(plan, solve_id="s", at="2026-11-20T10:01:00+00:00"))
+    (done,) = [e for e in events if isinstance(e, ev.SolveCompleted)]
+    assert (done.solver, done.plan_source) == ("highs", "greedy")
+    assert done.fallback == "the highs solver failed: RuntimeError: HiGHS crashed"
+
+
+def test_with_the_builtin_policy_the_job_that_loses_least_since_its_checkpoint_stops() -> None:
+    policy = builtin_policy()
+    keep = job("long", gpu=4, priority=100)
+    ckpt = dataclasses.replace(job("ckpt", gpu=4, priority=100), checkpoint_interval_minutes=10)
+    urgent = job("urgent", gpu=4, priority=900)
+    nodes = [node("n1")]
+    state = apply(
+        ClusterState(), ApplyCommit(commit(1), desired([keep, ckpt], nodes=nodes, policy=policy))
+    )
+    first = "2026-11-20T10:01:00+00:00"
+    state = apply(state, ApplyPlan(solve(placement_instance(state, first)), "s1", first))
+    assert set(state.placements) == {"q/long", "q/ckpt"}
+    state = apply(
+        state, ApplyCommit(commit(2), desired([keep, ckpt, urgent], nodes=nodes, policy=policy))
+    )
+    later = "2026-11-20T13:01:00+00:00"  # three hours on
+    plan = solve(placement_instance(state, later))
+    assert plan.stats.plan_source == "milp"
+    stopped = plan.outcome("q/ckpt")
+    assert stopped is not None and stopped.status is OutcomeStatus.PREEMPTED
+    assert stopped.lost_gpu_seconds == pytest.approx(4 * 600)  # ten minutes since its checkpoint
+    assert plan.outcome("q/long").status is OutcomeStatus.KEPT
+    assert plan.outcome("q/urgent").status is OutcomeStatus.PLACED

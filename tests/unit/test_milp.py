@@ -11,14 +11,15 @@ import pytest
 
 from engine.model import Node, Placement, Policy, PreemptionScope, ReplicaPlacement, TopologyMode
 from engine.placement.check import check_plan
+from engine.placement.formulation import BuildOptions, Formulation, build
 from engine.placement.greedy import GreedyPlacer
 from engine.placement.linear import LinearModel, SolveLimits, solve
 from engine.placement.milp import MilpPlacer, _short_of_nominal, incremental_start, realise
-from engine.placement.model import BuildOptions, PlacementModel, build, warm_values
 from engine.placement.objective import fair_targets, objective_terms, plan_objective
 from engine.placement.plan import OutcomeStatus, PlacementInstance, PlacementPlan
 from engine.placement.preemption import Rights
 from engine.placement.solvers import placer
+from engine.placement.warmstart import warm_values
 from simulation.synth import SIZES, synth_instance, with_new_jobs
 from tests.unit.factories import instance, job, node, queue
 
@@ -165,12 +166,13 @@ def test_a_spread_preferred_gang_is_a_broken_soft_constraint() -> None:
 
 
 def test_fairness_shares_the_cluster_between_queues() -> None:
-    """Greedy serves priority first; with a fairness weight the MILP gives each queue its share."""
+    """Greedy serves priority first; with a fairness weight and every priority class weighing
+    the same, the MILP gives each queue its share."""
     nodes = [node(f"n{i}") for i in range(2)]
     queues = [queue("a"), queue("b")]
     jobs = [job(f"a{i}", queue="a", gpu=8, priority=900, submitted_at=str(i)) for i in range(2)]
     jobs += [job(f"b{i}", queue="b", gpu=8, priority=100, submitted_at=str(i)) for i in range(2)]
-    fair = Policy(fairness_weight=2.0, gap_tolerance=0.0)
+    fair = Policy(fairness_weight=2.0, priority_weight=0.0, gap_tolerance=0.0)
     inst = instance(nodes, queues, jobs, policy=fair)
     targets = fair_targets(inst.queues, inst.jobs, {"gpu": 16000, "cpu": 256000, "memory": 2**21})
     assert targets["a"].share == pytest.approx(0.5) and targets["b"].share == pytest.approx(0.5)
@@ -180,6 +182,18 @@ def test_fairness_shares_the_cluster_between_queues() -> None:
     greedy = GreedyPlacer().solve(inst)
     assert {o.job.split("/")[0] for o in greedy.outcomes if o.running} == {"a"}
     assert "fairness__b" in greedy.broken_soft and plan.broken_soft == ()
+
+
+def test_fairness_never_outranks_a_priority_class() -> None:
+    """Fairness is a small term: with priorities weighed, the higher class runs first and
+    the unfair share is reported as a broken soft constraint."""
+    nodes = [node(f"n{i}") for i in range(2)]
+    queues = [queue("a"), queue("b")]
+    jobs = [job(f"a{i}", queue="a", gpu=8, priority=900, submitted_at=str(i)) for i in range(2)]
+    jobs += [job(f"b{i}", queue="b", gpu=8, priority=100, submitted_at=str(i)) for i in range(2)]
+    plan = HIGHS.solve(instance(nodes, queues, jobs, policy=Policy(fairness_weight=2.0)))
+    assert {o.job for o in plan.outcomes if o.running} == {"a/a0", "a/a1"}
+    assert plan.broken_soft == ("fairness__b",)
 
 
 def test_pending_and_preempted_jobs_say_why_and_name_a_constraint() -> None:
@@ -285,7 +299,7 @@ def test_the_generator_is_seeded_and_sized() -> None:
     assert len(more.jobs) == len(a.jobs) + 5
 
 
-def _gang_beside_small_jobs() -> tuple[PlacementModel, tuple[float, ...]]:
+def _gang_beside_small_jobs() -> tuple[Formulation, tuple[float, ...]]:
     """A quota of 12 GPUs, a 2x8 gang at priority 900 and three 4-GPU jobs at 100: the
     LP runs three quarters of the gang and none of the small jobs. The model and the LP's
     values."""

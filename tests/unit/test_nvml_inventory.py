@@ -90,3 +90,17 @@ def test_the_command_reports_this_host_or_says_why_it_cannot() -> None:
         assert done.returncode == 2
         assert done.stderr.startswith("gitsched: ")
         assert "nvidia-ml-py" in done.stderr or "NVML" in done.stderr
+
+
+def test_the_utilisation_reader_reads_every_gpu_or_says_why_it_cannot() -> None:
+    """On a GPU host: one reading per GPU, 0-100 %; elsewhere a clear InventoryUnavailable."""
+    from reconciler.nvml import UtilizationReader
+
+    try:
+        with UtilizationReader() as reader:
+            readings = reader.read()
+    except InventoryUnavailable as e:
+        assert "nvidia-ml-py" in str(e) or "NVML" in str(e)
+        return
+    assert [i for i, _ in readings] == list(range(len(readings))) and readings
+    assert all(0.0 <= p <= 100.0 for _, p in readings)

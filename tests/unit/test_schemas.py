@@ -441,3 +441,23 @@ def test_topology_level_is_required_unless_unconstrained() -> None:
         "  replicas: 2\n  resources: {gpu: 8}\n  topology: {level: block, sliceSize: 2}\n"
     )
     assert error.path == "$.spec.topology" and "sliceLevel" in error.message
+
+
+def test_fair_share_and_idle_reclamation_keys() -> None:
+    head = "apiVersion: gitsched.io/v1\nkind: Policy\nmetadata: {name: p}\nspec:\n"
+    good = (
+        "  fairness: {usageHalfLifeHours: 168}\n"
+        "  idle: {enabled: true, thresholdPercent: 10, windowMinutes: 30, graceMinutes: 0,\n"
+        "         exemptPriorityClasses: [critical], exemptQueues: [serving], action: reclaim}\n"
+    )
+    assert check(head + good) == []
+    errors = check(
+        head + "  fairness: {usageHalfLife: 7d}\n"
+        "  idle: {action: kill, thresholdPercent: 101, windowMinutes: 0}\n"
+    )
+    assert sorted(e.path for e in errors) == [
+        "$.spec.fairness.usageHalfLife",
+        "$.spec.idle.action",
+        "$.spec.idle.thresholdPercent",
+        "$.spec.idle.windowMinutes",
+    ]

@@ -154,3 +154,42 @@ def test_a_v1_commit_applied_reads_with_its_author_date_and_committer_unknown() 
     assert isinstance(rejected, ev.CommitRejected)
     assert rejected.commit.approvers == ("Priya Raman <priya@platform.example>",)
     assert rejected.commit.committer == ""
+
+
+def test_a_v1_solve_completed_reads_as_of_an_unrecorded_plan_source() -> None:
+    v1 = {
+        "solve_id": "abc/solve",
+        "solver": "greedy",
+        "status": "heuristic",
+        "objective": 12.5,
+        "bound": None,
+        "gap": None,
+        "seconds": 0.01,
+        "variables": 0,
+        "constraints": 0,
+        "placed": 1,
+        "kept": 0,
+        "moved": 0,
+        "preempted": 0,
+        "pending": 0,
+        "broken_soft": [],
+    }
+    event = codec.decode(stored("SolveCompleted", 1, v1))
+    assert isinstance(event, ev.SolveCompleted)
+    assert (event.plan_source, event.fallback, event.objective) == ("unrecorded", "", 12.5)
+
+
+@pytest.mark.parametrize(
+    ("type_name", "data"),
+    [
+        ("JobFinished", {"job": "q/a"}),
+        ("JobFailed", {"job": "q/a", "reason": "OOMKilled", "exit_code": 137, "replica": 0}),
+        ("JobInterrupted", {"job": "q/a", "reason": "pod deleted outside gitsched"}),
+    ],
+)
+def test_a_v1_job_end_reads_as_ending_at_an_unknown_time(
+    type_name: str, data: dict[str, Any]
+) -> None:
+    event = codec.decode(stored(type_name, 1, data))
+    assert type(event).__name__ == type_name and event.job == "q/a"  # type: ignore[attr-defined]
+    assert event.at == ""  # type: ignore[attr-defined]

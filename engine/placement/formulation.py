@@ -1,51 +1,42 @@
-"""The placement MILP, built from typed inputs: one model for admission, flavors, gangs,
-topology, quotas, preemption, moves, fairness and fragmentation.
+"""The placement MILP's formulation, built from typed inputs: one formulation for admission,
+flavors, gangs, topology, quotas, preemption, moves, fairness and fragmentation.
 
-Scale comes from aggregation: nodes that are interchangeable (same attributes, same
-free GPUs after the jobs that cannot move, same topology domains) form one class,
-and the model counts replicas per class, not per node. Capacity rows per class are
-necessary conditions of node-level packing (GPU counts, shares, CPU, memory, and
-"at most floor(free/s) items of size >= s per node"), so the model is a relaxation
-of the real problem and its bound bounds every plan; `milp.py` packs the chosen
-counts onto nodes and GPUs. Large instances also aggregate jobs without topology
-onto coarse classes that ignore domains, and prune the domains a gang may choose.
-With one node per class (`per_node`) the rows are exact for whole GPUs and for shares
-that divide a GPU (the q-slot rows), so a solution of that model packs as counted.
+It counts replicas per node class (`classes.py`), with what the running jobs that may stay
+block counted exactly (`kept.py`); `realise.py` packs the chosen counts onto nodes and GPUs. Large instances also aggregate jobs without topology onto coarse classes
+that ignore domains, and prune the domains a gang may choose. With one node per class
+(`per_node`) a solution packs as counted.
 
-Rows and columns are named `rule__job__where` so a binding row can be read back.
+Rows and columns are named `rule__job__where` so a binding row can be read back. Columns
+whose value follows from others (`Formulation.aux`) take it from `aux_value`, the one rule
+the warm start and the neighbourhood searches share.
 """
 
 from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from engine.model import (
-    GPU_MILLI,
-    NODE_LEVEL,
-    Isolation,
-    Job,
-    Node,
-    Placement,
-    ReplicaPlacement,
-    Resources,
-    TopologyMode,
+from engine.model import NODE_LEVEL, Isolation, Job, TopologyMode
+from engine.placement.classes import (
+    ClassRows,
+    NodeClass,
+    Terms,
+    add_replicas,
+    emit_class_rows,
+    node_classes,
+    topology_levels,
 )
-from engine.placement.constraints import (
-    NodeFree,
-    eligible_flavors,
-    node_rejection,
-    replica_shape_error,
-)
+from engine.placement.constraints import eligible_flavors, node_rejection
+from engine.placement.kept import KeptBlocking
 from engine.placement.linear import INF, LinearModel
 from engine.placement.objective import (
     capacity_vector,
     compact_unit,
     compactness_penalty,
-    fair_targets,
     fairness_penalty_per_share,
+    instance_fair_targets,
     instance_tree,
     lost_gpu_seconds,
     move_penalty,
@@ -55,128 +46,9 @@ from engine.placement.objective import (
 )
 from engine.placement.plan import OutcomeStatus, PlacementInstance, PlacementPlan
 from engine.placement.preemption import Rights, over_limits
-from engine.placement.topology import Tree, span_of, topology_violation
-
-HALF = GPU_MILLI // 2
-Terms = list[tuple[int, float]]
-
-
-Profile = tuple[tuple[int, ...], int, int, bool]  # free per GPU (sorted), CPU, memory, busy
-
-
-def _free_of(node: Node, profile: Profile) -> NodeFree:
-    gpus, cpu, memory, busy = profile
-    return NodeFree(node, list(gpus), cpu, memory, 1 if busy else 0)
-
-
-_PROFILE_ROOMS: dict[tuple[object, ...], int] = {}
-
-
-def _profile_room(profile: Profile, job: Job) -> int:
-    """Replicas of `job` a node left like `profile` takes (a pure function, memoised)."""
-    key = (profile, job.resources, job.isolation, job.replicas)
-    room = _PROFILE_ROOMS.get(key)
-    if room is None:
-        if len(_PROFILE_ROOMS) > 200_000:
-            _PROFILE_ROOMS.clear()
-        probe = Node("probe", None, 0, 0, 0)
-        room = _free_of(probe, profile).room_for(job.resources, job, job.replicas)
-        _PROFILE_ROOMS[key] = room
-    return room
-
-
-@dataclass(slots=True)
-class NodeClass:
-    """Nodes that count together: what is left on them after the jobs that stay put.
-
-    Fine classes lie inside one domain of every level a gang asks for; on small
-    instances their nodes are identical. Coarse classes only share attributes
-    (flavor, isolation, region, size) and serve jobs without topology.
-    """
-
-    id: int
-    name: str
-    flavor: str | None
-    isolation: Isolation
-    node_gpus: int
-    domains: dict[str, str]
-    coarse: int = -1
-    nodes: list[Node] = field(default_factory=list)
-    profiles: dict[Profile, int] = field(default_factory=dict)
-    _rooms: dict[tuple[object, ...], tuple[int, int]] = field(default_factory=dict)
-
-    def add(self, node: Node, profile: Profile) -> None:
-        self.nodes.append(node)
-        self.profiles[profile] = self.profiles.get(profile, 0) + 1
-
-    @property
-    def count(self) -> int:
-        return len(self.nodes)
-
-    def total(self, part: str) -> float:
-        out = 0.0
-        for (gpus, cpu, memory, _), n in self.profiles.items():
-            if part == "whole":
-                out += n * sum(1 for g in gpus if g == GPU_MILLI)
-            elif part == "over_half":
-                out += n * sum(1 for g in gpus if g > HALF)
-            elif part == "milli":
-                out += n * sum(gpus)
-            elif part == "cpu":
-                out += n * cpu
-            elif part == "memory":
-                out += n * memory
-        return out
-
-    def node_max(self, part: str) -> int:
-        """The most one node of the class has left of `part`."""
-        best = 0
-        for gpus, cpu, memory, _ in self.profiles:
-            have = {
-                "whole": sum(1 for g in gpus if g == GPU_MILLI) * GPU_MILLI,
-                "milli": sum(gpus),
-                "cpu": cpu,
-                "memory": memory,
-            }[part]
-            best = max(best, have)
-        return best
-
-    def slots(self, size: int) -> int:
-        """Items of `size` whole GPUs the class can hold: per node floor(free / size)."""
-        return sum(
-            n * (sum(1 for g in p[0] if g == GPU_MILLI) // size) for p, n in self.profiles.items()
-        )
-
-    def share_slots(self, q: int) -> int:
-        """Shares of q milli the class can hold: per GPU floor(free / q)."""
-        return sum(n * sum(g // q for g in p[0]) for p, n in self.profiles.items())
-
-    def fixed_use(self) -> tuple[float, int]:
-        """GPUs held by jobs that stay put, and how many nodes they touch."""
-        used = 0.0
-        touched = 0
-        for (gpus, _, _, _), n in self.profiles.items():
-            u = self.node_gpus - sum(gpus) / GPU_MILLI
-            used += n * u
-            touched += n if u > 1e-9 else 0
-        return used, touched
-
-    def _room(self, job: Job) -> tuple[int, int]:
-        key = (job.resources, job.isolation, job.replicas)
-        found = self._rooms.get(key)
-        if found is None:
-            rooms = [(_profile_room(p, job), n) for p, n in self.profiles.items()]
-            found = (max((r for r, _ in rooms), default=0), sum(r * n for r, n in rooms))
-            self._rooms[key] = found
-        return found
-
-    def room(self, job: Job) -> int:
-        """Replicas of `job` the roomiest node of the class takes."""
-        return self._room(job)[0]
-
-    def capacity(self, job: Job) -> int:
-        """Replicas of `job` the whole class takes (each node on its own)."""
-        return self._room(job)[1]
+from engine.placement.running import RunningJob, running_jobs
+from engine.placement.topology import span_of
+from engine.units import gpus_from_milli, milli_from_gpus
 
 
 @dataclass(slots=True)
@@ -203,17 +75,7 @@ class JobVars:
 
 
 @dataclass(slots=True)
-class RunningJob:
-    """A job that runs now, and whether it may stay put."""
-
-    job: Job
-    placement: Placement
-    keepable: bool
-    fixed: bool  # stays put, not a decision
-
-
-@dataclass(slots=True)
-class PlacementModel:
+class Formulation:
     lp: LinearModel
     classes: list[NodeClass]
     coarse: list[NodeClass]
@@ -249,247 +111,34 @@ class BuildOptions:
     compactness: bool = False  # with small: each domain a gang uses costs (second criterion)
 
 
-# -- what runs now ----------------------------------------------------------------------------
-
-
-def keep_problem(
-    instance: PlacementInstance,
-    job: Job,
-    placement: Placement,
-    nodes: Mapping[str, Node] | None = None,
-) -> str | None:
-    """Why a running placement cannot stay as it is, whatever else runs; None if it can."""
-    if nodes is None:
-        nodes = {n.name: n for n in instance.nodes}
-    queue = instance.queue(job.queue)
-    if placement.flavor not in eligible_flavors(job, queue):
-        return f"flavor {placement.flavor} is no longer allowed for the job"
-    if not job.smallest_gang <= len(placement.replicas) <= job.replicas:
-        return "the job's replica count changed"
-    for replica in placement.replicas:
-        node = nodes.get(replica.node)
-        if node is None:
-            return f"node {replica.node} was removed"
-        why = node_rejection(job, node, placement.flavor)
-        if why is not None:
-            return why
-        if replica_shape_error(job, replica) is not None:
-            return "the job's resources changed"
-        if any(not 0 <= g < node.gpus for g in replica.gpus):
-            return "the job's GPUs are gone"
-    broken = topology_violation(instance_tree(instance), job, [r.node for r in placement.replicas])
-    if broken is not None:
-        return f"the job's topology changed: it {broken}"
-    return None
-
-
-def running_jobs(
-    instance: PlacementInstance, warm: PlacementPlan, options: BuildOptions
-) -> dict[str, RunningJob]:
-    jobs = {j.key: j for j in instance.jobs}
-    nodes = {n.name: n for n in instance.nodes}
-    warm_outcomes = {o.job: o for o in warm.outcomes}
-    out: dict[str, RunningJob] = {}
-    for key, placement in sorted(instance.current.items()):  # columns in a fixed order
-        job = jobs.get(key)
-        if job is None:
-            continue
-        outcome = warm_outcomes.get(key)
-        kept_by_warm = outcome is not None and outcome.status is OutcomeStatus.KEPT
-        decided = job.preemptible and (not options.keep_all or key in options.movable)
-        fixed = kept_by_warm and not decided
-        if options.unkeepable is not None:
-            keepable = key not in options.unkeepable
-        else:
-            keepable = fixed or keep_problem(instance, job, placement, nodes) is None
-        out[key] = RunningJob(job, placement, keepable, fixed)
-    return out
-
-
-# -- node classes -----------------------------------------------------------------------------
-
-
-def topology_levels(jobs: Iterable[Job], tree: Tree | None = None) -> list[str]:
-    """The levels node classes resolve: those gangs ask for, and on small instances every
-    level of the tree (the compactness columns count domains at each)."""
-    named = {j.topology.level for j in jobs if j.topology and j.topology.level}
-    named |= {j.topology.slice_level for j in jobs if j.topology and j.topology.slice_level}
-    if tree is not None:
-        named.update(tree.levels)
-    return sorted(named - {NODE_LEVEL})
-
-
-def node_classes(
-    instance: PlacementInstance,
-    running: Mapping[str, RunningJob],
-    levels: list[str],
-    small: bool,
-    per_node: bool = False,
-) -> tuple[list[NodeClass], list[NodeClass], dict[str, int], dict[str, NodeFree]]:
-    """Fine classes (inside one domain of every level a gang asks for) and coarse ones."""
-    free = {n.name: NodeFree.of(n) for n in instance.nodes if n.schedulable}
-    movable_on: set[str] = set()
-    for rj in running.values():
-        for replica in rj.placement.replicas:
-            if replica.node not in free:
-                continue
-            if rj.fixed:
-                free[replica.node].take(replica, rj.job.resources, rj.job)
-            else:
-                movable_on.add(replica.node)
-    sizes: dict[tuple[str, str], int] = defaultdict(int)
-    for n in instance.nodes:
-        if n.schedulable:
-            for level in levels:
-                sizes[(level, n.domain(level))] += 1
-    classes: list[NodeClass] = []
-    coarse: list[NodeClass] = []
-    fine_ids: dict[tuple[object, ...], int] = {}
-    coarse_ids: dict[tuple[object, ...], int] = {}
-    node_class: dict[str, int] = {}
-    for n in sorted((n for n in instance.nodes if n.name in free), key=lambda n: n.name):
-        f = free[n.name]
-        if f.dedicated_holder is not None:
-            continue  # a fixed isolated job holds the node alone
-        profile: Profile = (tuple(sorted(f.gpu_free)), f.cpu_free, f.memory_free, f.jobs > 0)
-        attrs = (n.flavor, n.isolation, n.region, n.gpus, n.cpu_milli, n.memory_mib)
-        domains = tuple(
-            (level, n.domain(level)) for level in levels if sizes[(level, n.domain(level))] > 1
-        )
-        if small:
-            key: tuple[object, ...] = (
-                attrs,
-                profile,
-                domains,
-                n.name if per_node or n.name in movable_on else "",
-            )
-        else:
-            key = (attrs, domains)
-        kid = coarse_ids.get(attrs)
-        if kid is None:
-            kid = coarse_ids[attrs] = len(coarse)
-            coarse.append(NodeClass(kid, f"k{kid}:{n.name}", n.flavor, n.isolation, n.gpus, {}))
-        coarse[kid].add(n, profile)
-        cid = fine_ids.get(key)
-        if cid is None:
-            cid = fine_ids[key] = len(classes)
-            classes.append(
-                NodeClass(
-                    cid, f"c{cid}:{n.name}", n.flavor, n.isolation, n.gpus, dict(domains), kid
-                )
-            )
-        classes[cid].add(n, profile)
-        node_class[n.name] = cid
-    return classes, coarse, node_class, free
-
-
-# -- the usage a replica puts on a class's rows -------------------------------------------------
-
-
-@dataclass(slots=True)
-class ClassRows:
-    """Linear expressions for the capacity rows of one class."""
-
-    whole: Terms = field(default_factory=list)
-    over_half: Terms = field(default_factory=list)
-    milli: Terms = field(default_factory=list)
-    cpu: Terms = field(default_factory=list)
-    memory: Terms = field(default_factory=list)
-    items: dict[int, Terms] = field(default_factory=lambda: defaultdict(list))  # size -> count
-    slot_use: dict[int, Terms] = field(default_factory=lambda: defaultdict(list))  # by kept jobs
-    holds: Terms = field(default_factory=list)
-    gpu_used: Terms = field(default_factory=list)  # in GPUs, for fragmentation
-    fractional: bool = False
-    # Whether a job may be placed anew on the class: rows over kept jobs alone hold anyway
-    # (what runs now fits together), so a class without new placements gets no rows.
-    fresh: bool = False
-    # (column, GPU items, milli each) of whole GPUs and new shares, for the rows that count
-    # slots of each share size q; kept shares count through the slots they block, per GPU.
-    share_items: list[tuple[int, float, int]] = field(default_factory=list)
-    share_blocked: dict[int, Terms] = field(default_factory=lambda: defaultdict(list))
-
-
-def share_sizes(rows: ClassRows) -> list[int]:
-    """The share sizes q whose slots get a row of their own: new shares that divide a GPU,
-    at most half of it. With such sizes (250, 500 milli ...) and whole GPUs, the rows make
-    packing one node exact: an item of size a uses floor(a / q) of the node's
-    sum over GPUs of floor(free / q) slots."""
-    return sorted(
-        {q for _, _, q in rows.share_items if q <= HALF and GPU_MILLI % q == 0}, reverse=True
-    )
-
-
-def add_replicas(
-    rows: ClassRows, r: Resources, col: int, count: float = 1.0, items: bool = True
-) -> None:
-    """`count` replicas of shape `r`, times column `col`, on the rows of one class
-    (`items` False: a kept job, whose whole-GPU slots and shares count per node)."""
-    if r.gpu_milli:
-        if r.fractional:
-            rows.fractional = True
-            if r.gpu_milli > HALF:
-                rows.over_half.append((col, count))
-            if items:
-                rows.share_items.append((col, count, r.gpu_milli))
-        else:
-            rows.whole.append((col, count * r.whole_gpus))
-            rows.over_half.append((col, count * r.whole_gpus))
-            rows.share_items.append((col, count * r.whole_gpus, GPU_MILLI))
-            if items and r.whole_gpus > 1:
-                rows.items[r.whole_gpus].append((col, count))
-        rows.milli.append((col, count * r.gpu_milli / GPU_MILLI))
-        rows.gpu_used.append((col, count * r.gpu_milli / GPU_MILLI))
-    if r.cpu_milli:
-        rows.cpu.append((col, count * r.cpu_milli / 1000))
-    if r.memory_mib:
-        rows.memory.append((col, count * r.memory_mib / 1024))
-
-
-def emit_class_rows(
-    lp: LinearModel,
-    cls: NodeClass,
-    rows: ClassRows,
-    frag_weight: float,
-    aux: list[tuple[int, Terms, float, str, float]],
-) -> None:
-    """Capacity rows of one class: each a necessary condition of packing its nodes."""
-    tag = cls.name
-    lp.row(f"gpus__{tag}", rows.whole, upper=cls.total("whole"))
-    if rows.fractional:
-        lp.row(f"gpu_shares__{tag}", rows.over_half, upper=cls.total("over_half"))
-        lp.row(f"gpu_milli__{tag}", rows.milli, upper=cls.total("milli") / GPU_MILLI)
-    for q in share_sizes(rows):
-        terms = [(c, v * (a // q)) for c, v, a in rows.share_items if a >= q]
-        lp.row(f"gpu_slots__{tag}__{q}", terms + rows.share_blocked[q], upper=cls.share_slots(q))
-    lp.row(f"cpu__{tag}", rows.cpu, upper=cls.total("cpu") / 1000)
-    lp.row(f"memory__{tag}", rows.memory, upper=cls.total("memory") / 1024)
-    # An item of a GPUs uses floor(a / s) of a node's floor(free / s) slots of s GPUs.
-    for size in sorted(rows.items):
-        if size > cls.node_gpus:
-            continue
-        terms = [(c, v * (a // size)) for a in rows.items if a >= size for c, v in rows.items[a]]
-        lp.row(f"gpu_items__{tag}__{size}", terms + rows.slot_use[size], upper=cls.slots(size))
-    if rows.holds:
-        lp.row(f"dedicated__{tag}", rows.holds, upper=cls.count)
-    if frag_weight and cls.node_gpus and rows.gpu_used:
-        g = cls.node_gpus
-        fixed_used, touched_fixed = cls.fixed_use()
-        # Touched nodes T >= used / GPUs per node; the stranded share is T - used / GPUs per node.
-        t = lp.var(f"touched__{tag}", touched_fixed, cls.count, cost=-frag_weight)
-        lp.row(
-            f"touched__{tag}",
-            [(t, float(g)), *((c, -v) for c, v in rows.gpu_used)],
-            lower=fixed_used,
-        )
-        for c, v in rows.gpu_used:
-            lp.add_cost(c, frag_weight * v / g)
-        lp.offset += frag_weight * fixed_used / g
-        aux.append((t, rows.gpu_used, fixed_used, "touched", float(g)))
+def aux_value(
+    kind: str,
+    terms: Terms,
+    const: float,
+    param: float,
+    values: Sequence[float],
+    floor: float,
+) -> float:
+    """The value an auxiliary column takes, given the values of its terms' columns (`floor`:
+    its lower bound)."""
+    used = const + sum(values[c] * v for c, v in terms)
+    if kind == "excess":
+        return max(0.0, used - param)
+    if kind == "min":
+        return max(0.0, min(param, used))
+    if kind == "short":
+        return max(0.0, param - used)
+    if kind == "touched":
+        return max(floor, float(math.ceil(used / param - 1e-9)))
+    if kind == "over":
+        return 1.0 if used > param + 1e-9 else 0.0
+    assert kind == "max", kind
+    return max((values[c] for c, _ in terms), default=0.0)
 
 
 def _current_free(instance: PlacementInstance) -> dict[str, int]:
     """Free milli-GPU on each node with everything that runs now still running."""
-    free = {n.name: n.gpus * GPU_MILLI for n in instance.nodes}
+    free = {n.name: milli_from_gpus(n.gpus) for n in instance.nodes}
     for p in instance.current.values():
         for r in p.replicas:
             if r.node in free:
@@ -509,7 +158,7 @@ class Entry:
 
 
 class Builder:
-    """Builds the model column by column; the warm start is mapped onto it afterwards."""
+    """Builds the formulation column by column; the warm start is mapped onto it afterwards."""
 
     def __init__(
         self, instance: PlacementInstance, warm: PlacementPlan, options: BuildOptions
@@ -518,7 +167,9 @@ class Builder:
         self.policy = instance.policy
         self.options = options
         self.lp = LinearModel()
-        self.running = running_jobs(instance, warm, options)
+        self.running = running_jobs(
+            instance, warm, options.keep_all, options.movable, options.unkeepable
+        )
         self.tree = instance_tree(instance)
         self.levels = topology_levels(
             instance.jobs, self.tree if options.small and options.compactness else None
@@ -539,18 +190,11 @@ class Builder:
             self.by_flavor[cls.flavor].append(cls)
         self.warm = {o.job: o for o in warm.outcomes}
         self.current_free = _current_free(instance)
-        self.model = PlacementModel(
+        self.formulation = Formulation(
             self.lp, self.classes, self.coarse, {}, self.running, self.node_class, options.small, []
         )
-        self.aux = self.model.aux
-        self.kept_on_node: dict[str, Terms] = defaultdict(list)  # kept whole GPUs per node
-        self.kept_jobs_on_node: dict[str, set[int]] = defaultdict(set)  # keep columns per node
-        self.kept_share_milli: dict[tuple[str, int], Terms] = defaultdict(list)  # per GPU
-        self.share_slot_cols: dict[tuple[str, int, int], int] = {}
-        self.kept_gpus: dict[str, tuple[Terms, dict[int, set[object]]]] = {}
-        self.kept_union: dict[str, dict[tuple[int, ...], int]] = {}  # GPUs a set of keeps takes
-        self.kept_shares: dict[tuple[str, int], Terms] = defaultdict(list)
-        self.share_cols: dict[tuple[str, int], int] = {}
+        self.aux = self.formulation.aux
+        self.kept = KeptBlocking(self.lp, self.aux, self.residual)
         self.rights = Rights(instance)
         self.own_claims: dict[tuple[str, str], list[Terms]] = defaultdict(list)
         self.weights = weights(instance)
@@ -561,7 +205,6 @@ class Builder:
         self._candidates: dict[
             tuple[object, ...], dict[str | None, list[tuple[NodeClass, int]]]
         ] = {}
-        self.slot_cols: dict[tuple[str, int], int] = {}
 
     # -- bookkeeping ----------------------------------------------------------------------
     def charge(self, job: Job, flavor: str | None, col: int | None, replicas: float) -> None:
@@ -571,11 +214,11 @@ class Builder:
             key = (job.queue, flavor)
             ranked = (job.queue, flavor, job.priority)
             if col is None:
-                self.quota_const[key] += replicas * r.gpu_milli / GPU_MILLI
-                self.rank_const[ranked] += replicas * r.gpu_milli / GPU_MILLI
+                self.quota_const[key] += gpus_from_milli(replicas * r.gpu_milli)
+                self.rank_const[ranked] += gpus_from_milli(replicas * r.gpu_milli)
             else:
-                self.quota_terms[key].append((col, replicas * r.gpu_milli / GPU_MILLI))
-                self.rank_terms[ranked].append((col, replicas * r.gpu_milli / GPU_MILLI))
+                self.quota_terms[key].append((col, gpus_from_milli(replicas * r.gpu_milli)))
+                self.rank_terms[ranked].append((col, gpus_from_milli(replicas * r.gpu_milli)))
         for res, amount in (("gpu", r.gpu_milli), ("cpu", r.cpu_milli), ("memory", r.memory_mib)):
             if amount:
                 if col is None:
@@ -608,7 +251,7 @@ class Builder:
                 self.lp.offset += self.weights.value(job, count) - spread_cost
                 continue
             jv = JobVars(job)
-            self.model.jobs[key] = jv
+            self.formulation.jobs[key] = jv
             lost = lost_gpu_seconds(job, rj.placement, self.instance.now)
             stop_cost = preemption_penalty(job, lost, self.policy)
             self.lp.offset -= stop_cost
@@ -635,23 +278,23 @@ class Builder:
                 for replica in rj.placement.replicas:
                     if job.resources.fractional and replica.node in self.residual:
                         for g in replica.gpus:
-                            self.kept_share_milli[(replica.node, g)].append(
+                            self.kept.share_milli[(replica.node, g)].append(
                                 (jv.keep, float(replica.gpu_milli))
                             )
-                            self.kept_jobs_on_node[replica.node].add(jv.keep)
-                    blocked = self._blocked_gpus(replica)
+                            self.kept.jobs_on_node[replica.node].add(jv.keep)
+                    blocked = self.kept.blocked_gpus(replica)
                     if not blocked:
                         continue
                     if job.resources.fractional:
                         # A kept share takes a GPU that whole-GPU replicas could have had.
                         for g in replica.gpus:
-                            self.kept_shares[(replica.node, g)].append((jv.keep, 1.0))
-                            self.kept_jobs_on_node[replica.node].add(jv.keep)
+                            self.kept.shares[(replica.node, g)].append((jv.keep, 1.0))
+                            self.kept.jobs_on_node[replica.node].add(jv.keep)
                     else:
                         whole_on[replica.node] += round(blocked)
                 for node_name, gpus in whole_on.items():
-                    self.kept_on_node[node_name].append((jv.keep, float(gpus)))
-                    self.kept_jobs_on_node[node_name].add(jv.keep)
+                    self.kept.on_node[node_name].append((jv.keep, float(gpus)))
+                    self.kept.jobs_on_node[node_name].add(jv.keep)
                 self.charge(job, None if exempt else rj.placement.flavor, jv.keep, count)
             outcome = self.warm.get(key)
             moved_by_warm = outcome is not None and outcome.status is OutcomeStatus.MOVED
@@ -690,7 +333,7 @@ class Builder:
             assert fq is not None
             terms = self.quota_terms.get((queue_name, flavor), [])
             const = self.quota_const.get((queue_name, flavor), 0.0)
-            nominal = fq.nominal / GPU_MILLI
+            nominal = gpus_from_milli(fq.nominal)
             most = const + sum(v for _, v in terms if v > 0) - nominal
             if most <= 0 or not terms:
                 continue
@@ -921,7 +564,7 @@ class Builder:
                 singles.append((cls, cap))
         kept = self._rank_domains(job, level, by_domain)
         if len(kept) < len(by_domain):
-            self.model.pruned.append(key)
+            self.formulation.pruned.append(key)
             out += self._escapes(
                 jv, [d for d in by_domain if d not in set(kept)], by_domain, choices
             )
@@ -1008,7 +651,7 @@ class Builder:
         for kid, cap in caps.items():
             target = self.coarse[kid]
             e = self.lp.var(f"escape__{job.key}__{target.name}", 0, 1)
-            self.model.escapes.append(e)
+            self.formulation.escapes.append(e)
             jv.escapes.append(e)
             choices.append((e, 1.0))
             if job.smallest_gang < job.replicas:
@@ -1020,7 +663,7 @@ class Builder:
                     [(x, 1.0), (e, -float(job.replicas))],
                     upper=0,
                 )
-                self.model.escapes.append(x)
+                self.formulation.escapes.append(x)
                 jv.escapes.append(x)
                 out.append(Entry(x, target, True))
             else:
@@ -1096,13 +739,13 @@ class Builder:
             if queue is None or fq is None:
                 continue
             tag = f"{queue_name}__{flavor}"
-            nominal = fq.nominal / GPU_MILLI
+            nominal = gpus_from_milli(fq.nominal)
             if queue.cohort is None:
                 lp.row(f"quota__{tag}", terms, upper=nominal - const)
             else:
                 if fq.ceiling is not None:
-                    lp.row(f"quota__{tag}", terms, upper=fq.ceiling / GPU_MILLI - const)
-                guaranteed = fq.guaranteed / GPU_MILLI
+                    lp.row(f"quota__{tag}", terms, upper=gpus_from_milli(fq.ceiling) - const)
+                guaranteed = gpus_from_milli(fq.guaranteed)
                 pkey = (queue.cohort, flavor)
                 if guaranteed <= 0:
                     pools[pkey] += terms
@@ -1120,7 +763,7 @@ class Builder:
             self.add_nominal(queue_name, flavor, nominal, tag)
         for (cohort, flavor), terms in pools.items():
             pool = sum(
-                (fq.nominal - fq.guaranteed) / GPU_MILLI
+                gpus_from_milli(fq.nominal - fq.guaranteed)
                 for q in self.queues.values()
                 if q.cohort == cohort
                 for fq in q.quotas
@@ -1145,12 +788,12 @@ class Builder:
             b = self.lp.var(name, 0, nominal, cost=rate, integer=False)
             self.lp.row(name, [(b, 1.0), *((c, -v) for c, v in terms)], upper=const)
             self.aux.append((b, terms, const, "min", nominal))
-            self.model.nominal[b] = (queue_name, flavor, priority)
+            self.formulation.nominal[b] = (queue_name, flavor, priority)
 
     def add_fairness(self) -> None:
         capacity = capacity_vector(self.instance.nodes)
         rate = fairness_penalty_per_share(self.instance)
-        targets = fair_targets(self.instance.queues, self.instance.jobs, capacity)
+        targets = instance_fair_targets(self.instance)
         for target in targets.values():
             cap = capacity[target.resource]
             terms = [
@@ -1165,183 +808,7 @@ class Builder:
             )
             self.aux.append((short, terms, const, "short", target.share))
 
-    def _blocked_gpus(self, replica: ReplicaPlacement) -> float:
-        """GPUs of a kept replica that would otherwise be whole and free (shares: their part)."""
-        free = self.residual.get(replica.node)
-        if free is None:
-            return 0.0
-        whole = [
-            g for g in replica.gpus if 0 <= g < len(free.gpu_free) and free.gpu_free[g] == GPU_MILLI
-        ]
-        return len(whole) * replica.gpu_milli / GPU_MILLI
-
-    def _share_col(self, node: str, g: int) -> int:
-        """1 when some kept share sits on GPU g of `node` (a GPU that is otherwise whole)."""
-        col = self.share_cols.get((node, g))
-        if col is None:
-            keeps = self.kept_shares[(node, g)]
-            if len({c for c, _ in keeps}) == 1:
-                # One job's shares: the GPU is taken exactly when that job stays.
-                self.share_cols[(node, g)] = keeps[0][0]
-                return keeps[0][0]
-            col = self.lp.var(f"shared_gpu__{node}__{g}", 0, 1)
-            for c, _ in keeps:
-                self.lp.row(f"shared_gpu__{node}__{g}", [(col, 1.0), (c, -1.0)], lower=0)
-            self.aux.append((col, keeps, 0.0, "max", 0.0))
-            self.share_cols[(node, g)] = col
-        return col
-
-    def _kept_gpu_terms(self, node: str) -> tuple[Terms, dict[int, set[object]]]:
-        """Whole GPUs that kept movable jobs take on `node`: their whole GPUs, and each
-        otherwise whole GPU that a kept share sits on; and, per keep column, those GPUs."""
-        found = self.kept_gpus.get(node)
-        if found is None:
-            terms = list(self.kept_on_node.get(node, ()))
-            own: dict[int, set[object]] = defaultdict(set)
-            for c, v in terms:
-                own[c].update((c, i) for i in range(round(v)))
-            free = self.residual.get(node)
-            for g in range(len(free.gpu_free) if free is not None else 0):
-                keeps = self.kept_shares.get((node, g))
-                if keeps:
-                    terms.append((self._share_col(node, g), 1.0))
-                    for c, _ in keeps:
-                        own[c].add(g)
-            found = self.kept_gpus[node] = (terms, own)
-        return found
-
-    def _exact_blocking(
-        self, name: str, col: int, keeps: list[int], blocked: Callable[[list[int]], int]
-    ) -> None:
-        """col >= blocked(S) whenever every keep of S stays, for the sets S of kept jobs on one
-        node (all of them up to four jobs; else each job, each pair and all): with the keeps
-        integral, col is then exactly what they block, so fixing jobs keeps the rows feasible."""
-        n = len(keeps)
-        if n <= 4:
-            masks = list(range(1, 1 << n))
-        else:
-            masks = [1 << i for i in range(n)]
-            masks += [1 << i | 1 << j for i in range(n) for j in range(i + 1, n)]
-            masks.append((1 << n) - 1)
-        value: dict[int, int] = {}
-
-        def of(mask: int) -> int:
-            if mask not in value:
-                value[mask] = blocked([k for i, k in enumerate(keeps) if mask >> i & 1])
-            return value[mask]
-
-        for mask in masks:
-            b = of(mask)
-            bits = [1 << i for i in range(n) if mask >> i & 1]
-            if b <= 0 or (len(bits) > 1 and any(of(mask ^ bit) >= b for bit in bits)):
-                continue  # a smaller set's row is as strong
-            self.lp.row(
-                f"{name}_by",
-                [(col, 1.0), *((k, -float(b)) for i, k in enumerate(keeps) if mask >> i & 1)],
-                lower=-float(b) * (len(bits) - 1),
-            )
-
-    def kept_share_gpus(self, cls: NodeClass, rows: ClassRows) -> None:
-        """Whole GPUs a kept share occupies count against the class's whole GPUs."""
-        if not rows.whole:
-            return
-        for node in cls.nodes:
-            for g in range(node.gpus):
-                if self.kept_shares.get((node.name, g)):
-                    rows.whole.append((self._share_col(node.name, g), 1.0))
-
-    def kept_slots(self, cls: NodeClass, rows: ClassRows) -> None:
-        """Slots of s GPUs that kept movable jobs block on a node with W whole free GPUs:
-        floor(W / s) - floor((W - k) / s) = ceil((k - W mod s) / s) for k kept GPUs; and
-        at least what each kept job blocks on its own (the rows that keep the LP tight)."""
-        sizes = [s for s in rows.items if s <= cls.node_gpus]
-        for node in cls.nodes:
-            if not self.kept_jobs_on_node.get(node.name) or not self._kept_gpu_terms(node.name)[0]:
-                continue
-            whole = self.residual[node.name].whole_free_gpus
-            own = self._kept_gpu_terms(node.name)[1]
-            for size in sizes:
-                if len(own) == 1:
-                    # One kept job: it blocks exactly its own slots, when it stays.
-                    ((keep, gpus),) = own.items()
-                    blocked = whole // size - max(0, whole - len(gpus)) // size
-                    if blocked:
-                        rows.slot_use[size].append((keep, float(blocked)))
-                    continue
-                col = self.slot_cols.get((node.name, size))
-                if col is None:
-                    col = self._blocked_col(node.name, whole, size)
-                rows.slot_use[size].append((col, 1.0))
-
-    def kept_share_slots(self, cls: NodeClass, rows: ClassRows) -> None:
-        """Slots of q milli that kept shares block on GPU g with f milli free:
-        floor(f / q) - floor((f - kept) / q); at least what each kept share blocks alone."""
-        sizes = share_sizes(rows)
-        if not sizes:
-            return
-        for node in cls.nodes:
-            if not self.kept_jobs_on_node.get(node.name):
-                continue
-            free = self.residual[node.name].gpu_free
-            for g, f in enumerate(free):
-                keeps = self.kept_share_milli.get((node.name, g))
-                if not keeps:
-                    continue
-                for q in sizes:
-                    col = self.share_slot_cols.get((node.name, g, q))
-                    if col is None:
-                        col = self.lp.var(f"blocked_slots__{node.name}__{g}__{q}", 0, f // q)
-                        spare = float(f % q)
-                        self.lp.row(
-                            f"blocked_slots__{node.name}__{g}__{q}",
-                            [(col, float(q)), *((c, -v) for c, v in keeps)],
-                            lower=-spare,
-                        )
-                        own: dict[int, float] = defaultdict(float)
-                        for c, v in keeps:
-                            own[c] += v
-
-                        def lost(
-                            subset: list[int],
-                            f: int = f,
-                            q: int = q,
-                            own: dict[int, float] = own,
-                        ) -> int:
-                            taken = round(sum(own[k] for k in subset))
-                            return f // q - max(0, f - taken) // q
-
-                        self._exact_blocking(
-                            f"blocked_slots__{node.name}__{g}__{q}", col, sorted(own), lost
-                        )
-                        self.aux.append((col, keeps, -spare, "touched", float(q)))
-                        self.share_slot_cols[(node.name, g, q)] = col
-                    rows.share_blocked[q].append((col, 1.0))
-
-    def _blocked_col(self, node: str, whole: int, size: int) -> int:
-        kept, own = self._kept_gpu_terms(node)
-        col = self.lp.var(f"blocked__{node}__{size}", 0, whole // size)
-        spare = float(whole % size)
-        self.lp.row(
-            f"blocked__{node}__{size}",
-            [(col, float(size)), *((c, -v) for c, v in kept)],
-            lower=-spare,
-        )
-
-        memo = self.kept_union.setdefault(node, {})
-
-        def lost(subset: list[int]) -> int:
-            key = tuple(subset)
-            taken = memo.get(key)
-            if taken is None:
-                taken = memo[key] = len(set().union(*(own[k] for k in subset)))
-            return whole // size - max(0, whole - taken) // size
-
-        self._exact_blocking(f"blocked__{node}__{size}", col, sorted(own), lost)
-        self.aux.append((col, kept, -spare, "touched", float(size)))
-        self.slot_cols[(node, size)] = col
-        return col
-
-    def build(self) -> PlacementModel:
+    def build(self) -> Formulation:
         self.add_running()
         for job in self.instance.jobs:
             if job.key in self.running:
@@ -1349,15 +816,15 @@ class Builder:
             jv = JobVars(job)
             self.add_placement(jv, 0.0)
             if jv.place >= 0:
-                self.model.jobs[job.key] = jv
+                self.formulation.jobs[job.key] = jv
         fine = [(self.classes[cid], rows) for cid, rows in self.fine_rows.items() if rows.fresh]
         coarse = [(self.coarse[kid], rows) for kid, rows in self.coarse_rows.items() if rows.fresh]
         if self.options.small:
             coarse = []
         for cls, rows in fine + coarse:
-            self.kept_slots(cls, rows)
-            self.kept_share_gpus(cls, rows)
-            self.kept_share_slots(cls, rows)
+            self.kept.slot_rows(cls, rows)
+            self.kept.share_gpu_rows(cls, rows)
+            self.kept.share_slot_rows(cls, rows)
         frag = self.policy.fragmentation_weight
         for cls, rows in fine:
             emit_class_rows(self.lp, cls, rows, frag if self.options.small else 0.0, self.aux)
@@ -1367,103 +834,11 @@ class Builder:
         self.add_never_borrow()
         if self.policy.fairness_weight:
             self.add_fairness()
-        return self.model
+        return self.formulation
 
 
-def build(
-    instance: PlacementInstance, warm: PlacementPlan, options: BuildOptions
-) -> PlacementModel:
+def build(instance: PlacementInstance, warm: PlacementPlan, options: BuildOptions) -> Formulation:
     return Builder(instance, warm, options).build()
-
-
-def warm_values(
-    model: PlacementModel, instance: PlacementInstance, plan: PlacementPlan
-) -> list[float] | None:
-    """The plan as column values of the model; None if the model cannot express it."""
-    lp = model.lp
-    x = [0.0] * lp.num_cols
-    nodes = {n.name: n for n in instance.nodes}
-    outcomes = {o.job: o for o in plan.outcomes}
-    for key, jv in model.jobs.items():
-        o = outcomes.get(key)
-        if o is None or not o.running:
-            continue
-        if o.status is OutcomeStatus.KEPT:
-            if jv.keep < 0:
-                return None
-            x[jv.keep] = 1.0
-            continue
-        if jv.place < 0 or o.flavor not in jv.flavor:
-            return None
-        x[jv.place] = 1.0
-        x[jv.flavor[o.flavor]] = 1.0
-        if jv.replicas >= 0:
-            x[jv.replicas] = float(len(o.replicas))
-        per_class: dict[int, int] = defaultdict(int)
-        hosts: dict[int, set[str]] = defaultdict(set)
-        for r in o.replicas:
-            cid = model.node_class.get(r.node)
-            if cid is None:
-                return None
-            per_class[cid] += 1
-            hosts[cid].add(r.node)
-        option = "loose"
-        if jv.level is not None:
-            domains = {nodes[r.node].domain(jv.level) for r in o.replicas}
-            one_node = len({r.node for r in o.replicas}) == 1
-            first = next(iter(per_class))
-            slot = first if model.small else -1 - model.classes[first].coarse
-            domain = next(iter(domains)) if len(domains) == 1 else None
-            if domain is not None and (o.flavor, domain) in jv.domain:
-                x[jv.domain[(o.flavor, domain)]] = 1.0
-                option = "domain"
-            elif one_node and slot in jv.single:
-                x[jv.single[slot]] = 1.0
-                if slot in jv.single_replicas:
-                    x[jv.single_replicas[slot]] = float(len(o.replicas))
-                option = "single"
-            elif jv.spread >= 0:
-                x[jv.spread] = 1.0
-            else:
-                return None
-        if option == "loose":
-            for cid, count in per_class.items():
-                kid = model.classes[cid].coarse
-                if kid in jv.per_coarse:
-                    x[jv.per_coarse[kid]] += count
-                elif cid in jv.per_class:
-                    x[jv.per_class[cid]] += count
-                else:
-                    return None
-        elif option == "domain":
-            chosen = set(jv.domain.values())
-            for cid, count in per_class.items():
-                col = jv.per_class.get(cid)
-                if col is None:
-                    return None
-                if col not in chosen:
-                    x[col] += count
-        for cid, held in hosts.items():
-            kid = model.classes[cid].coarse
-            if cid in jv.holds:
-                x[jv.holds[cid]] += len(held)
-            elif -1 - kid in jv.holds:
-                x[jv.holds[-1 - kid]] += len(held)
-    for col, terms, const, kind, param in model.aux:
-        used = const + sum(x[c] * v for c, v in terms)
-        if kind == "excess":
-            x[col] = max(0.0, used - param)
-        elif kind == "min":
-            x[col] = max(0.0, min(param, used))
-        elif kind == "short":
-            x[col] = max(0.0, param - used)
-        elif kind == "touched":
-            x[col] = max(lp.col_lower[col], float(math.ceil(used / param - 1e-9)))
-        elif kind == "max":
-            x[col] = max((x[c] for c, _ in terms), default=0.0)
-        elif kind == "over":
-            x[col] = 1.0 if used > param + 1e-9 else 0.0
-    return x
 
 
 def job_columns(jv: JobVars) -> list[int]:
