@@ -47,6 +47,9 @@ SIZES = {
     "S": SynthSize("S", 64, 300, 4),
     "M": SynthSize("M", 512, 2000, 12),
     "L": SynthSize("L", 1250, 5000, 24),
+    # Ten and twenty times L: the sizes the decomposed solve (engine.placement.decompose) is for.
+    "XL": SynthSize("XL", 12_500, 50_000, 96),
+    "XXL": SynthSize("XXL", 25_000, 100_000, 192),
 }
 
 PRIORITIES = (PriorityClass("low", 100), PriorityClass("normal", 500), PriorityClass("high", 900))

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Collection
 
 from engine.errors import UsageError
+from engine.placement.decompose import DecomposedPlacer, should_decompose
 from engine.placement.greedy import GreedyPlacer
 from engine.placement.milp import MilpPlacer
 from engine.placement.plan import PlacementInstance, PlacementPlan, Placer
@@ -24,7 +25,12 @@ def placer(name: str) -> Placer:
 
 
 def solve(instance: PlacementInstance, solver: str | None = None) -> PlacementPlan:
-    return placer(solver or instance.policy.solver).solve(instance)
+    """The plan of the instance; a MILP solver on a very large instance solves it in parts
+    (engine.placement.decompose)."""
+    chosen = placer(solver or instance.policy.solver)
+    if isinstance(chosen, MilpPlacer) and should_decompose(instance):
+        return DecomposedPlacer(chosen.backend).solve(instance)
+    return chosen.solve(instance)
 
 
 def solve_changed(
@@ -34,6 +40,8 @@ def solve_changed(
     decided, every other job runs or waits on. None for a solver without one (greedy
     re-places everything, and costs little doing it)."""
     chosen = placer(solver or instance.policy.solver)
+    if isinstance(chosen, MilpPlacer) and should_decompose(instance):
+        return DecomposedPlacer(chosen.backend).solve_incremental(instance, changed)
     if isinstance(chosen, MilpPlacer):
         return chosen.solve_incremental(instance, changed)
     return None
