@@ -191,9 +191,7 @@ def split_quotas(
             nominal = _split(fq.nominal, used, weight)
             over = [max(0, u - n) for u, n in zip(used, nominal, strict=True)]
             borrowing = (
-                None
-                if fq.borrowing_limit is None
-                else _split(fq.borrowing_limit, over, weight)
+                None if fq.borrowing_limit is None else _split(fq.borrowing_limit, over, weight)
             )
             lending: list[int | None] = [None] * count
             if fq.lending_limit is not None:
@@ -232,10 +230,10 @@ def partition(
     for key in sorted(instance.current):
         job = jobs.get(key)
         placement = instance.current[key]
-        parts = {node_part[r.node] for r in placement.replicas if r.node in node_part}
-        if job is None or not parts:
+        homes = {node_part[r.node] for r in placement.replicas if r.node in node_part}
+        if job is None or not homes:
             continue
-        k = min(parts)
+        k = min(homes)
         job_part[key] = k
         if placement.flavor is not None and not quota_exempt(job, OutcomeStatus.KEPT):
             running_use[(job.queue, placement.flavor)][k] += _usage(job, placement)
@@ -255,16 +253,14 @@ def partition(
     demand: dict[str, list[float]] = defaultdict(lambda: [0.0] * count)
     eligible_cache: dict[tuple[object, ...], list[tuple[int, float]]] = {}
     waiting = [
-        j
-        for j in instance.jobs
-        if j.key not in job_part and (assign is None or j.key in assign)
+        j for j in instance.jobs if j.key not in job_part and (assign is None or j.key in assign)
     ]
     order = list(range(len(waiting)))
     rng.shuffle(order)
     for i in order:
         job = waiting[i]
-        key = (job.resources, job.isolation, job.residency, job.gpu_flavors, job.replicas)
-        options = eligible_cache.get(key)
+        shape = (job.resources, job.isolation, job.residency, job.gpu_flavors, job.replicas)
+        options = eligible_cache.get(shape)
         if options is None:
             options = []
             for k in live:
@@ -275,7 +271,7 @@ def partition(
                         gpus += kind_gpus[k][sig]
                 if gpus:
                     options.append((k, gpus))
-            eligible_cache[key] = options
+            eligible_cache[shape] = options
         if not options:
             options = [(k, 1.0) for k in live]
         size = gpu_value(job, job.replicas)
@@ -294,7 +290,9 @@ def partition(
             nodes=tuple(members[k]),
             queues=tuple(split[k]),
             jobs=tuple(by_part[k]),
-            current={j.key: instance.current[j.key] for j in by_part[k] if j.key in instance.current},
+            current={
+                j.key: instance.current[j.key] for j in by_part[k] if j.key in instance.current
+            },
             # The parts' own weights: past WEIGHT_RANGE (every instance this large) they
             # depend on the priority classes alone, so they equal the whole's; a basis
             # would carry the whole instance into every worker.
@@ -429,13 +427,16 @@ class DecomposeReport:
 class DecomposedPlacer:
     """The MILP placer over parts of the instance (module docstring); `workers` parts at once."""
 
-    def __init__(self, backend: str, workers: int | None = None) -> None:
+    def __init__(self, backend: str, workers: int | None = None, parts: int | None = None) -> None:
         self.backend = backend
+        self.parts = parts  # None: one part per PART_NODES schedulable nodes
         self.name = backend
         self.workers = workers if workers is not None else min(2, os.cpu_count() or 1)
         self.last_report: DecomposeReport | None = None
 
     def parts_for(self, instance: PlacementInstance) -> int:
+        if self.parts is not None:
+            return self.parts
         schedulable = sum(1 for n in instance.nodes if n.schedulable)
         return max(2, math.ceil(schedulable / PART_NODES))
 
@@ -475,12 +476,15 @@ class DecomposedPlacer:
             for r in p.replicas:
                 if r.node in node_part:
                     used[node_part[r.node]] += r.gpu_milli * len(r.gpus)
-        free = [sum(n.gpus * GPU_MILLI for n in m if n.schedulable) - used[k] for k, m in enumerate(members)]
+        free = [
+            sum(n.gpus * GPU_MILLI for n in m if n.schedulable) - used[k]
+            for k, m in enumerate(members)
+        ]
         wanted = max(1, math.ceil(len(fresh) / INCREMENTAL_PART_JOBS))
         active = sorted(range(count), key=lambda k: (-free[k], k))[:wanted]
         cut = partition(instance, count, active=active, assign=fresh)
         phases.append(("partition", round(time.perf_counter() - started, 3)))
-        args = []
+        args: list[tuple[PlacementInstance, str, str, tuple[str, ...] | None]] = []
         for k in active:
             sub = cut.parts[k]
             mine = tuple(key for key in fresh if cut.job_part.get(key) == k)
@@ -495,9 +499,9 @@ class DecomposedPlacer:
                 full.append(solved[k])
                 continue
             outcomes = tuple(
-                JobOutcome(j.key, OutcomeStatus.KEPT, p.flavor, p.replicas)
+                JobOutcome(j.key, OutcomeStatus.KEPT, run.flavor, run.replicas)
                 for j in cut.parts[k].jobs
-                if (p := instance.current.get(j.key)) is not None
+                if (run := instance.current.get(j.key)) is not None
             )
             full.append(PlacementPlan(outcomes, SolveStats(self.backend, "optimal", 0.0)))
         waiting = tuple(
@@ -548,15 +552,9 @@ class DecomposedPlacer:
         left = max(1.0, instance.policy.time_limit_s - (time.perf_counter() - started))
         bound = None if incremental else fluid_bound(instance, left)
         phases.append(("bound", round(time.perf_counter() - started, 3)))
-        gap = (
-            None
-            if bound is None
-            else max(0.0, (bound - objective) / max(abs(bound), 1e-9))
-        )
+        gap = None if bound is None else max(0.0, (bound - objective) / max(abs(bound), 1e-9))
         status = (
-            "optimal"
-            if gap is not None and gap <= instance.policy.gap_tolerance
-            else "feasible"
+            "optimal" if gap is not None and gap <= instance.policy.gap_tolerance else "feasible"
         )
         if incremental and all(p.stats.status == "optimal" for p in plans):
             status = "optimal"
@@ -566,8 +564,7 @@ class DecomposedPlacer:
             part_nodes=tuple(len(p.nodes) for p in cut.parts),
             part_jobs=tuple(len(p.jobs) for p in cut.parts),
             part_gaps_pct=tuple(
-                None if plans[k].stats.gap is None else round(100 * plans[k].stats.gap, 3)
-                for k in (solved if not incremental else range(len(plans)))
+                None if (g := plans[k].stats.gap) is None else round(100 * g, 3) for k in solved
             ),
             phases=tuple(phases),
             bound="fluid LP (whole instance, packing dropped)" if not incremental else "none",

@@ -2,13 +2,16 @@
 (BENCHMARKS.md §2), the MILP and the greedy baseline side by side, both checked.
 
 The Policy of each size asks for the goal's gap within the goal's time (S: gap 0,
-M: 1% in 10 s, L: 2% in 30 s); `--incremental` then adds 50 jobs to the solved L
-cluster and re-solves only what changed.
+M: 1% in 10 s, L: 2% in 30 s, XL: 2% in 60 s, XXL: 2% in 120 s); `--incremental`
+then adds 50 jobs to the solved cluster and re-solves only what changed. XL and XXL
+are solved as the product solves them, in parts (engine.placement.decompose), and
+report the peak memory of the process and its workers.
 """
 
 from __future__ import annotations
 
 import json
+import resource
 import time
 from dataclasses import replace
 from typing import Any
@@ -17,6 +20,7 @@ import click
 
 from engine.model import GPU_MILLI, Policy
 from engine.placement.check import check_plan
+from engine.placement.decompose import DecomposedPlacer, should_decompose
 from engine.placement.greedy import GreedyPlacer
 from engine.placement.milp import MilpPlacer
 from engine.placement.plan import OutcomeStatus, PlacementInstance, PlacementPlan
@@ -25,7 +29,13 @@ from gitsched.options import fail, format_option
 from gitsched.render import table
 from simulation.synth import SIZES, synth_instance, with_new_jobs
 
-GOALS = {"S": (0.0, 60.0), "M": (0.01, 10.0), "L": (0.02, 30.0)}  # gap, time limit
+GOALS = {  # gap, time limit
+    "S": (0.0, 60.0),
+    "M": (0.01, 10.0),
+    "L": (0.02, 30.0),
+    "XL": (0.02, 60.0),
+    "XXL": (0.02, 120.0),
+}
 NEW_JOBS = 50
 
 
@@ -110,10 +120,14 @@ def command(
     started = time.perf_counter()
     instance = synth_instance(size, seed, policy)
     built = time.perf_counter() - started
-    placer = MilpPlacer(solver)
+    placer: MilpPlacer | DecomposedPlacer = (
+        DecomposedPlacer(solver) if should_decompose(instance) else MilpPlacer(solver)
+    )
     t = time.perf_counter()
+    cpu = _cpu_seconds()
     plan = placer.solve(instance)
     milp_seconds = time.perf_counter() - t
+    milp_cpu = _cpu_seconds() - cpu
     t = time.perf_counter()
     greedy = GreedyPlacer().solve(instance)
     greedy_seconds = time.perf_counter() - t
@@ -133,7 +147,10 @@ def command(
         "milp": _side(instance, plan, milp_seconds),
         "greedy": _side(instance, greedy, greedy_seconds),
         "phases_seconds": dict(placer.last_report.phases) if placer.last_report else {},
+        "milp_cpu_seconds": round(milp_cpu, 2),
     }
+    if isinstance(placer, DecomposedPlacer) and placer.last_report is not None:
+        result["decomposed"] = _decomposed(placer)
     result["looser_than_greedy"] = _looser(result["milp"], result["greedy"])
     result["better_by"] = round(plan.stats.objective - greedy.stats.objective, 2)
     result["better_by_pct"] = round(
@@ -144,6 +161,7 @@ def command(
     )
     if incremental:
         result["incremental"] = _incremental(instance, plan, placer, seed)
+    result["peak_rss_mib"] = _peak_rss_mib()
     if fmt == "json":
         click.echo(json.dumps(result, indent=2))
     else:
@@ -153,6 +171,37 @@ def command(
     )
     if not all(s["checked"] for s in sides):
         fail("check.py found problems: " + "; ".join(p for s in sides for p in s["problems"]))
+
+
+def _cpu_seconds() -> float:
+    """CPU time of this process and its finished workers (the machine may be shared)."""
+    own, workers = (
+        resource.getrusage(resource.RUSAGE_SELF),
+        resource.getrusage(resource.RUSAGE_CHILDREN),
+    )
+    return own.ru_utime + own.ru_stime + workers.ru_utime + workers.ru_stime
+
+
+def _peak_rss_mib() -> dict[str, float]:
+    """Peak resident memory of this process and of its largest worker (Linux: KiB)."""
+    return {
+        "process": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        "largest_worker": round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024, 1),
+    }
+
+
+def _decomposed(placer: DecomposedPlacer) -> dict[str, Any]:
+    report = placer.last_report
+    assert report is not None
+    return {
+        "parts": report.parts,
+        "workers": placer.workers,
+        "part_nodes": list(report.part_nodes),
+        "part_jobs": list(report.part_jobs),
+        "part_gaps_pct": list(report.part_gaps_pct),
+        "bound": report.bound,
+        "fell_back": report.fell_back,
+    }
 
 
 def _looser(milp: dict[str, Any], greedy: dict[str, Any]) -> dict[str, int]:
@@ -170,7 +219,10 @@ def _looser(milp: dict[str, Any], greedy: dict[str, Any]) -> dict[str, int]:
 
 
 def _incremental(
-    instance: PlacementInstance, plan: PlacementPlan, placer: MilpPlacer, seed: int
+    instance: PlacementInstance,
+    plan: PlacementPlan,
+    placer: MilpPlacer | DecomposedPlacer,
+    seed: int,
 ) -> dict[str, Any]:
     """The solved cluster a moment later, 50 jobs more: only they (and what they may preempt) move."""
     running = {k: replace(p, started_at=instance.now) for k, p in plan.placements().items()}
@@ -194,6 +246,9 @@ def _incremental(
         "greedy": (greedy_side := _side(later, greedy, greedy_seconds)),
         "looser_than_greedy": _looser(milp_side, greedy_side),
         "phases_seconds": dict(placer.last_report.phases) if placer.last_report else {},
+        "solved_parts": placer.last_report.solved_parts
+        if isinstance(placer, DecomposedPlacer) and placer.last_report
+        else None,
     }
 
 
@@ -272,6 +327,18 @@ def _text(r: dict[str, Any]) -> str:
             table(cols, [row("milp", inc["milp"]), row("greedy", inc["greedy"])]),
             "phases (s): " + ", ".join(f"{k} {v}" for k, v in inc["phases_seconds"].items()),
         ]
+    dec = r.get("decomposed")
+    if dec:
+        gaps = [g for g in dec["part_gaps_pct"] if g is not None]
+        lines.append(
+            f"decomposed: {dec['parts']} parts ({min(dec['part_nodes'])}-{max(dec['part_nodes'])} "
+            f"nodes), {dec['workers']} at once; part gaps {min(gaps, default=0):g}-"
+            f"{max(gaps, default=0):g}%; gap against the {dec['bound']}"
+        )
+    lines.append(
+        f"MILP CPU {r['milp_cpu_seconds']} s; peak RSS {r['peak_rss_mib']['process']} MiB "
+        f"(largest worker {r['peak_rss_mib']['largest_worker']} MiB)"
+    )
     lines.append(
         "every plan checked by check.py: "
         + ("ok" if all(s["checked"] for s in (r["milp"], r["greedy"])) else "PROBLEMS")

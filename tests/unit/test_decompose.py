@@ -30,7 +30,9 @@ def tiny(nodes: int = 36, jobs: int = 90, seed: int = 1, gap: float = 0.0) -> Pl
     qs = synth_queues(8, ns, rng)
     js = synth_jobs(jobs, qs, rng)
     policy = Policy(solver="highs", gap_tolerance=gap, time_limit_s=30.0)
-    early = PlacementInstance(CLUSTER, tuple(ns), tuple(qs), tuple(js[: jobs // 3]), {}, policy, NOW)
+    early = PlacementInstance(
+        CLUSTER, tuple(ns), tuple(qs), tuple(js[: jobs // 3]), {}, policy, NOW
+    )
     current = GreedyPlacer().solve(early).placements()
     return PlacementInstance(CLUSTER, tuple(ns), tuple(qs), tuple(js), current, policy, NOW)
 
@@ -56,7 +58,12 @@ def test_partition_covers_everything_once_and_quotas_add_up() -> None:
             assert cut.job_part[key] == k
     for q in instance.queues:
         for fq in q.quotas:
-            pieces = [p.queue(q.name).quota(fq.flavor) for p in cut.parts]  # type: ignore[union-attr]
+            pieces = []
+            for part in cut.parts:
+                queue = part.queue(q.name)
+                piece = queue.quota(fq.flavor) if queue else None
+                assert piece is not None
+                pieces.append(piece)
             assert sum(x.nominal for x in pieces) == fq.nominal
             assert sum(x.guaranteed for x in pieces) == fq.guaranteed
             if fq.borrowing_limit is not None:
@@ -80,15 +87,16 @@ def test_running_jobs_keep_their_quota_in_their_part() -> None:
     instance = tiny()
     assert instance.current
     for part in partition(instance, 3).parts:
-        kept = [JobOutcome(k, OutcomeStatus.KEPT, p.flavor, p.replicas) for k, p in part.current.items()]
+        kept = [
+            JobOutcome(k, OutcomeStatus.KEPT, p.flavor, p.replicas) for k, p in part.current.items()
+        ]
         assert not quota_violations(part, kept)
 
 
 def test_decomposed_plan_is_legal_and_its_bound_holds() -> None:
     instance = tiny()
-    placer = DecomposedPlacer("highs", workers=1)
     decompose_parts = 3
-    placer.parts_for = lambda _instance: decompose_parts  # type: ignore[method-assign]
+    placer = DecomposedPlacer("highs", workers=1, parts=decompose_parts)
     plan = placer.solve(instance)
     assert check_plan(instance, plan) == []
     assert plan.stats.solver == "highs/decomposed"
@@ -121,8 +129,7 @@ def test_incremental_touches_only_the_parts_that_take_new_jobs() -> None:
         replace(j, name=f"new{i}") for i, j in enumerate(synth_jobs(5, list(instance.queues), rng))
     ]
     later = replace(instance, jobs=(*instance.jobs, *fresh), current=running)
-    placer = DecomposedPlacer("highs", workers=1)
-    placer.parts_for = lambda _instance: 3  # type: ignore[method-assign]
+    placer = DecomposedPlacer("highs", workers=1, parts=3)
     plan = placer.solve_incremental(later, [j.key for j in fresh])
     assert check_plan(later, plan) == []
     assert placer.last_report is not None and placer.last_report.solved_parts == 1
