@@ -35,13 +35,14 @@ import os
 import random
 import time
 from collections import defaultdict
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
 from multiprocessing import get_context
 
 from engine.model import GPU_MILLI, FlavorQuota, Isolation, Job, Node, Placement, Queue
 from engine.placement.constraints import QuotaLedger, node_rejection
+from engine.placement.greedy import GreedyPlacer
 from engine.placement.linear import LinearModel, SolveLimits, solve
 from engine.placement.milp import MilpPlacer
 from engine.placement.objective import gpu_value, plan_objective, quota_exempt, weights
@@ -73,6 +74,7 @@ class Partition:
     node_part: dict[str, int]
     job_part: dict[str, int]
     parts: tuple[PlacementInstance, ...]
+    active: tuple[int, ...]  # the parts that take waiting jobs
 
 
 def _seed(instance: PlacementInstance) -> str:
@@ -216,14 +218,36 @@ def split_quotas(
 def partition(
     instance: PlacementInstance,
     count: int,
-    active: Collection[int] | None = None,
+    active_count: int | None = None,
     assign: Collection[str] | None = None,
+    changed: Collection[str] = (),
 ) -> Partition:
     """The instance in `count` parts. Waiting jobs (or only those in `assign`, the rest left
-    out) go to parts in `active` (default: all); quota slack goes to the active parts."""
+    out) go to the active parts: all, or the `active_count` with the most free GPUs (ties:
+    lowest index) and every part where a `changed` running job runs or a running job lost
+    its node; quota slack goes to the active parts."""
     rng = random.Random(_seed(instance))
     node_part, members = _deal_nodes(instance, count, rng)
-    live = sorted(set(range(count) if active is None else active))
+    if active_count is None:
+        live = list(range(count))
+    else:
+        used = [0] * count
+        for p in instance.current.values():
+            for r in p.replicas:
+                if r.node in node_part:
+                    used[node_part[r.node]] += r.gpu_milli * len(r.gpus)
+        free = [
+            sum(n.gpus * GPU_MILLI for n in m if n.schedulable) - used[k]
+            for k, m in enumerate(members)
+        ]
+        homes = set()
+        lost = {n.name for n in instance.nodes if not n.schedulable}
+        for key in sorted(instance.current):
+            nodes = {r.node for r in instance.current[key].replicas}
+            if key in changed or not nodes <= node_part.keys() or nodes & lost:
+                homes |= {node_part[n] for n in nodes if n in node_part}
+        roomiest = sorted(range(count), key=lambda k: (-free[k], k))[:active_count]
+        live = sorted(homes | set(roomiest))
     jobs = {j.key: j for j in instance.jobs}
     job_part: dict[str, int] = {}
     running_use: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0] * count)
@@ -300,7 +324,7 @@ def partition(
         )
         for k in range(count)
     )
-    return Partition(node_part, job_part, parts)
+    return Partition(node_part, job_part, parts, tuple(live))
 
 
 def quota_violations(instance: PlacementInstance, outcomes: Sequence[JobOutcome]) -> list[str]:
@@ -455,9 +479,12 @@ class DecomposedPlacer:
             gap_tolerance=policy.gap_tolerance * PART_GAP_SHARE,
         )
         subs = [replace(p, policy=part_policy) for p in cut.parts]
-        plans = self._run([(s, self.backend, "full", None) for s in subs])
-        phases.append(("parts", round(time.perf_counter() - started, 3)))
-        return self._merge(instance, cut, plans, list(range(count)), started, phases)
+        plans, bound = self._run(
+            [(s, self.backend, "full", None) for s in subs],
+            lambda: fluid_bound(instance, max(1.0, budget)),
+        )
+        phases.append(("parts and bound", round(time.perf_counter() - started, 3)))
+        return self._merge(instance, cut, plans, list(range(count)), started, phases, bound)
 
     def solve_incremental(
         self, instance: PlacementInstance, changed: Collection[str]
@@ -469,27 +496,16 @@ class DecomposedPlacer:
         count = self.parts_for(instance)
         keys = {j.key for j in instance.jobs}
         fresh = sorted(set(changed) & keys)
-        rng = random.Random(_seed(instance))
-        node_part, members = _deal_nodes(instance, count, rng)
-        used = [0] * count
-        for p in instance.current.values():
-            for r in p.replicas:
-                if r.node in node_part:
-                    used[node_part[r.node]] += r.gpu_milli * len(r.gpus)
-        free = [
-            sum(n.gpus * GPU_MILLI for n in m if n.schedulable) - used[k]
-            for k, m in enumerate(members)
-        ]
         wanted = max(1, math.ceil(len(fresh) / INCREMENTAL_PART_JOBS))
-        active = sorted(range(count), key=lambda k: (-free[k], k))[:wanted]
-        cut = partition(instance, count, active=active, assign=fresh)
+        cut = partition(instance, count, active_count=wanted, assign=fresh, changed=fresh)
+        active = list(cut.active)
         phases.append(("partition", round(time.perf_counter() - started, 3)))
         args: list[tuple[PlacementInstance, str, str, tuple[str, ...] | None]] = []
         for k in active:
             sub = cut.parts[k]
             mine = tuple(key for key in fresh if cut.job_part.get(key) == k)
             args.append((sub, self.backend, "incremental", mine))
-        plans = self._run(args) if len(args) > 1 else [_solve_part(a) for a in args]
+        plans, _ = self._run(args, lambda: None)
         phases.append(("parts", round(time.perf_counter() - started, 3)))
         solved = dict(zip(active, plans, strict=True))
         # Every other part: its running jobs stay, its waiting jobs wait.
@@ -515,15 +531,22 @@ class DecomposedPlacer:
             if j.key not in cut.job_part
         )
         full[0] = replace(full[0], outcomes=full[0].outcomes + waiting)
-        return self._merge(instance, cut, full, active, started, phases, incremental=True)
+        return self._merge(instance, cut, full, active, started, phases, None, fresh)
 
     def _run(
-        self, args: list[tuple[PlacementInstance, str, str, tuple[str, ...] | None]]
-    ) -> list[PlacementPlan]:
+        self,
+        args: list[tuple[PlacementInstance, str, str, tuple[str, ...] | None]],
+        meanwhile: Callable[[], float | None],
+    ) -> tuple[list[PlacementPlan], float | None]:
+        """The parts' plans, in part order, `workers` at a time in worker processes, and
+        what `meanwhile` returns, worked out here while they run."""
         if self.workers <= 1 or len(args) <= 1:
-            return [_solve_part(a) for a in args]
+            plans = [_solve_part(a) for a in args]
+            return plans, meanwhile()
         with ProcessPoolExecutor(self.workers, mp_context=get_context("forkserver")) as pool:
-            return list(pool.map(_solve_part, args))
+            futures = [pool.submit(_solve_part, a) for a in args]
+            found = meanwhile()
+            return [f.result() for f in futures], found
 
     def _merge(
         self,
@@ -533,25 +556,21 @@ class DecomposedPlacer:
         solved: list[int],
         started: float,
         phases: list[tuple[str, float]],
-        incremental: bool = False,
+        bound: float | None,
+        changed: Sequence[str] | None = None,
     ) -> PlacementPlan:
+        incremental = changed is not None
         outcomes = tuple(o for p in plans for o in p.outcomes)
-        problems = quota_violations(instance, outcomes)
-        fell_back = bool(problems)
+        fell_back = bool(quota_violations(instance, outcomes))
         if fell_back:
             # Not expected (the quota split adds up); never hand out a plan that breaks one.
-            fallback = MilpPlacer(self.backend)
-            plan = (
-                fallback.solve_incremental(instance, [])
-                if incremental
-                else fallback.solve(instance)
-            )
-            outcomes = plan.outcomes
+            outcomes = (
+                MilpPlacer(self.backend).solve_incremental(instance, changed)
+                if changed is not None
+                else GreedyPlacer().solve(instance)
+            ).outcomes
         objective = plan_objective(instance, outcomes)
         phases.append(("merge", round(time.perf_counter() - started, 3)))
-        left = max(1.0, instance.policy.time_limit_s - (time.perf_counter() - started))
-        bound = None if incremental else fluid_bound(instance, left)
-        phases.append(("bound", round(time.perf_counter() - started, 3)))
         gap = None if bound is None else max(0.0, (bound - objective) / max(abs(bound), 1e-9))
         status = (
             "optimal" if gap is not None and gap <= instance.policy.gap_tolerance else "feasible"
