@@ -57,6 +57,7 @@ from engine.placement.topology import Tree
 
 # Instances with more schedulable nodes than this are decomposed (L, 1,250 nodes, is not).
 DECOMPOSE_NODES = 4000
+UNITS_PER_PART = 4  # the cut's level is the widest with this many domains per part
 PART_NODES = 640  # about M's size: solved to 1-2% in a few seconds
 INCREMENTAL_PART_JOBS = 50  # changed jobs per part an incremental solve re-decides
 MERGE_RESERVE_S = 0.15  # share of the time limit kept for partitioning, merging and the bound
@@ -94,9 +95,16 @@ def _signature(node: Node) -> tuple[object, ...]:
     )
 
 
-def _units(instance: PlacementInstance, tree: Tree) -> dict[str, list[Node]]:
-    """Nodes grouped by widest domain, with groups that a running job spans joined."""
+def _units(instance: PlacementInstance, tree: Tree, count: int) -> dict[str, list[Node]]:
+    """Nodes grouped by the widest domain that has at least UNITS_PER_PART domains per
+    part (so parts can be evened out), with groups that a running job spans joined."""
     top = len(tree.levels) - 1
+    for rank in range(top, -1, -1):
+        if len({tree.domain(n.name, rank) for n in instance.nodes}) >= UNITS_PER_PART * count:
+            top = rank
+            break
+    else:
+        top = 0
     unit_of = {n.name: "/".join(tree.domain(n.name, top)) for n in instance.nodes}
     parent = {u: u for u in sorted(set(unit_of.values()))}
 
@@ -124,9 +132,9 @@ def _deal_nodes(
     instance: PlacementInstance, count: int, rng: random.Random
 ) -> tuple[dict[str, int], list[list[Node]]]:
     """Units to `count` parts: by main flavor, in a seeded order, each to the part with the
-    fewest GPUs of that flavor so far (ties: lowest index)."""
+    fewest GPUs of that flavor so far (ties: the fewest GPUs in all, then lowest index)."""
     tree = Tree.of(instance.cluster, instance.nodes)
-    units = _units(instance, tree)
+    units = _units(instance, tree, count)
     by_flavor: dict[str, list[str]] = defaultdict(list)
     for name in sorted(units):
         gpus: dict[str, int] = defaultdict(int)
@@ -135,6 +143,7 @@ def _deal_nodes(
         by_flavor[max(sorted(gpus), key=lambda f: gpus[f])].append(name)
     node_part: dict[str, int] = {}
     members: list[list[Node]] = [[] for _ in range(count)]
+    total = [0] * count
     for flavor in sorted(by_flavor):
         names = by_flavor[flavor]
         rng.shuffle(names)
@@ -142,8 +151,10 @@ def _deal_nodes(
         names.sort(key=lambda u: -sum(n.gpus for n in units[u]))
         load = [0] * count
         for name in names:
-            k = min(range(count), key=lambda i: (load[i], i))
-            load[k] += sum(n.gpus for n in units[name])
+            k = min(range(count), key=lambda i: (load[i], total[i], i))
+            gpus = sum(n.gpus for n in units[name])
+            load[k] += gpus
+            total[k] += gpus
             for n in units[name]:
                 node_part[n.name] = k
                 members[k].append(n)

@@ -49,6 +49,11 @@ def test_partition_covers_everything_once_and_quotas_add_up() -> None:
     cut = partition(instance, 3)
     names = [n.name for p in cut.parts for n in p.nodes]
     assert sorted(names) == sorted(n.name for n in instance.nodes)
+    # Every part gets an even share of each flavor's GPUs (to one domain of the cut).
+    for flavor in ("h100", "gb200"):
+        gpus = [sum(n.gpus for n in p.nodes if n.flavor == flavor) for p in cut.parts]
+        assert max(gpus) - min(gpus) <= 72, (flavor, gpus)
+    assert all(p.nodes and p.jobs for p in cut.parts)
     keys = [j.key for p in cut.parts for j in p.jobs]
     assert sorted(keys) == sorted(j.key for j in instance.jobs)
     for k, part in enumerate(cut.parts):
@@ -149,3 +154,12 @@ def test_solvers_decompose_above_the_threshold(monkeypatch: pytest.MonkeyPatch) 
     assert check_plan(instance, plan) == []
     monkeypatch.setattr(decompose, "DECOMPOSE_NODES", 10_000)
     assert solvers.solve(instance, "highs").stats.solver == "highs"
+
+
+def test_an_edited_running_job_is_decided_in_its_own_part() -> None:
+    instance = tiny()
+    plain = partition(instance, 3, active_count=1, assign=[])
+    elsewhere = [k for k in sorted(instance.current) if plain.job_part[k] not in plain.active]
+    assert elsewhere
+    cut = partition(instance, 3, active_count=1, assign=[], changed=[elsewhere[0]])
+    assert set(cut.active) == {*plain.active, plain.job_part[elsewhere[0]]}
