@@ -152,9 +152,9 @@ def _deal_nodes(
         load = [0] * count
         for name in names:
             k = min(range(count), key=lambda i: (load[i], total[i], i))
-            gpus = sum(n.gpus for n in units[name])
-            load[k] += gpus
-            total[k] += gpus
+            size = sum(n.gpus for n in units[name])
+            load[k] += size
+            total[k] += size
             for n in units[name]:
                 node_part[n.name] = k
                 members[k].append(n)
@@ -190,17 +190,17 @@ def _split(total: int, need: Sequence[int], share: Sequence[float]) -> list[int]
 def split_quotas(
     queues: Sequence[Queue],
     running: dict[tuple[str, str], list[int]],
-    share: dict[str, list[float]],
+    share: dict[tuple[str, str], list[float]],
     count: int,
 ) -> list[list[Queue]]:
     """Each queue's quotas over `count` parts: `running[(queue, flavor)]` is what its running
-    jobs use in each part (charged to quota), `share[flavor]` how the rest is dealt."""
+    jobs use in each part (charged to quota), `share[(queue, flavor)]` how the rest is dealt."""
     out: list[list[Queue]] = [[] for _ in range(count)]
     for q in queues:
         per_part: list[list[FlavorQuota]] = [[] for _ in range(count)]
         for fq in q.quotas:
             used = running.get((q.name, fq.flavor), [0] * count)
-            weight = share.get(fq.flavor, [1.0] * count)
+            weight = share.get((q.name, fq.flavor), [1.0] * count)
             nominal = _split(fq.nominal, used, weight)
             over = [max(0, u - n) for u, n in zip(used, nominal, strict=True)]
             borrowing = (
@@ -223,6 +223,54 @@ def split_quotas(
                 )
         for k in range(count):
             out[k].append(replace(q, quotas=tuple(per_part[k])))
+    return out
+
+
+def _fill(
+    queues: Sequence[Queue],
+    running: dict[tuple[str, str], list[int]],
+    capacity: dict[str, list[float]],
+    live: Sequence[int],
+    count: int,
+    rng: random.Random,
+) -> dict[tuple[str, str], list[float]]:
+    """Where each queue's quota beyond its running jobs goes: per flavor, the parts' free
+    GPUs are filled queue after queue (cohort members next to each other), so a queue's
+    quota lands whole in one part or two, not a sliver in each: a sliver too small for
+    its jobs is quota no part can use."""
+    order = list(live)
+    rng.shuffle(order)
+    out: dict[tuple[str, str], list[float]] = {}
+    for flavor in sorted(capacity):
+        room = [0.0] * count
+        for k in live:
+            used = sum(r[k] for (q, f), r in running.items() if f == flavor)
+            room[k] = max(0.0, capacity[flavor][k] * GPU_MILLI - used)
+        wants = []
+        for q in sorted(queues, key=lambda q: (q.cohort or "~" + q.name, q.name)):
+            fq = q.quota(flavor)
+            if fq is not None:
+                used = sum(running.get((q.name, flavor), [0] * count))
+                wants.append((q.name, max(0, fq.nominal - used)))
+        total_room, total_want = sum(room), sum(w for _, w in wants)
+        if total_room <= 0 or total_want <= 0:
+            continue
+        room = [r * total_want / total_room for r in room]
+        at = 0
+        for name, want in wants:
+            got = [0.0] * count
+            left = float(want)
+            while left > 1e-9 and at < len(order):
+                k = order[at]
+                take = min(left, room[k])
+                got[k] += take
+                room[k] -= take
+                left -= take
+                if room[k] <= 1e-9:
+                    at += 1
+            if left > 1e-9:
+                got[order[-1]] += left
+            out[(name, flavor)] = got
     return out
 
 
@@ -284,7 +332,7 @@ def partition(
                 sig = _signature(n)
                 kinds[k].setdefault(sig, n)
                 kind_gpus[k][sig] += n.gpus
-    share = {f: [c[k] if k in live else 0.0 for k in range(count)] for f, c in capacity.items()}
+    share = _fill(instance.queues, running_use, capacity, live, count, rng)
     demand: dict[str, list[float]] = defaultdict(lambda: [0.0] * count)
     eligible_cache: dict[tuple[object, ...], list[tuple[int, float]]] = {}
     waiting = [
@@ -309,6 +357,14 @@ def partition(
             eligible_cache[shape] = options
         if not options:
             options = [(k, 1.0) for k in live]
+        # Where the job's queue has quota to fill, in proportion; else where it fits.
+        accepted = job.gpu_flavors or tuple(capacity)
+        room = [
+            (k, w)
+            for k, _ in options
+            if (w := sum(share.get((job.queue, f), [0.0] * count)[k] for f in accepted)) > 0
+        ]
+        options = room or options
         size = gpu_value(job, job.replicas)
         q = demand[job.queue]
         k = min(options, key=lambda o: ((q[o[0]] + size) / o[1], o[0]))[0]
