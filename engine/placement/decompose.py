@@ -33,6 +33,7 @@ from __future__ import annotations
 import math
 import os
 import random
+import resource
 import time
 from collections import defaultdict
 from collections.abc import Callable, Collection, Sequence
@@ -495,12 +496,20 @@ def fluid_bound(instance: PlacementInstance, time_limit_s: float = 30.0) -> floa
     return solution.bound
 
 
-def _solve_part(args: tuple[PlacementInstance, str, str, tuple[str, ...] | None]) -> PlacementPlan:
+def _solve_part(
+    args: tuple[PlacementInstance, str, str, tuple[str, ...] | None],
+) -> tuple[PlacementPlan, float, float]:
+    """One part's plan, the CPU seconds it took (a worker's own: the machine may be shared)
+    and the peak memory of its process so far, MiB."""
     sub, backend, mode, changed = args
+    began = time.process_time()
     placer = MilpPlacer(backend)
     if mode == "incremental" and changed is not None:
-        return placer.solve_incremental(sub, changed)
-    return placer.solve(sub)
+        plan = placer.solve_incremental(sub, changed)
+    else:
+        plan = placer.solve(sub)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
+    return plan, time.process_time() - began, peak
 
 
 @dataclass(frozen=True, slots=True)
@@ -513,6 +522,9 @@ class DecomposeReport:
     phases: tuple[tuple[str, float], ...]
     bound: str  # which bound the gap is against
     fell_back: bool = False
+    parts_cpu_seconds: float = 0.0  # the parts' solves, summed
+    in_workers: bool = False  # the parts ran in worker processes (their CPU is not this one's)
+    worker_peak_rss_mib: float = 0.0
 
 
 class DecomposedPlacer:
@@ -524,6 +536,9 @@ class DecomposedPlacer:
         self.name = backend
         self.workers = workers if workers is not None else min(2, os.cpu_count() or 1)
         self.last_report: DecomposeReport | None = None
+        self._cpu = 0.0
+        self._in_workers = False
+        self._peak = 0.0
 
     def parts_for(self, instance: PlacementInstance) -> int:
         if self.parts is not None:
@@ -607,13 +622,18 @@ class DecomposedPlacer:
     ) -> tuple[list[PlacementPlan], float | None]:
         """The parts' plans, in part order, `workers` at a time in worker processes, and
         what `meanwhile` returns, worked out here while they run."""
-        if self.workers <= 1 or len(args) <= 1:
-            plans = [_solve_part(a) for a in args]
-            return plans, meanwhile()
-        with ProcessPoolExecutor(self.workers, mp_context=get_context("forkserver")) as pool:
-            futures = [pool.submit(_solve_part, a) for a in args]
+        self._in_workers = self.workers > 1 and len(args) > 1
+        if not self._in_workers:
+            done = [_solve_part(a) for a in args]
             found = meanwhile()
-            return [f.result() for f in futures], found
+        else:
+            with ProcessPoolExecutor(self.workers, mp_context=get_context("forkserver")) as pool:
+                futures = [pool.submit(_solve_part, a) for a in args]
+                found = meanwhile()
+                done = [f.result() for f in futures]
+        self._cpu = sum(c for _, c, _ in done)
+        self._peak = max((m for _, _, m in done), default=0.0)
+        return [p for p, _, _ in done], found
 
     def _merge(
         self,
@@ -655,6 +675,9 @@ class DecomposedPlacer:
             phases=tuple(phases),
             bound="fluid LP (whole instance, packing dropped)" if not incremental else "none",
             fell_back=fell_back,
+            parts_cpu_seconds=round(self._cpu, 2),
+            in_workers=self._in_workers,
+            worker_peak_rss_mib=round(self._peak, 1),
         )
         return PlacementPlan(
             outcomes,

@@ -129,6 +129,12 @@ def command(
     plan = placer.solve(instance)
     milp_seconds = time.perf_counter() - t
     milp_cpu = _cpu_seconds() - cpu
+    if (
+        isinstance(placer, DecomposedPlacer)
+        and placer.last_report
+        and placer.last_report.in_workers
+    ):
+        milp_cpu += placer.last_report.parts_cpu_seconds
     t = time.perf_counter()
     greedy = _greedy(instance)
     greedy_seconds = time.perf_counter() - t
@@ -163,6 +169,8 @@ def command(
     if incremental:
         result["incremental"] = _incremental(instance, plan, placer, seed)
     result["peak_rss_mib"] = _peak_rss_mib()
+    if isinstance(placer, DecomposedPlacer) and placer.last_report is not None:
+        result["peak_rss_mib"]["largest_worker"] = placer.last_report.worker_peak_rss_mib
     if fmt == "json":
         click.echo(json.dumps(result, indent=2))
     else:
@@ -195,7 +203,8 @@ def _cpu_seconds() -> float:
 
 
 def _peak_rss_mib() -> dict[str, float]:
-    """Peak resident memory of this process and of its largest worker (Linux: KiB)."""
+    """Peak resident memory of this process and of its largest waited-for child (Linux: KiB;
+    the decomposed solve's workers report their own)."""
     return {
         "process": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         "largest_worker": round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024, 1),
