@@ -96,17 +96,21 @@ def _signature(node: Node) -> tuple[object, ...]:
     )
 
 
-def _units(instance: PlacementInstance, tree: Tree, count: int) -> dict[str, list[Node]]:
+def _units(instance: PlacementInstance, count: int) -> dict[str, list[Node]]:
     """Nodes grouped by the widest domain that has at least UNITS_PER_PART domains per
     part (so parts can be evened out), with groups that a running job spans joined."""
-    top = len(tree.levels) - 1
-    for rank in range(top, -1, -1):
-        if len({tree.domain(n.name, rank) for n in instance.nodes}) >= UNITS_PER_PART * count:
+    # The levels alone (a Tree's paths for 12,500 nodes cost more than the cut).
+    levels = Tree.of(instance.cluster, instance.nodes if instance.cluster is None else ()).levels
+
+    def path(node: Node, rank: int) -> str:
+        return "/".join(node.domain(lv) for lv in levels[rank:])
+
+    top = 0
+    for rank in range(len(levels) - 1, -1, -1):
+        if len({path(n, rank) for n in instance.nodes}) >= UNITS_PER_PART * count:
             top = rank
             break
-    else:
-        top = 0
-    unit_of = {n.name: "/".join(tree.domain(n.name, top)) for n in instance.nodes}
+    unit_of = {n.name: path(n, top) for n in instance.nodes}
     parent = {u: u for u in sorted(set(unit_of.values()))}
 
     def find(u: str) -> str:
@@ -134,8 +138,7 @@ def _deal_nodes(
 ) -> tuple[dict[str, int], list[list[Node]]]:
     """Units to `count` parts: by main flavor, in a seeded order, each to the part with the
     fewest GPUs of that flavor so far (ties: the fewest GPUs in all, then lowest index)."""
-    tree = Tree.of(instance.cluster, instance.nodes)
-    units = _units(instance, tree, count)
+    units = _units(instance, count)
     by_flavor: dict[str, list[str]] = defaultdict(list)
     for name in sorted(units):
         gpus: dict[str, int] = defaultdict(int)
@@ -308,7 +311,8 @@ def partition(
                 homes |= {node_part[n] for n in nodes if n in node_part}
         roomiest = sorted(range(count), key=lambda k: (-free[k], k))[:active_count]
         live = sorted(homes | set(roomiest))
-    jobs = {j.key: j for j in instance.jobs}
+    keyed = [(j.key, j) for j in instance.jobs]  # Job.key is worked out on every read
+    jobs = dict(keyed)
     job_part: dict[str, int] = {}
     running_use: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0] * count)
     for key in sorted(instance.current):
@@ -336,9 +340,7 @@ def partition(
     share = _fill(instance.queues, running_use, capacity, live, count, rng)
     demand: dict[str, list[float]] = defaultdict(lambda: [0.0] * count)
     eligible_cache: dict[tuple[object, ...], list[tuple[int, float]]] = {}
-    waiting = [
-        j for j in instance.jobs if j.key not in job_part and (assign is None or j.key in assign)
-    ]
+    waiting = [j for k, j in keyed if k not in job_part and (assign is None or k in assign)]
     order = list(range(len(waiting)))
     rng.shuffle(order)
     for i in order:
@@ -373,18 +375,20 @@ def partition(
         job_part[job.key] = k
     split = split_quotas(instance.queues, running_use, share, count)
     by_part: list[list[Job]] = [[] for _ in range(count)]
-    for j in instance.jobs:
-        if j.key in job_part:
-            by_part[job_part[j.key]].append(j)
+    for key, j in keyed:
+        if key in job_part:
+            by_part[job_part[key]].append(j)
+    homes_of: list[dict[str, Placement]] = [{} for _ in range(count)]
+    for key, _ in keyed:
+        if key in instance.current and key in job_part:
+            homes_of[job_part[key]][key] = instance.current[key]
     parts = tuple(
         replace(
             instance,
             nodes=tuple(members[k]),
             queues=tuple(split[k]),
             jobs=tuple(by_part[k]),
-            current={
-                j.key: instance.current[j.key] for j in by_part[k] if j.key in instance.current
-            },
+            current=homes_of[k],
             # The parts' own weights: past WEIGHT_RANGE (every instance this large) they
             # depend on the priority classes alone, so they equal the whole's; a basis
             # would carry the whole instance into every worker.
@@ -597,20 +601,19 @@ class DecomposedPlacer:
                 full.append(solved[k])
                 continue
             outcomes = tuple(
-                JobOutcome(j.key, OutcomeStatus.KEPT, run.flavor, run.replicas)
-                for j in cut.parts[k].jobs
-                if (run := instance.current.get(j.key)) is not None
+                JobOutcome(key, OutcomeStatus.KEPT, run.flavor, run.replicas)
+                for key, run in cut.parts[k].current.items()
             )
             full.append(PlacementPlan(outcomes, SolveStats(self.backend, "optimal", 0.0)))
         waiting = tuple(
             JobOutcome(
-                j.key,
+                key,
                 OutcomeStatus.PENDING,
                 reason="waits as at the last solve (an incremental solve changes only what changed)",
-                constraint=f"incremental__{j.key}",
+                constraint=f"incremental__{key}",
             )
-            for j in instance.jobs
-            if j.key not in cut.job_part
+            for key in (j.key for j in instance.jobs)
+            if key not in cut.job_part
         )
         full[0] = replace(full[0], outcomes=full[0].outcomes + waiting)
         return self._merge(instance, cut, full, active, started, phases, None, fresh)
