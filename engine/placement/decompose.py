@@ -77,6 +77,7 @@ class Partition:
     job_part: dict[str, int]
     parts: tuple[PlacementInstance, ...]
     active: tuple[int, ...]  # the parts that take waiting jobs
+    jobs: dict[str, Job]  # every job by key, in the instance's order (Job.key costs a format)
 
 
 def _seed(instance: PlacementInstance) -> str:
@@ -396,12 +397,18 @@ def partition(
         )
         for k in range(count)
     )
-    return Partition(node_part, job_part, parts, tuple(live))
+    return Partition(node_part, job_part, parts, tuple(live), jobs)
 
 
-def quota_violations(instance: PlacementInstance, outcomes: Sequence[JobOutcome]) -> list[str]:
-    """The whole instance's quota rules the merged plan breaks (check.py's ledger)."""
-    jobs = {j.key: j for j in instance.jobs}
+def quota_violations(
+    instance: PlacementInstance,
+    outcomes: Sequence[JobOutcome],
+    jobs: dict[str, Job] | None = None,
+) -> list[str]:
+    """The whole instance's quota rules the merged plan breaks (check.py's ledger); `jobs`:
+    the instance's jobs by key, where the caller has them."""
+    if jobs is None:
+        jobs = {j.key: j for j in instance.jobs}
     ledger = QuotaLedger(instance.queues)
     for o in outcomes:
         job = jobs.get(o.job)
@@ -580,10 +587,10 @@ class DecomposedPlacer:
         started = time.perf_counter()
         phases: list[tuple[str, float]] = []
         count = self.parts_for(instance)
-        keys = {j.key for j in instance.jobs}
-        fresh = sorted(set(changed) & keys)
-        wanted = max(1, math.ceil(len(fresh) / INCREMENTAL_PART_JOBS))
-        cut = partition(instance, count, active_count=wanted, assign=fresh, changed=fresh)
+        asked = set(changed)
+        wanted = max(1, math.ceil(len(asked) / INCREMENTAL_PART_JOBS))
+        cut = partition(instance, count, active_count=wanted, assign=asked, changed=asked)
+        fresh = sorted(asked & cut.jobs.keys())
         active = list(cut.active)
         phases.append(("partition", round(time.perf_counter() - started, 3)))
         args: list[tuple[PlacementInstance, str, str, tuple[str, ...] | None]] = []
@@ -612,7 +619,7 @@ class DecomposedPlacer:
                 reason="waits as at the last solve (an incremental solve changes only what changed)",
                 constraint=f"incremental__{key}",
             )
-            for key in (j.key for j in instance.jobs)
+            for key in cut.jobs
             if key not in cut.job_part
         )
         full[0] = replace(full[0], outcomes=full[0].outcomes + waiting)
@@ -651,7 +658,7 @@ class DecomposedPlacer:
     ) -> PlacementPlan:
         incremental = changed is not None
         outcomes = tuple(o for p in plans for o in p.outcomes)
-        fell_back = bool(quota_violations(instance, outcomes))
+        fell_back = bool(quota_violations(instance, outcomes, cut.jobs))
         if fell_back:
             # Not expected (the quota split adds up); never hand out a plan that breaks one.
             outcomes = (
