@@ -239,10 +239,11 @@ def _fill(
     count: int,
     rng: random.Random,
 ) -> dict[tuple[str, str], list[float]]:
-    """Where each queue's quota beyond its running jobs goes: per flavor, the parts' free
-    GPUs are filled queue after queue (cohort members next to each other), so a queue's
-    quota lands whole in one part or two, not a sliver in each: a sliver too small for
-    its jobs is quota no part can use."""
+    """Where each queue's quota beyond its running jobs goes: per flavor, first to the
+    parts where its cohort's running jobs borrow, then the parts' free GPUs are filled
+    queue after queue (cohort members next to each other), so a queue's quota lands
+    whole in one part or two, not a sliver in each: a sliver too small for its jobs is
+    quota no part can use."""
     order = list(live)
     rng.shuffle(order)
     out: dict[tuple[str, str], list[float]] = {}
@@ -261,10 +262,37 @@ def _fill(
         if total_room <= 0 or total_want <= 0:
             continue
         room = [r * total_want / total_room for r in room]
+        left_of = {name: float(want) for name, want in wants}
+        got_of = {name: [0.0] * count for name, _ in wants}
+        # First, where a cohort's queues run beyond their own nominal (borrowing), the
+        # lenders' quota goes to the same part, or that part's pool is short of what
+        # already runs there and its solve must preempt.
+        members: dict[str, list[Queue]] = defaultdict(list)
+        for q in queues:
+            if q.cohort is not None and q.quota(flavor) is not None:
+                members[q.cohort].append(q)
+        for cohort in sorted(members):
+            mates = sorted(members[cohort], key=lambda q: q.name)
+            for k in live:
+                short = 0.0
+                for q in mates:
+                    fq = q.quota(flavor)
+                    use = running.get((q.name, flavor), [0] * count)
+                    total = sum(use)
+                    if fq is not None and total > fq.nominal:
+                        short += use[k] * (1 - fq.nominal / total)
+                for q in mates:
+                    if short <= 1e-9:
+                        break
+                    take = min(short, left_of[q.name])
+                    got_of[q.name][k] += take
+                    left_of[q.name] -= take
+                    room[k] = max(0.0, room[k] - take)
+                    short -= take
         at = 0
-        for name, want in wants:
-            got = [0.0] * count
-            left = float(want)
+        for name, _ in wants:
+            got = got_of[name]
+            left = left_of[name]
             while left > 1e-9 and at < len(order):
                 k = order[at]
                 take = min(left, room[k])
