@@ -15,6 +15,12 @@ SOLVERS: dict[str, Placer] = {
     "highs": MilpPlacer("highs"),
     "cbc": MilpPlacer("cbc"),
 }
+# The same MILP backends over parts, for instances above decompose.DECOMPOSE_NODES (kept
+# here, like SOLVERS, so a benchmark can read the last solve's report).
+DECOMPOSED: dict[str, DecomposedPlacer] = {
+    "highs": DecomposedPlacer("highs"),
+    "cbc": DecomposedPlacer("cbc"),
+}
 
 
 def placer(name: str) -> Placer:
@@ -29,7 +35,7 @@ def solve(instance: PlacementInstance, solver: str | None = None) -> PlacementPl
     (engine.placement.decompose)."""
     chosen = placer(solver or instance.policy.solver)
     if isinstance(chosen, MilpPlacer) and should_decompose(instance):
-        return DecomposedPlacer(chosen.backend).solve(instance)
+        return DECOMPOSED[chosen.backend].solve(instance)
     return chosen.solve(instance)
 
 
@@ -41,7 +47,7 @@ def solve_changed(
     re-places everything, and costs little doing it)."""
     chosen = placer(solver or instance.policy.solver)
     if isinstance(chosen, MilpPlacer) and should_decompose(instance):
-        return DecomposedPlacer(chosen.backend).solve_incremental(instance, changed)
+        return DECOMPOSED[chosen.backend].solve_incremental(instance, changed)
     if isinstance(chosen, MilpPlacer):
         return chosen.solve_incremental(instance, changed)
     return None
