@@ -18,6 +18,7 @@ from engine.model import (
     Isolation,
     Job,
     Node,
+    Placement,
     Policy,
     PriorityClass,
     Queue,
@@ -33,6 +34,7 @@ RACK_NODES = 16  # H100 racks; a GB200 rack is one NVL72 domain of 9 eight-GPU n
 NVL72_NODES = 9
 BLOCK_RACKS = 4
 LEVELS = ("nvlink", "rack", "block")
+GREEDY_NODES = 2000  # larger sizes place their running third part by part
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +49,9 @@ SIZES = {
     "S": SynthSize("S", 64, 300, 4),
     "M": SynthSize("M", 512, 2000, 12),
     "L": SynthSize("L", 1250, 5000, 24),
+    # Ten and twenty times L: the sizes the decomposed solve (engine.placement.decompose) is for.
+    "XL": SynthSize("XL", 12_500, 50_000, 96),
+    "XXL": SynthSize("XXL", 25_000, 100_000, 192),
 }
 
 PRIORITIES = (PriorityClass("low", 100), PriorityClass("normal", 500), PriorityClass("high", 900))
@@ -198,10 +203,11 @@ def synth_jobs(count: int, queues: list[Queue], rng: random.Random) -> list[Job]
 
 
 def synth_instance(size: str, seed: int, policy: Policy | None = None) -> PlacementInstance:
-    """The instance of BENCHMARKS.md §2 for `size` (S, M, L); the first third of jobs already run.
+    """The instance of BENCHMARKS.md §2 for `size` (S, M, L, XL, XXL); the first third of
+    jobs already run.
 
     The running jobs were placed by the greedy baseline, as a cluster that has
-    been scheduled by a Kueue-like scheduler looks.
+    been scheduled by a Kueue-like scheduler looks (XL and XXL: part by part).
     """
     from engine.placement.greedy import GreedyPlacer
 
@@ -211,15 +217,25 @@ def synth_instance(size: str, seed: int, policy: Policy | None = None) -> Placem
     queues = synth_queues(spec.queues, nodes, rng)
     jobs = synth_jobs(spec.jobs, queues, rng)
     policy = policy or Policy()
-    early = jobs[: len(jobs) // 3]
-    first = GreedyPlacer().solve(
-        PlacementInstance(CLUSTER, tuple(nodes), tuple(queues), tuple(early), {}, policy, NOW)
+    early = PlacementInstance(
+        CLUSTER, tuple(nodes), tuple(queues), tuple(jobs[: len(jobs) // 3]), {}, policy, NOW
     )
+    placed: dict[str, Placement] = {}
+    if spec.nodes <= GREEDY_NODES:
+        placed = GreedyPlacer().solve(early).placements()
+    else:
+        # Greedy takes time in jobs x nodes (minutes on XL): place each part of the
+        # decomposed solve's cut, whose quota shares add up to the whole's.
+        from engine.placement.decompose import PART_NODES, partition
+
+        for part in partition(early, -(-spec.nodes // PART_NODES)).parts:
+            placed.update(GreedyPlacer().solve(part).placements())
+        placed = {j.key: placed[j.key] for j in early.jobs if j.key in placed}
     current = {
         key: replace(
             p, started_at=f"2026-11-22T{rng.randrange(0, 12):02d}:{rng.randrange(60):02d}:00+00:00"
         )
-        for key, p in first.placements().items()
+        for key, p in placed.items()
     }
     return PlacementInstance(
         cluster=CLUSTER,

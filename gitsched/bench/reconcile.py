@@ -40,8 +40,9 @@ from reconciler.loop import Reconciler
 from simulation.synth import CLUSTER, SIZES, synth_jobs, synth_nodes, synth_queues
 
 API = "gitsched.io/v1"
-GOAL_TIME = {"S": 60.0, "M": 10.0, "L": 30.0}  # the size's solve time limit, as in bench synth
-GOAL_GAP = {"S": 0.0, "M": 0.01, "L": 0.02}
+# The size's solve time limit and gap, as in bench synth.
+GOAL_TIME = {"S": 60.0, "M": 10.0, "L": 30.0, "XL": 60.0, "XXL": 120.0}
+GOAL_GAP = {"S": 0.0, "M": 0.01, "L": 0.02, "XL": 0.02, "XXL": 0.02}
 
 
 @dataclass(frozen=True, slots=True)

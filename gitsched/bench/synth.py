@@ -2,14 +2,18 @@
 (BENCHMARKS.md §2), the MILP and the greedy baseline side by side, both checked.
 
 The Policy of each size asks for the goal's gap within the goal's time (S: gap 0,
-M: 1% in 10 s, L: 2% in 30 s); `--incremental` then adds 50 jobs to the solved L
-cluster and re-solves only what changed. Every solve is the reconciler's own placement
-step (`reconciler.step.place`) on the state the instance describes, greedy's included.
+The Policy of each size asks for the goal's gap within the goal's time (S: gap 0,
+M: 1% in 10 s, L: 2% in 30 s, XL: 2% in 60 s, XXL: 2% in 120 s); `--incremental`
+then adds 50 jobs to the solved cluster and re-solves only what changed. Every solve is
+the reconciler's own placement step (`reconciler.step.place`) on the state the instance
+describes; XL and XXL are solved as the product solves them, in parts
+(engine.placement.decompose), and report the peak memory of the process and its workers.
 """
 
 from __future__ import annotations
 
 import json
+import resource
 import time
 from dataclasses import replace
 from typing import Any
@@ -19,9 +23,13 @@ import click
 from engine import events as ev
 from engine.core import placement_instance
 from engine.model import Policy
+from engine.placement import solvers
 from engine.placement.check import check_plan
+from engine.placement.decompose import DecomposedPlacer, partition, should_decompose
+from engine.placement.greedy import GreedyPlacer
 from engine.placement.milp import MilpPlacer
-from engine.placement.plan import OutcomeStatus, PlacementInstance, PlacementPlan
+from engine.placement.objective import plan_objective
+from engine.placement.plan import OutcomeStatus, PlacementInstance, PlacementPlan, SolveStats
 from engine.placement.solvers import placer
 from engine.placement.topology import GangSpan, gang_spans
 from engine.state import ClusterState, fold
@@ -33,7 +41,13 @@ from reconciler.specs import policy_of
 from reconciler.step import place
 from simulation.synth import NOW, SIZES, synth_instance, with_new_jobs
 
-GOALS = {"S": (0.0, 60.0), "M": (0.01, 10.0), "L": (0.02, 30.0)}  # gap, time limit
+GOALS = {  # gap, time limit
+    "S": (0.0, 60.0),
+    "M": (0.01, 10.0),
+    "L": (0.02, 30.0),
+    "XL": (0.02, 60.0),
+    "XXL": (0.02, 120.0),
+}
 NEW_JOBS = 50
 BUILTIN = policy_of(default_policy())
 
@@ -53,9 +67,16 @@ def _state_of(instance: PlacementInstance) -> ClusterState:
     return fold(setup, ClusterState())
 
 
-def _phases(solver: str) -> dict[str, float]:
-    chosen = placer(solver)
-    report = chosen.last_report if isinstance(chosen, MilpPlacer) else None
+def _decomposed_placer(instance: PlacementInstance, solver: str) -> DecomposedPlacer | None:
+    """The product's placer over parts, when the step solves `instance` in parts."""
+    if solver == "greedy" or not should_decompose(instance):
+        return None
+    return solvers.DECOMPOSED[solver]
+
+
+def _phases(solver: str, decomposed: DecomposedPlacer | None = None) -> dict[str, float]:
+    chosen = decomposed or placer(solver)
+    report = chosen.last_report if isinstance(chosen, MilpPlacer | DecomposedPlacer) else None
     return dict(report.phases) if report else {}
 
 
@@ -148,12 +169,17 @@ def command(
     state = _state_of(synth_instance(size, seed, policy))
     instance = placement_instance(state, NOW)  # what the step's solvers see
     built = time.perf_counter() - started
+    decomposed = _decomposed_placer(instance, solver)
     t = time.perf_counter()
+    cpu = _cpu_seconds()
     plan = place(state, NOW, solver=solver)
     milp_seconds = time.perf_counter() - t
-    phases = _phases(solver)
+    milp_cpu = _cpu_seconds() - cpu
+    if decomposed and decomposed.last_report and decomposed.last_report.in_workers:
+        milp_cpu += decomposed.last_report.parts_cpu_seconds
+    phases = _phases(solver, decomposed)
     t = time.perf_counter()
-    greedy = place(state, NOW, solver="greedy")
+    greedy = _greedy(instance) if decomposed else place(state, NOW, solver="greedy")
     greedy_seconds = time.perf_counter() - t
     spec = SIZES[size]
     result: dict[str, Any] = {
@@ -172,7 +198,10 @@ def command(
         "milp": _side(instance, plan, milp_seconds),
         "greedy": _side(instance, greedy, greedy_seconds),
         "phases_seconds": phases,
+        "milp_cpu_seconds": round(milp_cpu, 2),
     }
+    if decomposed is not None and decomposed.last_report is not None:
+        result["decomposed"] = _decomposed(decomposed)
     result["looser_than_greedy"] = _looser(result["milp"], result["greedy"])
     result["better_by"] = round(plan.stats.objective - greedy.stats.objective, 2)
     result["better_by_pct"] = round(
@@ -183,6 +212,9 @@ def command(
     )
     if incremental:
         result["incremental"] = _incremental(instance, plan, solver, seed)
+    result["peak_rss_mib"] = _peak_rss_mib()
+    if decomposed is not None and decomposed.last_report is not None:
+        result["peak_rss_mib"]["largest_worker"] = decomposed.last_report.worker_peak_rss_mib
     if fmt == "json":
         click.echo(json.dumps(result, indent=2))
     else:
@@ -192,6 +224,49 @@ def command(
     )
     if not all(s["checked"] for s in sides):
         fail("check.py found problems: " + "; ".join(p for s in sides for p in s["problems"]))
+
+
+def _greedy(instance: PlacementInstance) -> PlacementPlan:
+    """The greedy baseline; on a decomposed size, greedy in each part of the same cut
+    (greedy over the whole takes jobs x nodes: minutes on XL)."""
+    if not should_decompose(instance):
+        return GreedyPlacer().solve(instance)
+    cut = partition(instance, DecomposedPlacer("greedy").parts_for(instance))
+    outcomes = tuple(o for part in cut.parts for o in GreedyPlacer().solve(part).outcomes)
+    stats = SolveStats("greedy/parts", "heuristic", plan_objective(instance, outcomes))
+    return PlacementPlan(outcomes, stats)
+
+
+def _cpu_seconds() -> float:
+    """CPU time of this process and its finished workers (the machine may be shared)."""
+    own, workers = (
+        resource.getrusage(resource.RUSAGE_SELF),
+        resource.getrusage(resource.RUSAGE_CHILDREN),
+    )
+    return own.ru_utime + own.ru_stime + workers.ru_utime + workers.ru_stime
+
+
+def _peak_rss_mib() -> dict[str, float]:
+    """Peak resident memory of this process and of its largest waited-for child (Linux: KiB;
+    the decomposed solve's workers report their own)."""
+    return {
+        "process": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        "largest_worker": round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024, 1),
+    }
+
+
+def _decomposed(placer: DecomposedPlacer) -> dict[str, Any]:
+    report = placer.last_report
+    assert report is not None
+    return {
+        "parts": report.parts,
+        "workers": placer.workers,
+        "part_nodes": list(report.part_nodes),
+        "part_jobs": list(report.part_jobs),
+        "part_gaps_pct": list(report.part_gaps_pct),
+        "bound": report.bound,
+        "fell_back": report.fell_back,
+    }
 
 
 def _looser(milp: dict[str, Any], greedy: dict[str, Any]) -> dict[str, int]:
@@ -221,9 +296,10 @@ def _incremental(
     t = time.perf_counter()
     again = place(state, instance.now, new, solver)
     seconds = time.perf_counter() - t
-    phases = _phases(solver)
+    decomposed = _decomposed_placer(later, solver)
+    phases = _phases(solver, decomposed)
     t = time.perf_counter()
-    greedy = place(state, instance.now, new, "greedy")
+    greedy = _greedy(later) if decomposed else place(state, instance.now, new, "greedy")
     greedy_seconds = time.perf_counter() - t
     moved = [o.job for o in again.outcomes if o.status is OutcomeStatus.MOVED]
     stopped = [o.job for o in again.outcomes if o.status is OutcomeStatus.PREEMPTED]
@@ -236,6 +312,9 @@ def _incremental(
         "greedy": (greedy_side := _side(later, greedy, greedy_seconds)),
         "looser_than_greedy": _looser(milp_side, greedy_side),
         "phases_seconds": phases,
+        "solved_parts": decomposed.last_report.solved_parts
+        if decomposed and decomposed.last_report
+        else None,
     }
 
 
@@ -314,6 +393,18 @@ def _text(r: dict[str, Any]) -> str:
             table(cols, [row("milp", inc["milp"]), row("greedy", inc["greedy"])]),
             "phases (s): " + ", ".join(f"{k} {v}" for k, v in inc["phases_seconds"].items()),
         ]
+    dec = r.get("decomposed")
+    if dec:
+        gaps = [g for g in dec["part_gaps_pct"] if g is not None]
+        lines.append(
+            f"decomposed: {dec['parts']} parts ({min(dec['part_nodes'])}-{max(dec['part_nodes'])} "
+            f"nodes), {dec['workers']} at once; part gaps {min(gaps, default=0):g}-"
+            f"{max(gaps, default=0):g}%; gap against the {dec['bound']}"
+        )
+    lines.append(
+        f"MILP CPU {r['milp_cpu_seconds']} s; peak RSS {r['peak_rss_mib']['process']} MiB "
+        f"(largest worker {r['peak_rss_mib']['largest_worker']} MiB)"
+    )
     lines.append(
         "every plan checked by check.py: "
         + ("ok" if all(s["checked"] for s in (r["milp"], r["greedy"])) else "PROBLEMS")

@@ -1,0 +1,733 @@
+"""The decomposed solve for very large instances (POP, NSDI'21): the cluster is cut into
+parts along its widest topology domains, each part is solved by the MILP placer on its
+own sub-instance, and the parts' plans are merged.
+
+Why: one MILP over 100k GPUs and 50k jobs takes minutes to build and longer to solve;
+twenty of a twentieth each take a twentieth of the time each, and two run at once.
+
+How the cut keeps the merged plan legal:
+- Nodes: whole top-level domains (blocks) go to one part, so every topology requirement
+  a part can meet is met in the whole; blocks that a running job spans stay together.
+  Each part holds a share of every flavor, dealt in a seeded order balanced by GPUs.
+- Jobs: a running job goes with its nodes; a waiting job goes to the part where its
+  queue has the least demand per eligible GPU (ties: the seeded order).
+- Quotas: every quota figure of every queue (nominal, borrowing limit, the guaranteed
+  part that is never lent, and lending) is split over the parts so that the parts add
+  up to the whole, each part first getting what its running jobs already use. Every
+  quota rule is a sum over usage that is at most the sum of the parts' limits (the
+  cohort rule's max(0, usage - guaranteed) is convex, so the parts' draws add up to at
+  least the whole's draw), so parts that each keep their own quotas keep the whole's.
+  The merged plan is checked against the whole's quotas all the same, and a plan that
+  breaks one is never returned.
+
+The partition is a function of the instance: sorted names and a seed drawn from the
+instance's size, never hash or set order or the clock.
+
+The bound: each part's bound bounds only its part (a job that a part leaves waiting
+might run elsewhere), so the merged plan's gap is proved against `fluid_bound`, the LP
+relaxation of the whole problem with node packing dropped (see there).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import random
+import resource
+import time
+from collections import defaultdict
+from collections.abc import Callable, Collection, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, replace
+from multiprocessing import get_context
+
+from engine.model import GPU_MILLI, FlavorQuota, Isolation, Job, Node, Placement, Queue
+from engine.placement.constraints import QuotaLedger, node_rejection
+from engine.placement.greedy import GreedyPlacer
+from engine.placement.linear import LinearModel, SolveLimits, solve
+from engine.placement.milp import MilpPlacer
+from engine.placement.objective import gpu_value, plan_objective, quota_exempt, weights
+from engine.placement.plan import (
+    JobOutcome,
+    OutcomeStatus,
+    PlacementInstance,
+    PlacementPlan,
+    SolveStats,
+)
+from engine.placement.topology import Tree
+
+# Instances with more schedulable nodes than this are decomposed (L, 1,250 nodes, is not).
+DECOMPOSE_NODES = 4000
+UNITS_PER_PART = 4  # the cut's level is the widest with this many domains per part
+PART_NODES = 640  # about M's size: solved to 1-2% in a few seconds
+INCREMENTAL_PART_JOBS = 50  # changed jobs per part an incremental solve re-decides
+MERGE_RESERVE_S = 0.15  # share of the time limit kept for partitioning, merging and the bound
+PART_GAP_SHARE = 0.75  # of the policy's gap, asked of each part (the cut costs the rest)
+
+
+def should_decompose(instance: PlacementInstance) -> bool:
+    return sum(1 for n in instance.nodes if n.schedulable) > DECOMPOSE_NODES
+
+
+@dataclass(frozen=True, slots=True)
+class Partition:
+    """Which part each node and job is in; `parts` sub-instances, in part order."""
+
+    node_part: dict[str, int]
+    job_part: dict[str, int]
+    parts: tuple[PlacementInstance, ...]
+    active: tuple[int, ...]  # the parts that take waiting jobs
+    jobs: dict[str, Job]  # every job by key, in the instance's order (Job.key costs a format)
+
+
+def _seed(instance: PlacementInstance) -> str:
+    return f"decompose-{len(instance.nodes)}-{len(instance.jobs)}-{len(instance.queues)}"
+
+
+def _signature(node: Node) -> tuple[object, ...]:
+    """What node_rejection reads of a node: nodes alike in it take the same jobs."""
+    return (
+        node.flavor,
+        node.isolation,
+        node.region,
+        node.gpus,
+        node.cpu_milli,
+        node.memory_mib,
+        node.state,
+    )
+
+
+def _units(instance: PlacementInstance, count: int) -> dict[str, list[Node]]:
+    """Nodes grouped by the widest domain that has at least UNITS_PER_PART domains per
+    part (so parts can be evened out), with groups that a running job spans joined."""
+    # The levels alone (a Tree's paths for 12,500 nodes cost more than the cut).
+    levels = Tree.of(instance.cluster, instance.nodes if instance.cluster is None else ()).levels
+
+    def path(node: Node, rank: int) -> str:
+        return "/".join(node.domain(lv) for lv in levels[rank:])
+
+    top = 0
+    for rank in range(len(levels) - 1, -1, -1):
+        if len({path(n, rank) for n in instance.nodes}) >= UNITS_PER_PART * count:
+            top = rank
+            break
+    unit_of = {n.name: path(n, top) for n in instance.nodes}
+    parent = {u: u for u in sorted(set(unit_of.values()))}
+
+    def find(u: str) -> str:
+        while parent[u] != u:
+            parent[u] = parent[parent[u]]
+            u = parent[u]
+        return u
+
+    for key in sorted(instance.current):
+        spanned = sorted(
+            {unit_of[r.node] for r in instance.current[key].replicas if r.node in unit_of}
+        )
+        for other in spanned[1:]:
+            a, b = find(spanned[0]), find(other)
+            if a != b:
+                parent[max(a, b)] = min(a, b)
+    units: dict[str, list[Node]] = defaultdict(list)
+    for n in instance.nodes:
+        units[find(unit_of[n.name])].append(n)
+    return units
+
+
+def _deal_nodes(
+    instance: PlacementInstance, count: int, rng: random.Random
+) -> tuple[dict[str, int], list[list[Node]]]:
+    """Units to `count` parts: by main flavor, in a seeded order, each to the part with the
+    fewest GPUs of that flavor so far (ties: the fewest GPUs in all, then lowest index)."""
+    units = _units(instance, count)
+    by_flavor: dict[str, list[str]] = defaultdict(list)
+    for name in sorted(units):
+        gpus: dict[str, int] = defaultdict(int)
+        for n in units[name]:
+            gpus[n.flavor or ""] += n.gpus
+        by_flavor[max(sorted(gpus), key=lambda f: gpus[f])].append(name)
+    node_part: dict[str, int] = {}
+    members: list[list[Node]] = [[] for _ in range(count)]
+    total = [0] * count
+    for flavor in sorted(by_flavor):
+        names = by_flavor[flavor]
+        rng.shuffle(names)
+        # Largest first (stable on the seeded order), so parts even out.
+        names.sort(key=lambda u: -sum(n.gpus for n in units[u]))
+        load = [0] * count
+        for name in names:
+            k = min(range(count), key=lambda i: (load[i], total[i], i))
+            size = sum(n.gpus for n in units[name])
+            load[k] += size
+            total[k] += size
+            for n in units[name]:
+                node_part[n.name] = k
+                members[k].append(n)
+    order = {n.name: i for i, n in enumerate(instance.nodes)}
+    for m in members:
+        m.sort(key=lambda n: order[n.name])
+    return node_part, members
+
+
+def _usage(job: Job, placement: Placement) -> int:
+    return len(placement.replicas) * job.resources.gpu_milli
+
+
+def _split(total: int, need: Sequence[int], share: Sequence[float]) -> list[int]:
+    """`total` over the parts, adding up exactly: each its `need` first, the rest by `share`
+    (largest remainder; ties to the lower index); short of the needs, by need."""
+    count = len(need)
+    if sum(need) <= total:
+        base, rest, weight = list(need), total - sum(need), list(share)
+    else:
+        base, rest, weight = [0] * count, total, [float(x) for x in need]
+    if sum(weight) <= 0:
+        weight = [1.0] * count
+    scale = sum(weight)
+    exact = [rest * w / scale for w in weight]
+    parts = [math.floor(x) for x in exact]
+    left = rest - sum(parts)
+    for i in sorted(range(count), key=lambda i: (parts[i] - exact[i], i))[:left]:
+        parts[i] += 1
+    return [b + p for b, p in zip(base, parts, strict=True)]
+
+
+def split_quotas(
+    queues: Sequence[Queue],
+    running: dict[tuple[str, str], list[int]],
+    share: dict[tuple[str, str], list[float]],
+    count: int,
+) -> list[list[Queue]]:
+    """Each queue's quotas over `count` parts: `running[(queue, flavor)]` is what its running
+    jobs use in each part (charged to quota), `share[(queue, flavor)]` how the rest is dealt."""
+    out: list[list[Queue]] = [[] for _ in range(count)]
+    for q in queues:
+        per_part: list[list[FlavorQuota]] = [[] for _ in range(count)]
+        for fq in q.quotas:
+            used = running.get((q.name, fq.flavor), [0] * count)
+            weight = share.get((q.name, fq.flavor), [1.0] * count)
+            nominal = _split(fq.nominal, used, weight)
+            over = [max(0, u - n) for u, n in zip(used, nominal, strict=True)]
+            borrowing = (
+                None if fq.borrowing_limit is None else _split(fq.borrowing_limit, over, weight)
+            )
+            lending: list[int | None] = [None] * count
+            if fq.lending_limit is not None:
+                guaranteed = _split(fq.guaranteed, [0] * count, [float(n) for n in nominal])
+                guaranteed = [min(g, n) for g, n in zip(guaranteed, nominal, strict=True)]
+                extra = _split(max(0, fq.lending_limit - fq.nominal), [0] * count, weight)
+                lending = [n - g + e for n, g, e in zip(nominal, guaranteed, extra, strict=True)]
+            for k in range(count):
+                per_part[k].append(
+                    FlavorQuota(
+                        fq.flavor,
+                        nominal[k],
+                        None if borrowing is None else borrowing[k],
+                        lending[k],
+                    )
+                )
+        for k in range(count):
+            out[k].append(replace(q, quotas=tuple(per_part[k])))
+    return out
+
+
+def _fill(
+    queues: Sequence[Queue],
+    running: dict[tuple[str, str], list[int]],
+    capacity: dict[str, list[float]],
+    live: Sequence[int],
+    count: int,
+    rng: random.Random,
+) -> dict[tuple[str, str], list[float]]:
+    """Where each queue's quota beyond its running jobs goes: per flavor, first to the
+    parts where its cohort's running jobs borrow, then the parts' free GPUs are filled
+    queue after queue (cohort members next to each other), so a queue's quota lands
+    whole in one part or two, not a sliver in each: a sliver too small for its jobs is
+    quota no part can use."""
+    order = list(live)
+    rng.shuffle(order)
+    out: dict[tuple[str, str], list[float]] = {}
+    for flavor in sorted(capacity):
+        room = [0.0] * count
+        for k in live:
+            used = sum(r[k] for (q, f), r in running.items() if f == flavor)
+            room[k] = max(0.0, capacity[flavor][k] * GPU_MILLI - used)
+        wants = []
+        for q in sorted(queues, key=lambda q: (q.cohort or "~" + q.name, q.name)):
+            fq = q.quota(flavor)
+            if fq is not None:
+                used = sum(running.get((q.name, flavor), [0] * count))
+                wants.append((q.name, max(0, fq.nominal - used)))
+        total_room, total_want = sum(room), sum(w for _, w in wants)
+        if total_room <= 0 or total_want <= 0:
+            continue
+        room = [r * total_want / total_room for r in room]
+        left_of = {name: float(want) for name, want in wants}
+        got_of = {name: [0.0] * count for name, _ in wants}
+        # First, where a cohort's queues run beyond their own nominal (borrowing), the
+        # lenders' quota goes to the same part, or that part's pool is short of what
+        # already runs there and its solve must preempt.
+        members: dict[str, list[Queue]] = defaultdict(list)
+        for q in queues:
+            if q.cohort is not None and q.quota(flavor) is not None:
+                members[q.cohort].append(q)
+        for cohort in sorted(members):
+            mates = sorted(members[cohort], key=lambda q: q.name)
+            for k in live:
+                short = 0.0
+                for q in mates:
+                    fq = q.quota(flavor)
+                    use = running.get((q.name, flavor), [0] * count)
+                    total = sum(use)
+                    if fq is not None and total > fq.nominal:
+                        short += use[k] * (1 - fq.nominal / total)
+                for q in mates:
+                    if short <= 1e-9:
+                        break
+                    take = min(short, left_of[q.name])
+                    got_of[q.name][k] += take
+                    left_of[q.name] -= take
+                    room[k] = max(0.0, room[k] - take)
+                    short -= take
+        at = 0
+        for name, _ in wants:
+            got = got_of[name]
+            left = left_of[name]
+            while left > 1e-9 and at < len(order):
+                k = order[at]
+                take = min(left, room[k])
+                got[k] += take
+                room[k] -= take
+                left -= take
+                if room[k] <= 1e-9:
+                    at += 1
+            if left > 1e-9:
+                got[order[-1]] += left
+            out[(name, flavor)] = got
+    return out
+
+
+def partition(
+    instance: PlacementInstance,
+    count: int,
+    active_count: int | None = None,
+    assign: Collection[str] | None = None,
+    changed: Collection[str] = (),
+) -> Partition:
+    """The instance in `count` parts. Waiting jobs (or only those in `assign`, the rest left
+    out) go to the active parts: all, or the `active_count` with the most free GPUs (ties:
+    lowest index) and every part where a `changed` running job runs or a running job lost
+    its node; quota slack goes to the active parts."""
+    rng = random.Random(_seed(instance))
+    node_part, members = _deal_nodes(instance, count, rng)
+    if active_count is None:
+        live = list(range(count))
+    else:
+        used = [0] * count
+        for p in instance.current.values():
+            for r in p.replicas:
+                if r.node in node_part:
+                    used[node_part[r.node]] += r.gpu_milli * len(r.gpus)
+        free = [
+            sum(n.gpus * GPU_MILLI for n in m if n.schedulable) - used[k]
+            for k, m in enumerate(members)
+        ]
+        homes = set()
+        lost = {n.name for n in instance.nodes if not n.schedulable}
+        for key in sorted(instance.current):
+            nodes = {r.node for r in instance.current[key].replicas}
+            if key in changed or not nodes <= node_part.keys() or nodes & lost:
+                homes |= {node_part[n] for n in nodes if n in node_part}
+        roomiest = sorted(range(count), key=lambda k: (-free[k], k))[:active_count]
+        live = sorted(homes | set(roomiest))
+    keyed = [(j.key, j) for j in instance.jobs]  # Job.key is worked out on every read
+    jobs = dict(keyed)
+    job_part: dict[str, int] = {}
+    running_use: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0] * count)
+    for key in sorted(instance.current):
+        job = jobs.get(key)
+        placement = instance.current[key]
+        homes = {node_part[r.node] for r in placement.replicas if r.node in node_part}
+        if job is None or not homes:
+            continue
+        k = min(homes)
+        job_part[key] = k
+        if placement.flavor is not None and not quota_exempt(job, OutcomeStatus.KEPT):
+            running_use[(job.queue, placement.flavor)][k] += _usage(job, placement)
+    # Capacity per part and flavor, and one node of each kind per part for eligibility.
+    capacity: dict[str, list[float]] = defaultdict(lambda: [0.0] * count)
+    kinds: list[dict[tuple[object, ...], Node]] = [{} for _ in range(count)]
+    kind_gpus: list[dict[tuple[object, ...], int]] = [defaultdict(int) for _ in range(count)]
+    for k, m in enumerate(members):
+        for n in m:
+            if n.schedulable:
+                if n.flavor is not None and n.isolation is Isolation.SHARED:
+                    capacity[n.flavor][k] += n.gpus
+                sig = _signature(n)
+                kinds[k].setdefault(sig, n)
+                kind_gpus[k][sig] += n.gpus
+    share = _fill(instance.queues, running_use, capacity, live, count, rng)
+    demand: dict[str, list[float]] = defaultdict(lambda: [0.0] * count)
+    eligible_cache: dict[tuple[object, ...], list[tuple[int, float]]] = {}
+    waiting = [j for k, j in keyed if k not in job_part and (assign is None or k in assign)]
+    order = list(range(len(waiting)))
+    rng.shuffle(order)
+    for i in order:
+        job = waiting[i]
+        shape = (job.resources, job.isolation, job.residency, job.gpu_flavors, job.replicas)
+        options = eligible_cache.get(shape)
+        if options is None:
+            options = []
+            for k in live:
+                gpus = 0.0
+                for sig, node in kinds[k].items():
+                    flavors = job.gpu_flavors or (node.flavor,)
+                    if node.flavor in flavors and node_rejection(job, node, node.flavor) is None:
+                        gpus += kind_gpus[k][sig]
+                if gpus:
+                    options.append((k, gpus))
+            eligible_cache[shape] = options
+        if not options:
+            options = [(k, 1.0) for k in live]
+        # Where the job's queue has quota to fill, in proportion; else where it fits.
+        accepted = job.gpu_flavors or tuple(capacity)
+        room = [
+            (k, w)
+            for k, _ in options
+            if (w := sum(share.get((job.queue, f), [0.0] * count)[k] for f in accepted)) > 0
+        ]
+        options = room or options
+        size = gpu_value(job, job.replicas)
+        q = demand[job.queue]
+        k = min(options, key=lambda o: ((q[o[0]] + size) / o[1], o[0]))[0]
+        q[k] += size
+        job_part[job.key] = k
+    split = split_quotas(instance.queues, running_use, share, count)
+    by_part: list[list[Job]] = [[] for _ in range(count)]
+    for key, j in keyed:
+        if key in job_part:
+            by_part[job_part[key]].append(j)
+    homes_of: list[dict[str, Placement]] = [{} for _ in range(count)]
+    for key, _ in keyed:
+        if key in instance.current and key in job_part:
+            homes_of[job_part[key]][key] = instance.current[key]
+    parts = tuple(
+        replace(
+            instance,
+            nodes=tuple(members[k]),
+            queues=tuple(split[k]),
+            jobs=tuple(by_part[k]),
+            current=homes_of[k],
+            # The parts' own weights: past WEIGHT_RANGE (every instance this large) they
+            # depend on the priority classes alone, so they equal the whole's; a basis
+            # would carry the whole instance into every worker.
+            basis=None,
+        )
+        for k in range(count)
+    )
+    return Partition(node_part, job_part, parts, tuple(live), jobs)
+
+
+def quota_violations(
+    instance: PlacementInstance,
+    outcomes: Sequence[JobOutcome],
+    jobs: dict[str, Job] | None = None,
+) -> list[str]:
+    """The whole instance's quota rules the merged plan breaks (check.py's ledger); `jobs`:
+    the instance's jobs by key, where the caller has them."""
+    if jobs is None:
+        jobs = {j.key: j for j in instance.jobs}
+    ledger = QuotaLedger(instance.queues)
+    for o in outcomes:
+        job = jobs.get(o.job)
+        if job is not None and o.running and not quota_exempt(job, o.status):
+            ledger.add(job.queue, o.flavor, len(o.replicas) * job.resources.gpu_milli)
+    return list(ledger.violations())
+
+
+def fluid_bound(instance: PlacementInstance, time_limit_s: float = 30.0) -> float | None:
+    """An upper bound on every plan's score: the LP of the whole problem with node packing
+    dropped. Valid because every plan maps to a feasible point scoring at least as much:
+    x[job, flavor] = replicas run / replicas asked; a flavor's GPUs in use are at most its
+    schedulable GPUs (per-node capacity summed); each queue's usage keeps its ceiling and
+    the cohort pool (draw >= usage - guaranteed, draw >= 0, summed draws <= pool, as
+    QuotaLedger); in-nominal GPUs per priority step are at most the nominal quota and
+    the usage at or above that priority (objective.py's bonus: min of the two); the
+    value term is linear in replicas; every other term (moves, preemptions,
+    fragmentation, fairness, topology) is a penalty >= 0 and is dropped. Quota-exempt
+    jobs (non-preemptible and kept) may leave quota rows. None if the LP did not solve."""
+    w = weights(instance)
+    lp = LinearModel()
+    cap: dict[str, int] = defaultdict(int)
+    for n in instance.nodes:
+        if n.schedulable and n.flavor is not None:
+            cap[n.flavor] += n.gpus * GPU_MILLI
+    flavors = sorted(cap)
+    usage: dict[tuple[str, str], list[tuple[int, float]]] = defaultdict(list)
+    by_priority: dict[tuple[str, str], dict[int, list[tuple[int, float]]]] = defaultdict(
+        lambda: defaultdict(list)
+    )
+    capacity_terms: dict[str, list[tuple[int, float]]] = defaultdict(list)
+    for job in instance.jobs:
+        value = w.value(job, job.replicas)
+        if not job.resources.gpu_milli:
+            lp.var(f"x__{job.key}", 0.0, 1.0, value, integer=False)
+            continue
+        options = [f for f in (job.gpu_flavors or tuple(flavors)) if f in cap]
+        if not options:
+            continue
+        gang = job.replicas * job.resources.gpu_milli
+        cols = [lp.var(f"x__{job.key}__{f}", 0.0, 1.0, value, integer=False) for f in options]
+        lp.row(f"one__{job.key}", ((c, 1.0) for c in cols), upper=1.0)
+        exempt = job.key in instance.current and not job.preemptible
+        for f, c in zip(options, cols, strict=True):
+            capacity_terms[f].append((c, float(gang)))
+            if not exempt:
+                usage[(job.queue, f)].append((c, float(gang)))
+                by_priority[(job.queue, f)][job.priority].append((c, float(gang)))
+    for f in flavors:
+        lp.row(f"capacity__{f}", capacity_terms[f], upper=float(cap[f]))
+    queues = {q.name: q for q in instance.queues}
+    pools: dict[tuple[str, str], list[tuple[int, float]]] = defaultdict(list)
+    pool_size: dict[tuple[str, str], float] = defaultdict(float)
+    for (qname, f), terms in sorted(usage.items()):
+        queue = queues.get(qname)
+        fq = queue.quota(f) if queue else None
+        if queue is None or fq is None:
+            lp.row(f"noquota__{qname}__{f}", terms, upper=0.0)
+            continue
+        if queue.cohort is None:
+            lp.row(f"nominal__{qname}__{f}", terms, upper=float(fq.nominal))
+        else:
+            if fq.ceiling is not None:
+                lp.row(f"ceiling__{qname}__{f}", terms, upper=float(fq.ceiling))
+            draw = lp.var(f"draw__{qname}__{f}", 0.0, math.inf, 0.0, integer=False)
+            lp.row(
+                f"drawn__{qname}__{f}",
+                [*terms, (draw, -1.0)],
+                upper=float(fq.guaranteed),
+            )
+            pools[(queue.cohort, f)].append((draw, 1.0))
+        # In-nominal GPUs, filled from the highest priority down (objective.py's bonus).
+        steps = w.nominal_steps(by_priority[(qname, f)])
+        above: list[tuple[int, float]] = []
+        for priority, rate in steps:
+            above = above + by_priority[(qname, f)][priority]
+            m = lp.var(
+                f"innominal__{qname}__{f}__{priority}",
+                0.0,
+                fq.nominal / GPU_MILLI,
+                rate,
+                integer=False,
+            )
+            lp.row(
+                f"fill__{qname}__{f}__{priority}",
+                [*((c, v / GPU_MILLI) for c, v in above), (m, -1.0)],
+                lower=0.0,
+            )
+    for q in instance.queues:
+        if q.cohort is not None:
+            for fq in q.quotas:
+                pool_size[(q.cohort, fq.flavor)] += fq.nominal - fq.guaranteed
+    for key in sorted(pools):
+        lp.row(f"pool__{key[0]}__{key[1]}", pools[key], upper=pool_size[key])
+    solution = solve(lp, "highs", SolveLimits(time_limit_s, 0.0, relax=True))
+    return solution.bound
+
+
+def _solve_part(
+    args: tuple[PlacementInstance, str, str, tuple[str, ...] | None],
+) -> tuple[PlacementPlan, float, float]:
+    """One part's plan, the CPU seconds it took (a worker's own: the machine may be shared)
+    and the peak memory of its process so far, MiB."""
+    sub, backend, mode, changed = args
+    began = time.process_time()
+    placer = MilpPlacer(backend)
+    if mode == "incremental" and changed is not None:
+        plan = placer.solve_incremental(sub, changed)
+    else:
+        plan = placer.solve(sub)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
+    return plan, time.process_time() - began, peak
+
+
+@dataclass(frozen=True, slots=True)
+class DecomposeReport:
+    parts: int
+    solved_parts: int
+    part_nodes: tuple[int, ...]
+    part_jobs: tuple[int, ...]
+    part_gaps_pct: tuple[float | None, ...]
+    phases: tuple[tuple[str, float], ...]
+    bound: str  # which bound the gap is against
+    fell_back: bool = False
+    parts_cpu_seconds: float = 0.0  # the parts' solves, summed
+    in_workers: bool = False  # the parts ran in worker processes (their CPU is not this one's)
+    worker_peak_rss_mib: float = 0.0
+
+
+class DecomposedPlacer:
+    """The MILP placer over parts of the instance (module docstring); `workers` parts at once."""
+
+    def __init__(self, backend: str, workers: int | None = None, parts: int | None = None) -> None:
+        self.backend = backend
+        self.parts = parts  # None: one part per PART_NODES schedulable nodes
+        self.name = backend
+        self.workers = workers if workers is not None else min(2, os.cpu_count() or 1)
+        self.last_report: DecomposeReport | None = None
+        self._cpu = 0.0
+        self._in_workers = False
+        self._peak = 0.0
+
+    def parts_for(self, instance: PlacementInstance) -> int:
+        if self.parts is not None:
+            return self.parts
+        schedulable = sum(1 for n in instance.nodes if n.schedulable)
+        return max(2, math.ceil(schedulable / PART_NODES))
+
+    def solve(self, instance: PlacementInstance) -> PlacementPlan:
+        started = time.perf_counter()
+        phases: list[tuple[str, float]] = []
+        count = self.parts_for(instance)
+        cut = partition(instance, count)
+        phases.append(("partition", round(time.perf_counter() - started, 3)))
+        policy = instance.policy
+        budget = policy.time_limit_s * (1 - MERGE_RESERVE_S) - (time.perf_counter() - started)
+        rounds = math.ceil(count / max(1, self.workers))
+        part_policy = replace(
+            policy,
+            time_limit_s=max(1.0, budget / rounds),
+            gap_tolerance=policy.gap_tolerance * PART_GAP_SHARE,
+        )
+        subs = [replace(p, policy=part_policy) for p in cut.parts]
+        plans, bound = self._run(
+            [(s, self.backend, "full", None) for s in subs],
+            lambda: fluid_bound(instance, max(1.0, budget)),
+        )
+        phases.append(("parts and bound", round(time.perf_counter() - started, 3)))
+        return self._merge(instance, cut, plans, list(range(count)), started, phases, bound)
+
+    def solve_incremental(
+        self, instance: PlacementInstance, changed: Collection[str]
+    ) -> PlacementPlan:
+        """The changed jobs go to as few parts as hold them (the parts with the most free
+        GPUs); those parts are re-solved incrementally, every other job runs or waits on."""
+        started = time.perf_counter()
+        phases: list[tuple[str, float]] = []
+        count = self.parts_for(instance)
+        asked = set(changed)
+        wanted = max(1, math.ceil(len(asked) / INCREMENTAL_PART_JOBS))
+        cut = partition(instance, count, active_count=wanted, assign=asked, changed=asked)
+        fresh = sorted(asked & cut.jobs.keys())
+        active = list(cut.active)
+        phases.append(("partition", round(time.perf_counter() - started, 3)))
+        args: list[tuple[PlacementInstance, str, str, tuple[str, ...] | None]] = []
+        for k in active:
+            sub = cut.parts[k]
+            mine = tuple(key for key in fresh if cut.job_part.get(key) == k)
+            args.append((sub, self.backend, "incremental", mine))
+        plans, _ = self._run(args, lambda: None)
+        phases.append(("parts", round(time.perf_counter() - started, 3)))
+        solved = dict(zip(active, plans, strict=True))
+        # Every other part: its running jobs stay, its waiting jobs wait.
+        full: list[PlacementPlan] = []
+        for k in range(count):
+            if k in solved:
+                full.append(solved[k])
+                continue
+            outcomes = tuple(
+                JobOutcome(key, OutcomeStatus.KEPT, run.flavor, run.replicas)
+                for key, run in cut.parts[k].current.items()
+            )
+            full.append(PlacementPlan(outcomes, SolveStats(self.backend, "optimal", 0.0)))
+        waiting = tuple(
+            JobOutcome(
+                key,
+                OutcomeStatus.PENDING,
+                reason="waits as at the last solve (an incremental solve changes only what changed)",
+                constraint=f"incremental__{key}",
+            )
+            for key in cut.jobs
+            if key not in cut.job_part
+        )
+        full[0] = replace(full[0], outcomes=full[0].outcomes + waiting)
+        return self._merge(instance, cut, full, active, started, phases, None, fresh)
+
+    def _run(
+        self,
+        args: list[tuple[PlacementInstance, str, str, tuple[str, ...] | None]],
+        meanwhile: Callable[[], float | None],
+    ) -> tuple[list[PlacementPlan], float | None]:
+        """The parts' plans, in part order, `workers` at a time in worker processes, and
+        what `meanwhile` returns, worked out here while they run."""
+        self._in_workers = self.workers > 1 and len(args) > 1
+        if not self._in_workers:
+            done = [_solve_part(a) for a in args]
+            found = meanwhile()
+        else:
+            with ProcessPoolExecutor(self.workers, mp_context=get_context("forkserver")) as pool:
+                futures = [pool.submit(_solve_part, a) for a in args]
+                found = meanwhile()
+                done = [f.result() for f in futures]
+        self._cpu = sum(c for _, c, _ in done)
+        self._peak = max((m for _, _, m in done), default=0.0)
+        return [p for p, _, _ in done], found
+
+    def _merge(
+        self,
+        instance: PlacementInstance,
+        cut: Partition,
+        plans: list[PlacementPlan],
+        solved: list[int],
+        started: float,
+        phases: list[tuple[str, float]],
+        bound: float | None,
+        changed: Sequence[str] | None = None,
+    ) -> PlacementPlan:
+        incremental = changed is not None
+        outcomes = tuple(o for p in plans for o in p.outcomes)
+        fell_back = bool(quota_violations(instance, outcomes, cut.jobs))
+        if fell_back:
+            # Not expected (the quota split adds up); never hand out a plan that breaks one.
+            outcomes = (
+                MilpPlacer(self.backend).solve_incremental(instance, changed)
+                if changed is not None
+                else GreedyPlacer().solve(instance)
+            ).outcomes
+        objective = plan_objective(instance, outcomes)
+        phases.append(("merge", round(time.perf_counter() - started, 3)))
+        gap = None if bound is None else max(0.0, (bound - objective) / max(abs(bound), 1e-9))
+        status = (
+            "optimal" if gap is not None and gap <= instance.policy.gap_tolerance else "feasible"
+        )
+        if incremental and all(p.stats.status == "optimal" for p in plans):
+            status = "optimal"
+        self.last_report = DecomposeReport(
+            parts=len(cut.parts),
+            solved_parts=len(solved),
+            part_nodes=tuple(len(p.nodes) for p in cut.parts),
+            part_jobs=tuple(len(p.jobs) for p in cut.parts),
+            part_gaps_pct=tuple(
+                None if (g := plans[k].stats.gap) is None else round(100 * g, 3) for k in solved
+            ),
+            phases=tuple(phases),
+            bound="fluid LP (whole instance, packing dropped)" if not incremental else "none",
+            fell_back=fell_back,
+            parts_cpu_seconds=round(self._cpu, 2),
+            in_workers=self._in_workers,
+            worker_peak_rss_mib=round(self._peak, 1),
+        )
+        return PlacementPlan(
+            outcomes,
+            SolveStats(
+                solver=f"{self.backend}/decomposed",
+                status=status,
+                objective=objective,
+                bound=bound,
+                gap=gap,
+                seconds=time.perf_counter() - started,
+                variables=sum(p.stats.variables for p in plans),
+                constraints=sum(p.stats.constraints for p in plans),
+            ),
+            broken_soft=tuple(s for p in plans for s in p.broken_soft),
+        )

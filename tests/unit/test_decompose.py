@@ -1,0 +1,165 @@
+"""The decomposed solve on small instances: the cut, the quota split, the merged plan."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import replace
+
+import pytest
+
+from engine.model import Policy
+from engine.placement import decompose, solvers
+from engine.placement.check import check_plan
+from engine.placement.decompose import (
+    DecomposedPlacer,
+    _split,
+    fluid_bound,
+    partition,
+    quota_violations,
+)
+from engine.placement.greedy import GreedyPlacer
+from engine.placement.milp import MilpPlacer
+from engine.placement.plan import JobOutcome, OutcomeStatus, PlacementInstance
+from simulation.synth import CLUSTER, NOW, synth_jobs, synth_nodes, synth_queues
+
+
+def tiny(nodes: int = 36, jobs: int = 90, seed: int = 1, gap: float = 0.0) -> PlacementInstance:
+    """A synth-shaped instance small enough to solve exactly; the first third runs."""
+    rng = random.Random(f"tiny-{seed}")
+    ns = synth_nodes(nodes, rng)
+    qs = synth_queues(8, ns, rng)
+    js = synth_jobs(jobs, qs, rng)
+    policy = Policy(solver="highs", gap_tolerance=gap, time_limit_s=30.0)
+    early = PlacementInstance(
+        CLUSTER, tuple(ns), tuple(qs), tuple(js[: jobs // 3]), {}, policy, NOW
+    )
+    current = GreedyPlacer().solve(early).placements()
+    return PlacementInstance(CLUSTER, tuple(ns), tuple(qs), tuple(js), current, policy, NOW)
+
+
+def test_split_adds_up_and_gives_needs_first() -> None:
+    assert _split(100, [30, 10, 0], [1.0, 1.0, 2.0]) == [45, 25, 30]
+    assert sum(_split(7, [0, 0, 0], [1.0, 1.0, 1.0])) == 7
+    # Short of the needs: by need.
+    assert _split(10, [15, 5], [1.0, 1.0]) == [8, 2]  # 7.5 and 2.5: the tie to the lower index
+
+
+def test_partition_covers_everything_once_and_quotas_add_up() -> None:
+    instance = tiny()
+    cut = partition(instance, 3)
+    names = [n.name for p in cut.parts for n in p.nodes]
+    assert sorted(names) == sorted(n.name for n in instance.nodes)
+    # Every part gets an even share of each flavor's GPUs (to one domain of the cut).
+    for flavor in ("h100", "gb200"):
+        gpus = [sum(n.gpus for n in p.nodes if n.flavor == flavor) for p in cut.parts]
+        assert max(gpus) - min(gpus) <= 72, (flavor, gpus)
+    assert all(p.nodes and p.jobs for p in cut.parts)
+    keys = [j.key for p in cut.parts for j in p.jobs]
+    assert sorted(keys) == sorted(j.key for j in instance.jobs)
+    for k, part in enumerate(cut.parts):
+        mine = {n.name for n in part.nodes}
+        for key, placement in part.current.items():
+            assert {r.node for r in placement.replicas} <= mine, key
+            assert cut.job_part[key] == k
+    for q in instance.queues:
+        for fq in q.quotas:
+            pieces = []
+            for part in cut.parts:
+                queue = part.queue(q.name)
+                piece = queue.quota(fq.flavor) if queue else None
+                assert piece is not None
+                pieces.append(piece)
+            assert sum(x.nominal for x in pieces) == fq.nominal
+            assert sum(x.guaranteed for x in pieces) == fq.guaranteed
+            if fq.borrowing_limit is not None:
+                assert sum(x.borrowing_limit or 0 for x in pieces) == fq.borrowing_limit
+            else:
+                assert all(x.borrowing_limit is None for x in pieces)
+            if fq.lending_limit is not None:
+                assert sum(x.lending_limit or 0 for x in pieces) == fq.lending_limit
+
+
+def test_partition_is_a_function_of_the_instance() -> None:
+    a, b = partition(tiny(), 3), partition(tiny(), 3)
+    assert a.node_part == b.node_part and a.job_part == b.job_part
+    assert [p.queues for p in a.parts] == [p.queues for p in b.parts]
+    other = partition(tiny(seed=2), 3)
+    assert other.job_part != a.job_part
+
+
+def test_running_jobs_keep_their_quota_in_their_part() -> None:
+    """Each part's quotas take what its running jobs use, so no part must preempt to fit."""
+    instance = tiny()
+    assert instance.current
+    for part in partition(instance, 3).parts:
+        kept = [
+            JobOutcome(k, OutcomeStatus.KEPT, p.flavor, p.replicas) for k, p in part.current.items()
+        ]
+        assert not quota_violations(part, kept)
+
+
+def test_decomposed_plan_is_legal_and_its_bound_holds() -> None:
+    instance = tiny()
+    decompose_parts = 3
+    placer = DecomposedPlacer("highs", workers=1, parts=decompose_parts)
+    plan = placer.solve(instance)
+    assert check_plan(instance, plan) == []
+    assert plan.stats.solver == "highs/decomposed"
+    assert placer.last_report is not None and placer.last_report.parts == decompose_parts
+    assert not placer.last_report.fell_back
+    best = MilpPlacer("highs").solve(instance)
+    assert plan.stats.bound is not None
+    # The fluid bound bounds every plan: the whole problem's optimum and the merged plan.
+    assert plan.stats.bound >= best.stats.objective - 1e-6 * abs(best.stats.objective)
+    assert plan.stats.bound >= plan.stats.objective
+    assert plan.stats.gap is not None and plan.stats.gap >= 0
+
+
+@pytest.mark.parametrize("seed", [1, 3])
+def test_fluid_bound_bounds_the_optimum(seed: int) -> None:
+    instance = tiny(nodes=27, jobs=60, seed=seed)
+    best = MilpPlacer("highs").solve(instance)
+    assert best.stats.gap is not None and best.stats.gap <= 1e-6  # solved to optimality
+    bound = fluid_bound(instance)
+    assert bound is not None
+    assert bound >= best.stats.objective - 1e-6 * abs(best.stats.objective)
+
+
+def test_incremental_touches_only_the_parts_that_take_new_jobs() -> None:
+    instance = tiny(jobs=60)
+    solved = MilpPlacer("highs").solve(instance)
+    running = {k: replace(p, started_at=NOW) for k, p in solved.placements().items()}
+    rng = random.Random("tiny-new")
+    fresh = [
+        replace(j, name=f"new{i}") for i, j in enumerate(synth_jobs(5, list(instance.queues), rng))
+    ]
+    later = replace(instance, jobs=(*instance.jobs, *fresh), current=running)
+    placer = DecomposedPlacer("highs", workers=1, parts=3)
+    plan = placer.solve_incremental(later, [j.key for j in fresh])
+    assert check_plan(later, plan) == []
+    assert placer.last_report is not None and placer.last_report.solved_parts == 1
+    for o in plan.outcomes:
+        if o.job in running and o.status is not OutcomeStatus.PREEMPTED:
+            assert o.status is OutcomeStatus.KEPT and o.replicas == running[o.job].replicas
+        if o.job not in running and not o.job.split("/")[-1].startswith("new"):
+            assert o.status is OutcomeStatus.PENDING
+
+
+def test_solvers_decompose_above_the_threshold(monkeypatch: pytest.MonkeyPatch) -> None:
+    instance = tiny(jobs=45)
+    monkeypatch.setattr(decompose, "DECOMPOSE_NODES", 10)
+    monkeypatch.setattr(decompose, "PART_NODES", 16)
+    plan = solvers.solve(instance, "highs")
+    assert plan.stats.solver == "highs/decomposed"
+    assert check_plan(instance, plan) == []
+    monkeypatch.setattr(decompose, "DECOMPOSE_NODES", 10_000)
+    assert solvers.solve(instance, "highs").stats.solver == "highs"
+
+
+def test_an_edited_running_job_is_decided_in_its_own_part() -> None:
+    instance = tiny()
+    plain = partition(instance, 3, active_count=1, assign=[])
+    elsewhere = [k for k in sorted(instance.current) if plain.job_part[k] not in plain.active]
+    assert elsewhere
+    cut = partition(instance, 3, active_count=1, assign=[], changed=[elsewhere[0]])
+    assert set(cut.active) == {*plain.active, plain.job_part[elsewhere[0]]}
