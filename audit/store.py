@@ -174,7 +174,8 @@ class ViewOutdated(AuditError):
 
 
 class LogReader(Protocol):
-    """What the views need of a log: every `EventLog` is one."""
+    """What the views need of a log: every `EventLog` is one. A reader without
+    `reads_checked` ignores `check_content`: its events' hashes are recomputed."""
 
     def read(
         self,
@@ -182,6 +183,7 @@ class LogReader(Protocol):
         *,
         until_seq: int | None = None,
         skip_data_of: Collection[str] = (),
+        check_content: bool = False,
     ) -> Iterator[StoredEvent]: ...
 
     def last_seq(self) -> int: ...
@@ -199,6 +201,7 @@ class EventList:
         *,
         until_seq: int | None = None,
         skip_data_of: Collection[str] = (),
+        check_content: bool = False,
     ) -> Iterator[StoredEvent]:
         upper = until_seq if until_seq is not None else 2**62
         return (e for e in self.events if after_seq < e.seq <= upper)
