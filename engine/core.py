@@ -22,6 +22,7 @@ from engine.model import (
     Queue,
     utc_time,
 )
+from engine.placement.fragmentation import learned_shapes
 from engine.placement.plan import OutcomeStatus, PlacementInstance, PlacementPlan
 from engine.state import ClusterState
 
@@ -242,4 +243,5 @@ def placement_instance(state: ClusterState, now: str) -> PlacementInstance:
         current=dict(sorted(state.placements.items())),
         policy=state.policy,
         now=now,
+        shapes=learned_shapes(state.shapes),
     )

@@ -25,6 +25,7 @@ from engine.model import (
     Policy,
     Queue,
 )
+from engine.placement.fragmentation import remember_shape
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +54,11 @@ class ClusterState:
     events_applied: int = 0
     # team -> its OWNERS as the log last recorded them (OwnersChanged)
     owners: Map[str, tuple[Owner, ...]] = field(default_factory=Map)
+    # The job shapes submitted so far, as engine.placement.fragmentation summarises them:
+    # shape -> weight as published to the solver, the current window's counts, its jobs.
+    shapes: Map[str, int] = field(default_factory=Map)
+    shapes_window: Map[str, int] = field(default_factory=Map)
+    shapes_window_jobs: int = 0
 
     def placement_of(self, job: str) -> Placement | None:
         return self.placements.get(job)
@@ -129,7 +135,17 @@ def _approval_checked(s: ClusterState, e: ev.ApprovalChecked) -> ClusterState:
 
 
 def _job_submitted(s: ClusterState, e: ev.JobSubmitted) -> ClusterState:
-    return _replace(s, jobs=s.jobs.set(e.job.key, e.job), needs_placement=True)
+    shapes, window, window_jobs = remember_shape(
+        (s.shapes, s.shapes_window, s.shapes_window_jobs), e.job
+    )
+    return _replace(
+        s,
+        jobs=s.jobs.set(e.job.key, e.job),
+        needs_placement=True,
+        shapes=shapes,
+        shapes_window=window,
+        shapes_window_jobs=window_jobs,
+    )
 
 
 def _job_changed(s: ClusterState, e: ev.JobChanged) -> ClusterState:
