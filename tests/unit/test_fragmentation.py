@@ -22,6 +22,7 @@ from engine.placement.fragmentation import (
     shape_key,
 )
 from engine.placement.greedy import GreedyPlacer
+from engine.placement.objective import workload_fragmentation
 from engine.placement.plan import JobShape, PlacementInstance, PlacementPlan
 from engine.state import fold
 from tests.unit.factories import CLUSTER, instance, job, node, queue
@@ -142,3 +143,13 @@ def test_the_summary_is_bounded_and_the_same_on_replay_in_any_map_order() -> Non
         counts = remember_shape(counts, j)
     forward = fold(_submissions(window))
     assert dict(counts[0]) == dict(forward.shapes)
+
+
+def test_workload_fragmentation_counts_what_the_shapes_cannot_use() -> None:
+    # One shape: a whole GPU, no CPU or memory needs (steps 0). A node with one GPU at 400
+    # free and one whole: the 400 are stranded for it.
+    shapes = ((1.0, -1, -1, 1, 1000, frozenset({"T4"})),)
+    assert workload_fragmentation("T4", (400, 1000), 0, 0, shapes) == 400
+    assert workload_fragmentation("V100", (400, 1000), 0, 0, shapes) == 1400
+    half = ((1.0, -1, -1, 1, 500, frozenset({"T4"})),)
+    assert workload_fragmentation("T4", (400, 1000), 0, 0, half) == 400

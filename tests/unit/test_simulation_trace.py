@@ -239,3 +239,21 @@ def test_batch_and_reoptimise_run_the_milp_through_the_log_and_never_lose_gpu() 
     assert running <= set(again.placed)  # a re-optimisation moves pods, never stops one
     instance, plan = as_plan(again)
     assert check_plan(instance, plan) == []
+
+
+def test_arrivals_stop_before_passing_the_demand() -> None:
+    pods = [TracePod("a", 1000, 1024, 1, 1000), TracePod("b", 1000, 1024, 1, 500)]
+    arrivals = sample_arrivals(pods, 5000, 1.3, random.Random(1).randrange)
+    asked = sum(p.total_gpu_milli for p in arrivals)
+    assert 6500 - 1000 < asked <= 6500  # the pod drawn next would have passed 130%
+
+
+def test_online_plans_pass_the_checker_and_keep_whole_gpus_for_whole_pods() -> None:
+    cluster = [Node(f"t{i}", "T4", 2, 16_000, 65_536) for i in range(2)]
+    cluster.append(Node("v0", "V100", 1, 8_000, 32_768))
+    pods = [TracePod("s", 1000, 1024, 1, 500)] * 2 + [TracePod("w", 1000, 1024, 2, 1000)]
+    run = run_online(cluster, pods, 1.0)
+    instance, plan = as_plan(run)
+    assert check_plan(instance, plan) == []
+    # Both shares on one GPU, so the two-GPU pod still finds a whole node.
+    assert run.placed == [0, 1, 2] and run.allocation == 3000 / 5000
