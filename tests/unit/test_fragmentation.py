@@ -153,3 +153,16 @@ def test_workload_fragmentation_counts_what_the_shapes_cannot_use() -> None:
     assert workload_fragmentation("V100", (400, 1000), 0, 0, shapes) == 1400
     half = ((1.0, -1, -1, 1, 500, frozenset({"T4"})),)
     assert workload_fragmentation("T4", (400, 1000), 0, 0, half) == 400
+
+
+def test_stranded_gpu_counts_only_where_the_clusters_cpu_could_feed_its_gpus() -> None:
+    """Where the workload asks more CPU per GPU than the cluster has, CPU runs out first
+    whatever the choice: stranded GPU is no longer counted, fragmentation alone decides."""
+    nodes = [node("small", gpus=2, cpu=40), node("large", gpus=2, cpu=128)]
+    inst = instance(nodes, [queue("q")], [])
+    fed = NodeScorer.of(_with_shapes(inst, (JobShape(1000, 16_000, 1024), SHAPE_UNIT)))
+    starved = NodeScorer.of(_with_shapes(inst, (JobShape(1000, 64_000, 1024), SHAPE_UNIT)))
+    assert fed is not None and fed.gpu_bound
+    assert starved is not None and not starved.gpu_bound
+    assert fed.stranded(2000, 16_000, 1 << 20) == 1000.0
+    assert starved.stranded(2000, 16_000, 1 << 20) == 0.0
