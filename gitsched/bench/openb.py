@@ -160,11 +160,12 @@ def _run(
     """The run, the pods it had running before any re-optimisation (a re-optimisation
     moves them but never stops them: the kept bound holds for every plan that keeps them),
     and the allocation before it."""
-    if mode == "online":
+    if mode == "online" and solver == "greedy":
         run = run_online(nodes, arrivals, demand)
         return run, _running(run), run.allocation
-    # Arrivals in commits, each solved as the reconciler solves a commit.
-    run = run_batch(nodes, arrivals, demand, solver, commit, time_limit)
+    # Arrivals in commits (online: of one pod), each solved as the reconciler solves one.
+    size = 1 if mode == "online" else commit
+    run = run_batch(nodes, arrivals, demand, solver, size, time_limit)
     kept, start = _running(run), run.allocation
     if mode == "reoptimise":
         run = reoptimise(run, solver, budget)
@@ -248,7 +249,7 @@ def command(
     jobs: int,
     fmt: str,
 ) -> None:
-    """GPU allocation ratio on an openb trace: gitsched against the greedy baseline."""
+    """GPU allocation ratio on an openb trace: gitsched's placer against greedy best fit."""
     nodes_path = nodes_path or pods_path.parent / "openb_node_list_gpu_node.csv"
     if not nodes_path.exists():
         fail(f"{nodes_path}: no node list (give --nodes)")
