@@ -29,6 +29,7 @@ from engine.placement.constraints import (
     replica_shape_error,
     replicas_text,
 )
+from engine.placement.fragmentation import NodeScorer
 from engine.placement.objective import (
     broken_soft_constraints,
     lost_gpu_seconds,
@@ -104,6 +105,8 @@ class Packing:
         self.tree = Tree.of(instance.cluster, instance.nodes)
         self._parties: dict[str, Party] = {}
         self.flavor_free: dict[str | None, int] = defaultdict(int)  # free milli-GPU per flavor
+        # Node choice over the job shapes the cluster has seen (None: plain best fit).
+        self.scorer = NodeScorer.of(instance)
         for n in instance.nodes:
             if n.schedulable:
                 self.flavor_free[n.flavor] += n.gpus * GPU_MILLI
@@ -247,11 +250,26 @@ class Packing:
                 f"queue {job.queue} has no quota for {wanted}", f"quota__{job.queue}__flavor"
             )
         misses: list[Miss] = []
-        for flavor in flavors:
-            result = self._find_on_flavor(job, flavor)
-            if isinstance(result, Fit):
-                return result
-            misses.append(result)
+        if self.scorer is not None and job.replicas == 1 and len(flavors) > 1:
+            # Knowing the workload, the node that leaves the most usable is chosen across
+            # every flavor the job may take (the queue's order breaks ties), as FGD does.
+            best: tuple[float, int, Fit] | None = None
+            for i, flavor in enumerate(flavors):
+                result = self._find_on_flavor(job, flavor)
+                if isinstance(result, Miss):
+                    misses.append(result)
+                    continue
+                growth = self.fit_growth(job, result)
+                if best is None or (growth, i) < best[:2]:
+                    best = (growth, i, result)
+            if best is not None:
+                return best[2]
+        else:
+            for flavor in flavors:
+                result = self._find_on_flavor(job, flavor)
+                if isinstance(result, Fit):
+                    return result
+                misses.append(result)
         if len(misses) == 1:
             return misses[0]
         return Miss(
@@ -411,6 +429,8 @@ class Packing:
                 total += k
         if total < count:
             return None
+        if self.scorer is not None and count == 1:
+            return self._pack_one(job, flavor, room)
         room.sort(key=lambda t: t[0])
         placed: list[ReplicaPlacement] = []
         for _, free, k in room:
@@ -422,6 +442,42 @@ class Packing:
             if len(placed) == count:
                 break
         return Fit(flavor, tuple(placed))
+
+    def _pack_one(
+        self, job: Job, flavor: str | None, room: list[tuple[tuple[int, int, str], NodeFree, int]]
+    ) -> Fit:
+        """One replica where the workload's fragmentation plus stranded GPU grows least
+        (engine.placement.fragmentation), then best fit; a share on the GPU that grows it
+        least. Nodes left alike are scored once."""
+        assert self.scorer is not None
+        r = job.resources
+        best: tuple[tuple[float, int, int, str], NodeFree, int] | None = None
+        seen: dict[tuple[object, ...], tuple[float, int]] = {}
+        for fit_key, free, _ in room:
+            state = (free.node.flavor, tuple(free.gpu_free), free.cpu_free, free.memory_free)
+            scored = seen.get(state)
+            if scored is None:
+                scored = seen[state] = self.scorer.growth(
+                    free, r.gpu_milli, r.cpu_milli, r.memory_mib
+                )
+            key = (scored[0], fit_key[0], fit_key[1], fit_key[2])
+            if best is None or key < best[0]:
+                best = (key, free, scored[1])
+        assert best is not None
+        _, free, gpu = best
+        if gpu < 0:
+            return Fit(flavor, (free.choose(r),))
+        return Fit(flavor, (ReplicaPlacement(free.node.name, (gpu,), r.gpu_milli),))
+
+    def fit_growth(self, job: Job, fit: Fit) -> float:
+        """How much a one-replica fit grows the workload's fragmentation plus stranded GPU."""
+        assert self.scorer is not None
+        r = job.resources
+        (replica,) = fit.replicas
+        growth, _ = self.scorer.growth(
+            self.free[replica.node], r.gpu_milli, r.cpu_milli, r.memory_mib
+        )
+        return growth
 
     def _capacity_miss(
         self,
