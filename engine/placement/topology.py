@@ -335,18 +335,21 @@ def _narrowest(
         return None
     # Without slices a domain holds what its nodes hold: sum per level, narrowest first,
     # and make the subtree only under the domain chosen, as far as _fill goes into it.
-    caps = {n: min(k, count) for n, k in rooms.items() if k > 0 and n in tree.keys}
+    caps = {n: k if k < count else count for n, k in rooms.items() if k > 0 and n in tree.keys}
     if sum(caps.values()) < count:
         return None
     top = len(tree.levels)
     for rank in range(top):
-        if rank and tree.one_node_each[rank]:
-            continue  # its domains hold what their one node holds: no more than at rank 0
-        held: dict[tuple[str, ...], int] = {}
-        for n, k in caps.items():
-            key = tree.keys[n][rank]
-            held[key] = held.get(key, 0) + k
-        holding = {key for key, v in held.items() if v >= count}
+        if tree.one_node_each[rank]:
+            if rank:
+                continue  # its domains hold what their one node holds: no more than at rank 0
+            holding = {tree.keys[n][0] for n, k in caps.items() if k >= count}
+        else:
+            held: dict[tuple[str, ...], int] = {}
+            for n, k in caps.items():
+                key = tree.keys[n][rank]
+                held[key] = held.get(key, 0) + k
+            holding = {key for key, v in held.items() if v >= count}
         if not holding:
             continue
         members = [n for n in caps if tree.keys[n][rank] in holding]
