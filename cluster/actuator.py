@@ -124,8 +124,12 @@ class Actuator:
         existing: dict[Key, Obj],
     ) -> list[tuple[Key, Obj]]:
         out: list[tuple[Key, Obj]] = []
+        # Only the pods of this repo's teams: another gitsched on the same cluster (another
+        # repo, a test beside this one) makes its own, in its own teams' namespaces.
+        ours = {q.team or name for name, q in state.queues.items()}
+        ours.update(namespace for namespace, _ in desired)
         for key, pod in sorted(existing.items()):
-            if is_deleting(pod):
+            if is_deleting(pod) or key[0] not in ours:
                 continue
             want = desired.get(key)
             labels = pod["metadata"].get("labels") or {}

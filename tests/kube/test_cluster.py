@@ -3,6 +3,8 @@ cluster's events (finished, failed, node lost, pod deleted) come back into the l
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from cluster.api import KubeApi, Obj
@@ -357,3 +359,33 @@ def test_a_deleted_node_places_its_gang_again_without_waiting_for_its_stuck_pods
     )
     removed = [e.node for e in world.events() if isinstance(e, ev.NodeRemoved)]
     assert removed == [gone]
+
+
+def test_a_second_gitsched_on_the_cluster_leaves_the_first_ones_pods_alone(
+    world: KubeWorld, kube_api: KubeApi, tmp_path: Path
+) -> None:
+    for i in range(2):
+        world.add_node(f"n{i}")
+    world.bootstrap(nominal=16)
+    world.submit("train", replicas=2)
+    mine = world.controller()
+    run_until(mine, "train's pods Running", lambda r: _running(world, "train", 2))
+    before = {name: pod["metadata"]["uid"] for name, pod in _job_pods(world, "train").items()}
+
+    # Another repo, another log, another team, on the same API server: its pods' cache
+    # holds the first one's pods too, and none of them is in its state.
+    other = KubeWorld(kube_api, tmp_path / "other")
+    try:
+        other.add_node("m0")
+        other.bootstrap(nominal=8)
+        other.submit("solo", replicas=1)
+        theirs = other.controller()
+        run_until(theirs, "solo's pod Running", lambda r: _running(other, "solo", 1))
+        for _ in range(3):
+            assert theirs.step().actuation.deleted == 0
+        assert mine.step().actuation.deleted == 0
+    finally:
+        other.close()
+    after = _job_pods(world, "train")
+    assert {name: pod["metadata"]["uid"] for name, pod in after.items()} == before
+    assert not any(p["metadata"].get("deletionTimestamp") for p in after.values())
