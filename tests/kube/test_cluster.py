@@ -116,6 +116,52 @@ def test_a_single_pod_job_is_made_on_its_node_in_one_call(world: KubeWorld) -> N
     assert (again.actuation.created, again.actuation.bound) == (0, 0)
 
 
+class CountingApi(KubeApi):
+    """Our adapter, counting the pod calls the actuator makes."""
+
+    def __init__(self, api: KubeApi) -> None:
+        super().__init__(api.api_client)
+        self.calls: list[tuple[str, str]] = []
+
+    def create_pod(self, namespace: str, body: Obj) -> Obj | None:
+        gated = "gated" if body["spec"].get("schedulingGates") else "on-node"
+        self.calls.append((f"create {gated}", body["metadata"]["labels"]["gitsched.io/replica"]))
+        return super().create_pod(namespace, body)
+
+    def remove_scheduling_gates(self, namespace: str, name: str) -> None:
+        self.calls.append(("ungate", name.rsplit("-", 1)[1]))
+        super().remove_scheduling_gates(namespace, name)
+
+    def bind(self, namespace: str, name: str, uid: str, node: str) -> bool:
+        self.calls.append(("bind", name.rsplit("-", 1)[1]))
+        return super().bind(namespace, name, uid, node)
+
+
+def test_a_gangs_last_pod_is_made_on_its_node_once_the_others_exist(world: KubeWorld) -> None:
+    for i in range(3):
+        world.add_node(f"n{i}")
+    world.bootstrap(nominal=24)
+    world.submit("gang", replicas=3)
+    api = CountingApi(world.api)
+    controller = world.controller(api)
+    report = run_until(controller, "the gang's pods", lambda r: r.actuation.created > 0)
+    assert (report.actuation.created, report.actuation.bound) == (3, 3)
+    # Two gated, then the last on its node (every replica's pod exists by then), then
+    # the two ungated and bound: 7 calls, not 9.
+    assert api.calls == [
+        ("create gated", "0"),
+        ("create gated", "1"),
+        ("create on-node", "2"),
+        ("ungate", "0"),
+        ("bind", "0"),
+        ("ungate", "1"),
+        ("bind", "1"),
+    ]
+    run_until(controller, "the gang Running", lambda r: _running(world, "gang", 3))
+    pods = _job_pods(world, "gang")
+    assert [pods[n]["spec"]["nodeName"] for n in sorted(pods)] == _placed_nodes(world, "gang")
+
+
 def test_a_gang_is_never_partly_bound_and_a_restart_makes_no_duplicates(
     world: KubeWorld,
 ) -> None:
