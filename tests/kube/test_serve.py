@@ -278,3 +278,54 @@ def test_webhook_is_off_without_a_secret(world: KubeWorld) -> None:
         assert _post(daemon.port, body, {"X-GitHub-Event": "push"})[0] == 404
     finally:
         daemon.stop()
+
+
+def test_a_sigkilled_daemon_loses_nothing_its_successor_converges_without_duplicates(
+    world: KubeWorld,
+) -> None:
+    kubeconfig = os.environ[ENV_VAR]
+    for i in range(5):
+        world.add_node(f"n{i}")
+    world.bootstrap(nominal=40)
+    world.submit("gang", replicas=4)
+    world.submit("solo", replicas=1)
+    first = Daemon(world, "first", kubeconfig)
+    # Killed as soon as it has made a pod: most likely mid-actuation, never cleanly.
+    wait_for("a first pod", lambda: len(world.pods()) >= 1)
+    first.process.kill()
+    first.process.communicate(timeout=30)
+    gang = [
+        p
+        for p in world.pods().values()
+        if p["metadata"]["labels"]["gitsched.io/job"] == f"{world.team}.gang"
+    ]
+    if len(gang) < 4:  # not every replica's pod made: none of them may be bound
+        assert not any(p["spec"].get("nodeName") for p in gang)
+
+    # A successor (the dead one's Lease expires in 5 s) converges to the log.
+    second = Daemon(world, "second", kubeconfig)
+    try:
+        wait_for("the gang Running", lambda: len(_job_pods(world, "gang")) == 4, timeout_s=60)
+        wait_for("solo Running", lambda: len(_job_pods(world, "solo")) == 1)
+        pods = world.pods()
+        assert len(pods) == 5  # no pod made twice
+        replicas = sorted(
+            (
+                p["metadata"]["labels"]["gitsched.io/job"],
+                p["metadata"]["labels"]["gitsched.io/replica"],
+            )
+            for p in pods.values()
+        )
+        assert replicas == [(f"{world.team}.gang", str(i)) for i in range(4)] + [
+            (f"{world.team}.solo", "0")
+        ]
+        wait_for(
+            "JobStarted for both jobs in the log",
+            lambda: (
+                {e.job for e in world.events() if isinstance(e, ev.JobStarted)}
+                == {world.job_key("gang"), world.job_key("solo")}
+            ),
+        )
+    finally:
+        code, stderr = second.stop()
+    assert code == 0, stderr
