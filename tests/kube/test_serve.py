@@ -231,7 +231,10 @@ def test_signed_push_webhook_starts_a_pass_at_once_unsigned_ones_are_refused(
         )
         assert (status, text.strip()) == (202, "reconciling")
         wait_for("one's pod Running", lambda: len(_job_pods(world, "one")) == 1)
-        assert (_metric(daemon.port, 'gitsched_passes_total{trigger="webhook"}') or 0) >= 1
+        wait_for(
+            "a pass started by the push",
+            lambda: (_metric(daemon.port, 'gitsched_passes_total{trigger="webhook"}') or 0) >= 1,
+        )
 
         # Gitea's header; a push to another branch and a ping are acknowledged, no pass.
         other = json.dumps({"ref": "refs/heads/dev", "after": "f" * 40}).encode()
@@ -260,7 +263,12 @@ def test_signed_push_webhook_starts_a_pass_at_once_unsigned_ones_are_refused(
         assert status == 202
         git(world.repo.path, "update-ref", "refs/heads/main", sha)
         wait_for("two's pod Running", lambda: len(_job_pods(world, "two")) == 1)
-        assert (_metric(daemon.port, 'gitsched_passes_total{trigger="webhook"}') or 0) > before
+        wait_for(
+            "a pass started by the push once its commit is on the branch",
+            lambda: (
+                (_metric(daemon.port, 'gitsched_passes_total{trigger="webhook"}') or 0) > before
+            ),
+        )
         assert _metric(daemon.port, 'gitsched_webhook_deliveries_total{result="accepted"}') == 2
     finally:
         code, stderr = daemon.stop()
