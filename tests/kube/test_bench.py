@@ -28,7 +28,9 @@ def test_bench_kube_binds_every_pod_and_cleans_up(kube_api: KubeApi) -> None:
     assert (result["nodes"], result["pods"], result["gangs"], result["jobs"]) == (4, 4, 0, 4)
     assert result["solver"] == Policy().solver  # no Policy in the repo: the product's default
     assert result["commit_to_all_bound_s"] > 0 and result["pods_bound_per_s"] > 0
-    assert 0 < result["solve_s"] <= result["commit_to_decided_s"] <= result["commit_to_all_bound_s"]
+    # A solve of 4 jobs rounds to 0 ms; deciding (reading the files, appending) does not.
+    assert 0 <= result["solve_s"] <= result["commit_to_decided_s"]
+    assert 0 < result["commit_to_decided_s"] < result["commit_to_all_bound_s"]
     assert 0 < result["actuation_p50_s"] <= result["actuation_p99_s"]
     assert result["peak_rss_mib"] > 0
     assert {n["metadata"]["name"] for n in kube_api.list("nodes").items} == before
