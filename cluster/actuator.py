@@ -11,9 +11,11 @@ created with its node starts on it at once, so a gang would run in part while
 its other pods are still being made (or were never made, after a crash). Gated
 pods exist first and run nowhere; only when every replica's pod exists is each
 one ungated and bound (gitsched is the scheduler here: `schedulerName: gitsched`,
-so no kube-scheduler takes a pod in between). A single-pod job has no other
-replica to wait for: its pod is created with `nodeName`, one API call instead of
-three (create, ungate, bind), which is most of what a pod costs us.
+so no kube-scheduler takes a pod in between). The last pod a gang needs has no
+other replica to wait for: when every other replica's pod exists (gated), it is
+created with `nodeName`, one API call instead of three (create, ungate, bind),
+which is most of what a pod costs us; then the others are ungated and bound. A
+single-pod job's pod is such a last pod.
 
 Throughput: API calls wait on the server, so jobs are converged by a bounded
 pool of threads sharing one client (its connection pool is sized for them, see
@@ -124,8 +126,12 @@ class Actuator:
         existing: dict[Key, Obj],
     ) -> list[tuple[Key, Obj]]:
         out: list[tuple[Key, Obj]] = []
+        # Only the pods of this repo's teams: another gitsched on the same cluster (another
+        # repo, a test beside this one) makes its own, in its own teams' namespaces.
+        ours = {q.team or name for name, q in state.queues.items()}
+        ours.update(namespace for namespace, _ in desired)
         for key, pod in sorted(existing.items()):
-            if is_deleting(pod):
+            if is_deleting(pod) or key[0] not in ours:
                 continue
             want = desired.get(key)
             labels = pod["metadata"].get("labels") or {}
@@ -177,7 +183,9 @@ class Actuator:
                 return
             if pod is None:
                 self._ensure_namespace(want.namespace)
-                pod = self.api.create_pod(want.namespace, _body_for(want, len(wants)))
+                # The last replica's pod, once every other one exists: nothing left to wait for.
+                last = complete and len(pods) == len(wants) - 1
+                pod = self.api.create_pod(want.namespace, _body_for(want, on_node=last))
                 if pod is None:
                     # 409: it exists already (made before a crash, or by a twin): progress;
                     # the next pass sees it through the watch.
@@ -185,7 +193,7 @@ class Actuator:
                     continue
                 self.pods.put(pod)
                 report.created += 1
-                if is_bound(pod):  # a single pod, made on its node
+                if is_bound(pod):  # the last pod, made on its node
                     report.bound += 1
                     bound_now += 1
             elif (pod["metadata"].get("labels") or {}).get(PLACEMENT_LABEL) != want.placement:
@@ -214,9 +222,10 @@ class Actuator:
             self._namespaces.add(namespace)
 
 
-def _body_for(want: DesiredPod, replicas: int) -> Obj:
-    """A gang's pod is made gated; a single pod is made bound (see the module's docstring)."""
-    if replicas > 1:
+def _body_for(want: DesiredPod, *, on_node: bool) -> Obj:
+    """A pod is made gated, or, when it is its gang's last (a single pod is its own), made
+    bound on its node (see the module's docstring)."""
+    if not on_node:
         return want.body
     spec = {k: v for k, v in want.body["spec"].items() if k != "schedulingGates"}
     spec["nodeName"] = want.node

@@ -25,6 +25,7 @@ from engine.model import (
     Queue,
     utc_time,
 )
+from engine.placement.fragmentation import learned_shapes
 from engine.placement.objective import lost_gpu_seconds
 from engine.placement.plan import OutcomeStatus, PlacementInstance, PlacementPlan
 from engine.placement.preemption import Rule
@@ -316,6 +317,7 @@ def placement_instance(state: ClusterState, now: str) -> PlacementInstance:
         policy=state.policy,
         now=now,
         usage=fair_usage(state, now),
+        shapes=learned_shapes(state.shapes),
     )
 
 

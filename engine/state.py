@@ -28,6 +28,7 @@ from engine.model import (
     Policy,
     Queue,
 )
+from engine.placement.fragmentation import remember_shape
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +65,11 @@ class ClusterState:
     # job -> the JobIdle that flagged it, until it runs anew, is changed or uses its GPUs.
     idle_streaks: Map[str, IdleStreak] = field(default_factory=Map)
     idle: Map[str, ev.JobIdle] = field(default_factory=Map)
+    # The job shapes submitted so far, as engine.placement.fragmentation summarises them:
+    # shape -> weight as published to the solver, the current window's counts, its jobs.
+    shapes: Map[str, int] = field(default_factory=Map)
+    shapes_window: Map[str, int] = field(default_factory=Map)
+    shapes_window_jobs: int = 0
 
     def placement_of(self, job: str) -> Placement | None:
         return self.placements.get(job)
@@ -199,8 +205,17 @@ def _approval_checked(s: ClusterState, e: ev.ApprovalChecked) -> ClusterState:
 
 
 def _job_submitted(s: ClusterState, e: ev.JobSubmitted) -> ClusterState:
+    shapes, window, window_jobs = remember_shape(
+        (s.shapes, s.shapes_window, s.shapes_window_jobs), e.job
+    )
     return _replace(
-        s, jobs=s.jobs.set(e.job.key, e.job), needs_placement=True, idle=_without(s.idle, e.job.key)
+        s,
+        jobs=s.jobs.set(e.job.key, e.job),
+        needs_placement=True,
+        idle=_without(s.idle, e.job.key),
+        shapes=shapes,
+        shapes_window=window,
+        shapes_window_jobs=window_jobs,
     )
 
 

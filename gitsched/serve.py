@@ -2,12 +2,17 @@
 
 Polls the repo (reconciler), observes and acts on the cluster (cluster.Controller),
 holds a coordination.k8s.io Lease so only one replica acts, and serves /healthz,
-/readyz and Prometheus /metrics. SIGTERM stops it cleanly (the Lease is given
-back); SIGKILL loses nothing, because every pass starts from the log and the cluster.
+/readyz and Prometheus /metrics. A signed push webhook (POST /webhook) starts a pass
+at once instead of at the next poll; the poll stays, so a lost delivery only costs
+time. SIGTERM stops it cleanly (the Lease is given back); SIGKILL loses nothing,
+because every pass starts from the log and the cluster.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import json
 import logging
 import os
 import signal
@@ -16,7 +21,9 @@ import threading
 import time
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs
 
 import click
 from prometheus_client import (
@@ -72,6 +79,18 @@ class Metrics:
         )
         self.pods = Counter("gitsched_pods", "Pod actions", ["action"], registry=r)
         self.leader = Gauge("gitsched_leader", "1 while this replica holds the Lease", registry=r)
+        self.passes = Counter(
+            "gitsched_passes",
+            "Passes (observe, decide, act) this replica ran as leader, by what started them",
+            ["trigger"],
+            registry=r,
+        )
+        self.webhooks = Counter(
+            "gitsched_webhook_deliveries",
+            "Webhook deliveries, by what was done with them",
+            ["result"],
+            registry=r,
+        )
 
     def record(self, report: StepReport, now: datetime) -> None:
         self.events.labels("cluster").inc(len(report.observed))
@@ -109,6 +128,59 @@ def _parse(text: str) -> datetime | None:
     return stamp if stamp.tzinfo else stamp.replace(tzinfo=UTC)
 
 
+# A push's commit may reach the daemon's clone after the push's delivery (git-sync polls
+# on its own period): look for it this often, for this long, before leaving it to the poll.
+PUSH_LOOK_S = 0.2
+PUSH_WAIT_S = 60.0
+MAX_WEBHOOK_BYTES = (
+    5 * 1024 * 1024
+)  # GitHub caps its payloads at 25 MB; a push of one branch is far less
+NO_COMMIT = "0" * 40  # the `after` of a push that deleted the branch
+
+
+class Webhook:
+    """Push deliveries from a git host (GitHub, Gitea, Forgejo, GitLab's compatible mode),
+    signed with a shared secret: HMAC-SHA256 of the body, in `X-Hub-Signature-256`
+    (`sha256=<hex>`) or Gitea's `X-Gitea-Signature` (`<hex>`)."""
+
+    def __init__(self, secret: bytes, branch: str) -> None:
+        if not secret:
+            raise click.UsageError("the webhook secret is empty")
+        self.secret = secret
+        self.ref = f"refs/heads/{branch}"
+
+    def signed(self, body: bytes, headers: Any) -> bool:
+        sent = (headers.get("X-Hub-Signature-256") or "").strip()
+        if sent:
+            algorithm, _, sent = sent.partition("=")
+            if algorithm != "sha256":
+                return False
+        else:
+            sent = (headers.get("X-Gitea-Signature") or "").strip()
+        expected = hmac.new(self.secret, body, hashlib.sha256).hexdigest()
+        return bool(sent) and hmac.compare_digest(expected, sent.lower())
+
+    def push(self, event: str, body: bytes, content_type: str) -> tuple[int, str, str | None]:
+        """What a signed delivery asks for: (HTTP status, reply, the pushed commit to
+        reconcile, or None when the delivery asks for nothing)."""
+        if event == "ping":
+            return 200, "pong", None
+        if event not in ("push", ""):
+            return 202, f"ignored: {event} is not a push", None
+        try:
+            # GitHub's other content type: the JSON in a form field `payload`.
+            form = parse_qs(body.decode()) if "form-urlencoded" in content_type else {}
+            payload = json.loads(form["payload"][0] if "payload" in form else body)
+        except (UnicodeDecodeError, ValueError):
+            return 400, "the payload is not JSON", None
+        if not isinstance(payload, dict) or not isinstance(payload.get("ref"), str):
+            return 400, "the payload names no ref", None
+        if payload["ref"] != self.ref:
+            return 202, f"ignored: a push to {payload['ref']}, not {self.ref}", None
+        after = payload.get("after")
+        return 202, "reconciling", after if isinstance(after, str) else ""
+
+
 class Daemon:
     def __init__(
         self,
@@ -123,8 +195,10 @@ class Daemon:
         poll_s: float,
         grace_period_s: int,
         create_namespaces: bool = False,
+        webhook: Webhook | None = None,
     ) -> None:
         self.repo, self.event_log, self.api = repo, event_log, api
+        self.webhook = webhook
         self.branch, self.solver, self.inventory = branch, solver, inventory
         self.elector = elector
         self.poll_s = poll_s
@@ -136,6 +210,9 @@ class Daemon:
         self.controller: Controller | None = None
         self.last_tick = time.monotonic()
         self.ready = False
+        # The newest pushed commit not yet seen on the branch, and until when to look for it.
+        self._push_lock = threading.Lock()
+        self._pushed: tuple[str, float] | None = None
 
     def _new_controller(self) -> Controller:
         reconciler = Reconciler(self.repo, self.event_log, branch=self.branch, solver=self.solver)
@@ -149,24 +226,59 @@ class Daemon:
             wake=self.wake,
         )
 
+    def pushed(self, sha: str) -> None:
+        """A verified push to the branch: pass now, and again as soon as its commit is here."""
+        with self._push_lock:
+            self._pushed = (sha, time.monotonic() + PUSH_WAIT_S)
+        self.wake.set()
+
+    def _push_trigger(self) -> bool | None:
+        """True: a push's commit is on the branch now, so this pass reads it; None: one is
+        awaited (look again soon); False: none."""
+        with self._push_lock:
+            if self._pushed is None:
+                return False
+            sha, until = self._pushed
+        if sha in ("", NO_COMMIT) or self.repo.is_ancestor(sha, self.branch):
+            arrived = True
+        elif time.monotonic() > until:
+            log.warning(
+                "pushed commit %s not on %s after %.0fs; the poll goes on",
+                sha,
+                self.branch,
+                PUSH_WAIT_S,
+            )
+            arrived = False
+        else:
+            return None
+        with self._push_lock:
+            if self._pushed == (sha, until):  # not replaced by a newer push meanwhile
+                self._pushed = None
+        return arrived
+
     def run(self) -> None:
         backoff = 1.0
+        woken = False
         while not self.stopping.is_set():
             self.last_tick = time.monotonic()
+            push = self._push_trigger()
+            trigger = "webhook" if push else "watch" if woken else "poll"
             try:
-                self._tick()
+                if self._tick():
+                    self.metrics.passes.labels(trigger).inc()
                 backoff = 1.0
             except (TemporaryError, LogUnavailable, TimeoutError) as e:
                 log.warning("%s; retrying in %.0fs", e, backoff)
                 self.stopping.wait(backoff)
                 backoff = min(backoff * 2, 30.0)
                 continue
-            self.wake.wait(self.poll_s)
+            woken = self.wake.wait(PUSH_LOOK_S if push is None else self.poll_s)
             self.wake.clear()
             self.stopping.wait(0.05)  # a burst of watch events makes one pass, not one each
         self.shutdown()
 
-    def _tick(self) -> None:
+    def _tick(self) -> bool:
+        """One pass if this replica leads: whether it ran."""
         leader = self.elector.try_acquire_or_renew() if self.elector else True
         self.metrics.leader.set(1 if leader else 0)
         if not leader:
@@ -176,7 +288,7 @@ class Daemon:
                 self.controller = None
             # A standby that reaches the API server is ready to take over.
             self.ready = self.elector is not None and self.elector.reached_api
-            return
+            return False
         if self.controller is None:
             log.info("holding the lease: acting on the cluster")
             controller = self._new_controller()
@@ -189,6 +301,7 @@ class Daemon:
         self.ready = True
         report = self.controller.step()
         self.metrics.record(report, datetime.now(UTC))
+        return True
 
     def shutdown(self) -> None:
         if self.controller is not None:
@@ -213,6 +326,39 @@ def _http(daemon: Daemon, host: str, port: int) -> ThreadingHTTPServer:
             else:
                 self._reply(404, b"not found\n")
 
+        def do_POST(self) -> None:
+            if self.path != "/webhook":
+                self._reply(404, b"not found\n")
+                return
+            hook = daemon.webhook
+            if hook is None:
+                self._reply(404, b"no webhook: start gitsched serve with a webhook secret\n")
+                return
+            length = int(self.headers.get("Content-Length") or 0)
+            if length > MAX_WEBHOOK_BYTES:
+                daemon.metrics.webhooks.labels("too_large").inc()
+                self._reply(413, b"payload too large\n")
+                return
+            body = self.rfile.read(length)
+            if not hook.signed(body, self.headers):
+                daemon.metrics.webhooks.labels("rejected").inc()
+                log.warning(
+                    "webhook: a delivery without a valid signature, from %s", self.client_address[0]
+                )
+                self._reply(401, b"missing or invalid signature\n")
+                return
+            event = self.headers.get("X-GitHub-Event") or self.headers.get("X-Gitea-Event") or ""
+            status, message, sha = hook.push(
+                event, body, self.headers.get("Content-Type") or "application/json"
+            )
+            if sha is not None:
+                log.info("webhook: push of %s to %s: passing now", sha or "?", hook.ref)
+                daemon.pushed(sha)
+            daemon.metrics.webhooks.labels(
+                "accepted" if sha is not None else "ignored" if status < 300 else "invalid"
+            ).inc()
+            self._reply(status, message.encode() + b"\n")
+
         def _reply(self, code: int, body: bytes, ctype: str = "text/plain; charset=utf-8") -> None:
             self.send_response(code)
             self.send_header("Content-Type", ctype)
@@ -226,6 +372,17 @@ def _http(daemon: Daemon, host: str, port: int) -> ThreadingHTTPServer:
     server = ThreadingHTTPServer((host, port), Handler)
     threading.Thread(target=server.serve_forever, name="http", daemon=True).start()
     return server
+
+
+def _webhook(secret_file: str | None, branch: str) -> Webhook | None:
+    """The webhook, if a secret is given: from the file, else GITSCHED_WEBHOOK_SECRET."""
+    if secret_file:
+        secret = Path(secret_file).read_bytes().strip()
+    else:
+        secret = os.environ.get("GITSCHED_WEBHOOK_SECRET", "").strip().encode()
+        if not secret:
+            return None
+    return Webhook(secret, branch)
 
 
 @click.command()
@@ -274,6 +431,15 @@ def _http(daemon: Daemon, host: str, port: int) -> ThreadingHTTPServer:
     help="Create a team's namespace when missing (needs RBAC to create namespaces).",
 )
 @click.option("--solver", help="Override the Policy's solver (greedy, highs, cbc).")
+@click.option(
+    "--webhook-secret-file",
+    envvar="GITSCHED_WEBHOOK_SECRET_FILE",
+    show_envvar=True,
+    type=click.Path(exists=True, dir_okay=False),
+    help="Serve POST /webhook for the git host's push deliveries, signed with the secret in this"
+    " file (HMAC-SHA256, X-Hub-Signature-256). Or put the secret itself in GITSCHED_WEBHOOK_SECRET."
+    " Without either, /webhook answers 404 and only the poll finds new commits.",
+)
 def serve(
     path: str | None,
     repo_opt: str | None,
@@ -292,18 +458,20 @@ def serve(
     no_leader_election: bool,
     create_namespaces: bool,
     solver: str | None,
+    webhook_secret_file: str | None,
 ) -> None:
     """Run the cluster from the repo: place every commit's jobs and make their pods run.
 
     Pods are created gated in the team's namespace, bound to the decided nodes once
     the whole gang exists, and deleted when preempted; pod phases and node health
-    go into the log. Stop with SIGTERM.
+    go into the log. A signed push webhook starts a pass at once. Stop with SIGTERM.
     """
     path = repo_of(path, repo_opt)
     url = resolve_log_url(log_url, path)
     host, _, port = listen.rpartition(":")
     with user_errors():
         repo = GitRepo(path)
+        webhook = _webhook(webhook_secret_file, branch)
         api = KubeApi.connect(kubeconfig)
         me = identity or f"{socket.gethostname()}-{os.getpid()}"
         elector = (
@@ -325,6 +493,7 @@ def serve(
                 poll_s=poll_seconds,
                 grace_period_s=grace_period_seconds,
                 create_namespaces=create_namespaces,
+                webhook=webhook,
             )
 
             def stop(signum: int, frame: object) -> None:

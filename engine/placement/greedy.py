@@ -8,6 +8,7 @@ no room, or a higher-priority job preempts them.
 
 from __future__ import annotations
 
+import heapq
 import time
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
@@ -29,6 +30,7 @@ from engine.placement.constraints import (
     replica_shape_error,
     replicas_text,
 )
+from engine.placement.fragmentation import NodeScorer
 from engine.placement.objective import (
     broken_soft_constraints,
     lost_gpu_seconds,
@@ -81,6 +83,24 @@ def _noted(reason: str, fit: Fit) -> str:
     return f"{reason}; {fit.note}" if fit.note else reason
 
 
+# What is left on a node: whole free GPUs, CPU, memory, whether a job runs there, its
+# dedicated holder, free milli-GPU, milli-GPU free per GPU.
+Left = tuple[int, int, int, bool, str | None, int, tuple[int, ...]]
+
+
+def _left(free: NodeFree) -> Left:
+    """What is left on a node, as far as any job's room there depends on it."""
+    return (
+        free.whole_free_gpus,
+        free.cpu_free,
+        free.memory_free,
+        free.jobs > 0,
+        free.dedicated_holder,
+        free.free_gpu_milli,
+        tuple(free.gpu_free),
+    )
+
+
 def priority_order(jobs: Iterable[Job]) -> list[Job]:
     return sorted(jobs, key=lambda j: (-j.priority, j.submitted_at, j.key))
 
@@ -100,10 +120,19 @@ class Packing:
         self._eligible_names: dict[tuple[object, ...], set[str]] = {}
         # Nodes with some GPU left: when the cluster is full, the only ones worth a look.
         self.open: set[str] = {n.name for n in instance.nodes if n.gpus > 0}
+        # Nodes grouped by what is left on them (`_left`): a job's room is asked once per
+        # group, not once per node, so a pass over thousands of alike nodes costs a few
+        # calls. Groups are dicts used as ordered sets (deterministic order); nodes that
+        # commit/release touched are regrouped before the next look (`_stale`).
+        self._alike: dict[Left, dict[str, None]] = {}
+        self._left_of: dict[str, Left] = {}
+        self._stale: dict[str, None] = dict.fromkeys(self.free)
         self._domains: dict[tuple[object, ...], dict[str, list[Node]]] = {}
         self.tree = Tree.of(instance.cluster, instance.nodes)
         self._parties: dict[str, Party] = {}
         self.flavor_free: dict[str | None, int] = defaultdict(int)  # free milli-GPU per flavor
+        # Node choice over the job shapes the cluster has seen (None: plain best fit).
+        self.scorer = NodeScorer.of(instance)
         for n in instance.nodes:
             if n.schedulable:
                 self.flavor_free[n.flavor] += n.gpus * GPU_MILLI
@@ -138,29 +167,33 @@ class Packing:
         """Replicas of `job` each eligible node can take now; nodes that take none are left out."""
         r = job.resources
         names = self._eligible_names[(flavor, job.isolation, job.residency, job.resources)]
-        if r.gpu_milli > 0 and len(self.open) < len(names):
-            looked = [name for name in self.open if name in names]
-        else:
-            looked = [n.name for n in candidates]
+        every = len(names) == len(self.free)
+        self._regroup()
         rooms: dict[str, int] = {}
-        # Many nodes are left alike (empty, or full but for the same few GPUs): ask once per state.
-        seen: dict[tuple[object, ...], int] = {}
-        for name in looked:
-            free = self.free[name]
-            state: tuple[object, ...] = (
-                free.whole_free_gpus,
-                free.cpu_free,
-                free.memory_free,
-                free.jobs > 0,
-                free.dedicated_holder,
-                tuple(free.gpu_free) if r.fractional else free.free_gpu_milli,
-            )
-            k = seen.get(state)
-            if k is None:
-                k = seen[state] = free.room_for(r, job, job.replicas)
+        # Many nodes are left alike (empty, or full but for the same few GPUs): ask once per group.
+        for left, group in self._alike.items():
+            if r.gpu_milli > 0 and left[5] <= 0:
+                continue  # no GPU left: no room for a GPU job
+            members = group if every else [name for name in group if name in names]
+            if not members:
+                continue
+            k = self.free[next(iter(members))].room_for(r, job, job.replicas)
             if k:
-                rooms[name] = k
+                rooms.update(dict.fromkeys(members, k))
         return rooms
+
+    def _regroup(self) -> None:
+        """Move the nodes touched since the last look to the group of what is left on them."""
+        for name in self._stale:
+            was = self._left_of.get(name)
+            if was is not None:
+                group = self._alike[was]
+                del group[name]
+                if not group:
+                    del self._alike[was]
+            left = self._left_of[name] = _left(self.free[name])
+            self._alike.setdefault(left, {})[name] = None
+        self._stale.clear()
 
     def domains(self, job: Job, flavor: str | None, level: str) -> dict[str, list[Node]]:
         key = (flavor, job.isolation, job.residency, job.resources, level)
@@ -177,6 +210,7 @@ class Packing:
         for replica in fit.replicas:
             free = self.free[replica.node]
             free.take(replica, job.resources, job)
+            self._stale[replica.node] = None
             self.flavor_free[free.node.flavor] -= replica.gpu_milli * len(replica.gpus)
             if free.free_gpu_milli <= 0:
                 self.open.discard(replica.node)
@@ -190,6 +224,7 @@ class Packing:
         for replica in fit.replicas:
             free = self.free[replica.node]
             free.give(replica, job.resources, job)
+            self._stale[replica.node] = None
             self.flavor_free[free.node.flavor] += replica.gpu_milli * len(replica.gpus)
             if free.free_gpu_milli > 0:
                 self.open.add(replica.node)
@@ -247,11 +282,26 @@ class Packing:
                 f"queue {job.queue} has no quota for {wanted}", f"quota__{job.queue}__flavor"
             )
         misses: list[Miss] = []
-        for flavor in flavors:
-            result = self._find_on_flavor(job, flavor)
-            if isinstance(result, Fit):
-                return result
-            misses.append(result)
+        if self.scorer is not None and job.replicas == 1 and len(flavors) > 1:
+            # Knowing the workload, the node that leaves the most usable is chosen across
+            # every flavor the job may take (the queue's order breaks ties), as FGD does.
+            best: tuple[float, int, Fit] | None = None
+            for i, flavor in enumerate(flavors):
+                result = self._find_on_flavor(job, flavor)
+                if isinstance(result, Miss):
+                    misses.append(result)
+                    continue
+                growth = self.fit_growth(job, result)
+                if best is None or (growth, i) < best[:2]:
+                    best = (growth, i, result)
+            if best is not None:
+                return best[2]
+        else:
+            for flavor in flavors:
+                result = self._find_on_flavor(job, flavor)
+                if isinstance(result, Fit):
+                    return result
+                misses.append(result)
         if len(misses) == 1:
             return misses[0]
         return Miss(
@@ -398,30 +448,77 @@ class Packing:
         the replicas exactly as choosing them one at a time would.
         """
         r = job.resources
-        room: list[tuple[tuple[int, int, str], NodeFree, int]] = []
-        total = 0
-        names = rooms if len(rooms) < len(nodes) else (n.name for n in nodes)
-        within = None if len(rooms) >= len(nodes) else {n.name for n in nodes}
-        for name in names:
-            k = rooms.get(name, 0)
-            if k and (within is None or name in within):
-                free = self.free[name]
-                key = (free.free_gpu_milli - r.gpu_milli, free.cpu_free - r.cpu_milli, name)
-                room.append((key, free, k))
-                total += k
+        if len(rooms) >= len(nodes):
+            names = [n.name for n in nodes if rooms.get(n.name, 0) > 0]
+        elif nodes is self._eligible.get((flavor, job.isolation, job.residency, r)):
+            names = [name for name, k in rooms.items() if k > 0]  # rooms() looked at these only
+        else:
+            within = {n.name for n in nodes}
+            names = [name for name, k in rooms.items() if k > 0 and name in within]
+        total = sum(rooms[name] for name in names)
         if total < count:
             return None
-        room.sort(key=lambda t: t[0])
+        free = self.free
+        if self.scorer is not None and count == 1:
+            room = [
+                (
+                    (free[n].free_gpu_milli - r.gpu_milli, free[n].cpu_free - r.cpu_milli, n),
+                    free[n],
+                    1,
+                )
+                for n in names
+            ]
+            return self._pack_one(job, flavor, room)
+        # Each node takes at least one replica: the `count` best fits are all a gang can use.
+        best = heapq.nsmallest(
+            count, names, key=lambda name: (free[name].free_gpu_milli, free[name].cpu_free, name)
+        )
         placed: list[ReplicaPlacement] = []
-        for _, free, k in room:
-            scratch = free.copy()
-            for _ in range(min(k, count - len(placed))):
+        for name in best:
+            scratch = free[name].copy()
+            for _ in range(min(rooms[name], count - len(placed))):
                 replica = scratch.choose(r)
                 scratch.take(replica, r, job)
                 placed.append(replica)
             if len(placed) == count:
                 break
         return Fit(flavor, tuple(placed))
+
+    def _pack_one(
+        self, job: Job, flavor: str | None, room: list[tuple[tuple[int, int, str], NodeFree, int]]
+    ) -> Fit:
+        """One replica where the workload's fragmentation plus stranded GPU grows least
+        (engine.placement.fragmentation), then best fit; a share on the GPU that grows it
+        least. Nodes left alike are scored once."""
+        assert self.scorer is not None
+        r = job.resources
+        best: tuple[tuple[float, int, int, str], NodeFree, int] | None = None
+        seen: dict[tuple[object, ...], tuple[float, int]] = {}
+        for fit_key, free, _ in room:
+            state = (free.node.flavor, tuple(free.gpu_free), free.cpu_free, free.memory_free)
+            scored = seen.get(state)
+            if scored is None:
+                scored = seen[state] = self.scorer.growth(
+                    free, r.gpu_milli, r.cpu_milli, r.memory_mib
+                )
+            key = (scored[0], fit_key[0], fit_key[1], fit_key[2])
+            if best is None or key < best[0]:
+                best = (key, free, scored[1])
+        assert best is not None
+        _, free, gpu = best
+        if gpu < 0:
+            return Fit(flavor, (free.choose(r),))
+        return Fit(flavor, (ReplicaPlacement(free.node.name, (gpu,), r.gpu_milli),))
+
+    def fit_growth(self, job: Job, fit: Fit) -> float:
+        """How much a one-replica fit grows the workload's fragmentation plus stranded GPU."""
+        assert self.scorer is not None
+        r = job.resources
+        (replica,) = fit.replicas
+        growth, _ = self.scorer.growth(
+            self.free[replica.node], r.gpu_milli, r.cpu_milli, r.memory_mib
+        )
+        return growth
 
     def _capacity_miss(
         self,

@@ -11,6 +11,18 @@ from typing import Protocol
 from engine.model import ClusterSpec, Job, Node, Placement, Policy, Queue, ReplicaPlacement
 
 
+@dataclass(frozen=True, slots=True, order=True)
+class JobShape:
+    """What one replica of a job asks for, as the workload's history counts it: milli-GPU
+    (whole GPUs as multiples of 1000, or a share of one), CPU, memory, and the GPU flavors
+    it may run on (empty: any). engine.placement.fragmentation scores nodes over these."""
+
+    gpu_milli: int
+    cpu_milli: int
+    memory_mib: int
+    flavors: tuple[str, ...] = ()
+
+
 @dataclass(frozen=True, slots=True)
 class PlacementInstance:
     """Everything a solver may look at. `now` (ISO-8601 UTC) prices lost work."""
@@ -29,6 +41,9 @@ class PlacementInstance:
     # over the decay window (engine/fairshare.py): lowers the fair share of a queue that
     # used much lately. Empty: no history.
     usage: Mapping[str, float] = field(default_factory=dict)
+    # The job shapes the cluster has seen (engine.placement.fragmentation.learned_shapes of
+    # the folded state) with their weights: node choice keeps room for them. Empty: unknown.
+    shapes: tuple[tuple[JobShape, int], ...] = ()
 
     def queue(self, name: str) -> Queue | None:
         for q in self.queues:

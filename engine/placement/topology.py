@@ -6,6 +6,7 @@ greedy, the MILP, `check`, the plan's explanations and `bench synth`.
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -35,6 +36,12 @@ class Tree:
         for n in nodes:
             labels = [n.domain(lv) for lv in self.levels]
             self.keys[n.name] = tuple(tuple(labels[i:]) for i in range(len(labels)))
+        # Levels whose every domain holds one node (an unlabelled level, say): a gang fits in
+        # one of their domains exactly when it fits on one node.
+        self.one_node_each: tuple[bool, ...] = tuple(
+            len({k[i] for k in self.keys.values()}) == len(self.keys)
+            for i in range(len(self.levels))
+        )
 
     @classmethod
     def of(cls, cluster: ClusterSpec | None, nodes: Sequence[Node]) -> Tree:
@@ -145,6 +152,15 @@ def topology_violation(tree: Tree, job: Job, nodes: Sequence[str]) -> str | None
 # -- compact allocation ---------------------------------------------------------------------
 
 
+@dataclass(frozen=True, slots=True)
+class _Below:
+    """What a domain needs to make its children when _fill first reaches it (no slices)."""
+
+    tree: Tree
+    caps: Mapping[str, int]
+    fullness: Fullness
+
+
 @dataclass(slots=True, eq=False)
 class _Domain:
     key: tuple[str, ...]
@@ -154,6 +170,41 @@ class _Domain:
     room: int = 0
     cap: int = 0
     free: tuple[int, int] = (0, 0)
+    # Set: the children are made on first use (_children), so a gang placed in a wide
+    # domain pays for the subtrees it goes into, not for every node's.
+    below: _Below | None = None
+
+
+# A child domain as _fill chooses among them: (replicas it holds, free, key, the domain, or
+# the name of its one node when each child of the level is one node).
+_Child = tuple[int, tuple[int, int], tuple[str, ...], "_Domain | str"]
+
+
+def _children(d: _Domain) -> list[_Child]:
+    below = d.below
+    if below is None or d.children or d.rank == 0:
+        return [(c.cap, c.free, c.key, c) for c in d.children.values()]
+    rank = d.rank - 1
+    keys, caps, fullness = below.tree.keys, below.caps, below.fullness
+    if below.tree.one_node_each[rank]:
+        # Each child is one node: no domain objects, and its subtree is just that node.
+        return [(caps[n], fullness(n), keys[n][rank], n) for n in d.nodes]
+    sums: dict[tuple[str, ...], list[int]] = {}
+    names: dict[tuple[str, ...], list[str]] = {}
+    for name in d.nodes:
+        key = keys[name][rank]
+        total = sums.get(key)
+        if total is None:
+            total = sums[key] = [0, 0, 0]
+            names[key] = []
+        a, b = fullness(name)
+        total[0] += caps[name]
+        total[1] += a
+        total[2] += b
+        names[key].append(name)
+    for key, (room, a, b) in sums.items():
+        d.children[key] = _Domain(key, rank, {}, names[key], room, room, (a, b), below)
+    return [(c.cap, c.free, c.key, c) for c in d.children.values()]
 
 
 def _build(
@@ -204,30 +255,49 @@ def _best_fit(domains: Iterable[_Domain]) -> _Domain:
     return min(domains, key=lambda d: (d.free, d.key))
 
 
+def _best_fit_child(children: Iterable[_Child]) -> _Child:
+    return min(children, key=lambda c: (c[1], c[2]))
+
+
+def _largest_first(c: _Child) -> tuple[int, tuple[int, int], tuple[str, ...]]:
+    return -c[0], c[1], c[2]
+
+
 def _fill(d: _Domain, count: int, out: list[tuple[str, int]]) -> None:
     if d.rank == 0:
         out.append((d.nodes[0], count))
         return
-    children = list(d.children.values())
-    holding = [c for c in children if c.cap >= count]
+    children = _children(d)
+    holding = [c for c in children if c[0] >= count]
     if holding:
-        _fill(_best_fit(holding), count, out)
+        _fill_child(_best_fit_child(holding), count, out)
         return
     # As few children as possible: the largest first; the last one the best fit for the rest.
-    ranked = sorted(children, key=lambda c: (-c.cap, c.free, c.key))
-    taken: list[_Domain] = []
+    # Children holding a replica each: the first `count` of that order are all it can take.
+    ranked = heapq.nsmallest(count, children, key=_largest_first)
+    if sum(c[0] for c in ranked) < count:
+        ranked = sorted(children, key=_largest_first)
+    taken: list[_Child] = []
     total = 0
     for c in ranked:
         if total >= count:
             break
         taken.append(c)
-        total += c.cap
-    rest = count - sum(c.cap for c in taken[:-1])
-    last = _best_fit(c for c in ranked if c not in taken[:-1] and c.cap >= rest)
+        total += c[0]
+    rest = count - sum(c[0] for c in taken[:-1])
+    last = _best_fit_child(c for c in children if c not in taken[:-1] and c[0] >= rest)
     for c in [*taken[:-1], last]:
-        k = min(c.cap, count)
-        _fill(c, k, out)
+        k = min(c[0], count)
+        _fill_child(c, k, out)
         count -= k
+
+
+def _fill_child(child: _Child, count: int, out: list[tuple[str, int]]) -> None:
+    ref = child[3]
+    if isinstance(ref, str):
+        out.append((ref, count))  # a one-node domain: every level below it is that node
+    else:
+        _fill(ref, count, out)
 
 
 def tightest_level(
@@ -264,17 +334,22 @@ def _narrowest(
                 return _best_fit(fitting)
         return None
     # Without slices a domain holds what its nodes hold: sum per level, narrowest first,
-    # and build the tree only under the domain chosen.
-    caps = {n: min(k, count) for n, k in rooms.items() if k > 0 and n in tree.keys}
+    # and make the subtree only under the domain chosen, as far as _fill goes into it.
+    caps = {n: k if k < count else count for n, k in rooms.items() if k > 0 and n in tree.keys}
     if sum(caps.values()) < count:
         return None
     top = len(tree.levels)
     for rank in range(top):
-        held: dict[tuple[str, ...], int] = {}
-        for n, k in caps.items():
-            key = tree.keys[n][rank]
-            held[key] = held.get(key, 0) + k
-        holding = {key for key, v in held.items() if v >= count}
+        if tree.one_node_each[rank]:
+            if rank:
+                continue  # its domains hold what their one node holds: no more than at rank 0
+            holding = {tree.keys[n][0] for n, k in caps.items() if k >= count}
+        else:
+            held: dict[tuple[str, ...], int] = {}
+            for n, k in caps.items():
+                key = tree.keys[n][rank]
+                held[key] = held.get(key, 0) + k
+            holding = {key for key, v in held.items() if v >= count}
         if not holding:
             continue
         members = [n for n in caps if tree.keys[n][rank] in holding]
@@ -287,8 +362,17 @@ def _narrowest(
                 free[key] = (f + a, g + b)
             best = min(holding, key=lambda d: (free[d], d))
             members = [n for n in members if tree.keys[n][rank] == best]
-        return _build(tree, {n: caps[n] for n in members}, count, 1, 0, fill)[rank][0]
-    return _build(tree, caps, count, 1, 0, fill)[top][0]
+        return _subtree(tree, {n: caps[n] for n in members}, rank, fill)
+    return _subtree(tree, caps, top, fill)
+
+
+def _subtree(tree: Tree, caps: Mapping[str, int], rank: int, fill: Fullness) -> _Domain:
+    """The domain of `rank` that holds every node of `caps`, its children made on first use.
+    Its own `free` stays (0, 0): it is chosen already, and only siblings are compared by it."""
+    nodes = sorted(caps)
+    key = tree.keys[nodes[0]][rank] if rank < len(tree.levels) else ()
+    room = sum(caps.values())
+    return _Domain(key, rank, {}, nodes, room, room, (0, 0), _Below(tree, caps, fill))
 
 
 def compact_allocation(

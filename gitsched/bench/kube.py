@@ -55,11 +55,16 @@ CREATE_WORKERS = 24
 
 @dataclass
 class KubeResult:
+    solver: str  # the solver that placed the jobs (the Policy's default unless --solver)
     nodes: int
     jobs: int
     gangs: int
     pods: int
     commit_to_all_bound_s: float
+    # of which: the commit to its placements in the log (reading the job files, the
+    # solve, appending), and the solve alone
+    commit_to_decided_s: float
+    solve_s: float
     pods_bound_per_s: float
     actuation_p50_s: float
     actuation_p99_s: float
@@ -108,8 +113,11 @@ def _git(root: Path, *args: str) -> None:
     )
 
 
-def _repo(root: Path, team: str, nodes: int, pods: int, gang: int) -> tuple[int, int]:
-    """The cluster repo, committed: (jobs, gangs)."""
+def _repo(
+    root: Path, team: str, nodes: int, pods: int, gang: int, solver: str | None = None
+) -> tuple[int, int]:
+    """The cluster repo, committed: (jobs, gangs). No Policy unless `solver` is named:
+    the product's defaults are what is measured."""
     root.mkdir(parents=True)
     _git(root, "init", "-q", "-b", "main")
     (root / "cluster.yaml").write_text(
@@ -124,10 +132,11 @@ def _repo(root: Path, team: str, nodes: int, pods: int, gang: int) -> tuple[int,
             },
         )
     )
-    (root / "policies").mkdir()
-    (root / "policies" / "default.yaml").write_text(
-        _doc("Policy", "default", {"solver": {"name": "greedy"}})
-    )
+    if solver is not None:
+        (root / "policies").mkdir()
+        (root / "policies" / "default.yaml").write_text(
+            _doc("Policy", "default", {"solver": {"name": solver}})
+        )
     teams = root / "teams" / team
     (teams / "jobs").mkdir(parents=True)
     quota = nodes * GPUS_PER_NODE
@@ -182,21 +191,25 @@ def measure(
     gang: int,
     timeout_s: float,
     scheduler: SchedulerProcess | None = None,
+    solver: str | None = None,
 ) -> KubeResult:
     run = uuid.uuid4().hex[:8]
     team = f"bench-{run}"
     names = [f"bench-{run}-{i:05d}" for i in range(nodes)]
     pods = max(1, round(nodes * fill))
     api.ensure_namespace(team)
-    with ThreadPoolExecutor(8) as pool:
-        list(
-            pool.map(
-                lambda n: release(api.core.create_node(_node_body(n, run), _preload_content=False)),
-                names,
-            )
-        )
     try:
-        result = _gitsched_run(api, team, run, nodes, pods, gang, timeout_s)
+        # Inside the try: an interrupt while they are made still deletes those made.
+        with ThreadPoolExecutor(8) as pool:
+            list(
+                pool.map(
+                    lambda n: release(
+                        api.core.create_node(_node_body(n, run), _preload_content=False)
+                    ),
+                    names,
+                )
+            )
+        result = _gitsched_run(api, team, run, nodes, pods, gang, timeout_s, solver)
         # Nodes free again before kube-scheduler's turn: its pods must fit where gitsched's were.
         _delete_pods(api, team, SELECTOR, timeout_s)
         if scheduler is not None:
@@ -209,18 +222,24 @@ def measure(
     finally:
         _delete_pods(api, team, SELECTOR, timeout_s)
         _delete_pods(api, f"{team}-ks", f"{RUN_LABEL}={run}", timeout_s)
+        made = [n["metadata"]["name"] for n in api.list("nodes", f"{RUN_LABEL}={run}").items]
         with ThreadPoolExecutor(8) as pool:
-            list(
-                pool.map(lambda n: release(api.core.delete_node(n, _preload_content=False)), names)
-            )
+            list(pool.map(lambda n: release(api.core.delete_node(n, _preload_content=False)), made))
 
 
 def _gitsched_run(
-    api: KubeApi, team: str, run: str, nodes: int, pods: int, gang: int, timeout_s: float
+    api: KubeApi,
+    team: str,
+    run: str,
+    nodes: int,
+    pods: int,
+    gang: int,
+    timeout_s: float,
+    solver: str | None = None,
 ) -> KubeResult:
     with tempfile.TemporaryDirectory(prefix="gitsched-bench-kube-") as tmp:
         root = Path(tmp) / "repo"
-        jobs, gangs = _repo(root, team, nodes, pods, gang)
+        jobs, gangs = _repo(root, team, nodes, pods, gang, solver)
         with SQLiteEventLog(Path(tmp) / "log.db") as event_log:
             controller = Controller(
                 api,
@@ -244,11 +263,16 @@ def _gitsched_run(
                 _git(root, "commit", "-q", "-m", f"bench: {jobs} jobs, {pods} pods")
                 committed = time.monotonic()
                 bound, passes = 0, 0
+                used, solve_s, decided = "", 0.0, 0.0
                 latencies: list[float] = []
                 last_bind = committed
                 while bound < pods:
                     report = controller.step()
                     passes += 1
+                    if report.reconcile is not None and report.reconcile.plan is not None:
+                        used = used or report.reconcile.plan.stats.solver
+                        solve_s += report.reconcile.plan.stats.seconds
+                        decided = decided or report.decided_at - committed
                     bound += report.actuation.bound
                     for at in report.actuation.bound_at.values():
                         latencies.append(at - report.decided_at)
@@ -259,11 +283,14 @@ def _gitsched_run(
                 controller.stop()
     elapsed = last_bind - committed
     return KubeResult(
+        solver=used,
         nodes=nodes,
         jobs=jobs,
         gangs=gangs,
         pods=pods,
         commit_to_all_bound_s=round(elapsed, 3),
+        commit_to_decided_s=round(decided, 3),
+        solve_s=round(solve_s, 3),
         pods_bound_per_s=round(pods / elapsed, 1) if elapsed else 0.0,
         actuation_p50_s=round(statistics.median(latencies), 3) if latencies else 0.0,
         actuation_p99_s=round(_percentile(latencies, 0.99), 3),
@@ -532,6 +559,11 @@ def _delete_pods(api: KubeApi, namespace: str, selector: str, timeout_s: float) 
     default=None,
     help="kube-scheduler's --kube-api-qps (burst twice that); default: its own (50).",
 )
+@click.option(
+    "--solver",
+    default=None,
+    help="Pin the Policy's solver (greedy, highs, cbc); default: no Policy, the product's default.",
+)
 @click.option("--timeout", "timeout_s", default=600.0, show_default=True)
 @format_option("text", "json")
 def command(
@@ -541,6 +573,7 @@ def command(
     gang: int,
     kube_scheduler: str | None,
     kube_scheduler_qps: int | None,
+    solver: str | None,
     timeout_s: float,
     fmt: str,
 ) -> None:
@@ -552,7 +585,7 @@ def command(
             if kube_scheduler
             else None
         )
-        results = [measure(api, n, fill, gang, timeout_s, scheduler) for n in sizes]
+        results = [measure(api, n, fill, gang, timeout_s, scheduler, solver) for n in sizes]
     if fmt == "json":
         click.echo(json.dumps([asdict(r) for r in results], indent=2))
         return
@@ -561,6 +594,7 @@ def command(
         "PODS",
         "SCHEDULER",
         "TO ALL BOUND s",
+        "OF WHICH DECIDING s",
         "PODS/s",
         "P50 s",
         "P99 s",
@@ -573,8 +607,9 @@ def command(
             [
                 str(r.nodes),
                 str(r.pods),
-                f"gitsched ({r.jobs} jobs, {r.gangs} gangs)",
+                f"gitsched, {r.solver} ({r.jobs} jobs, {r.gangs} gangs)",
                 f"{r.commit_to_all_bound_s:.2f}",
+                f"{r.commit_to_decided_s:.2f} (solve {r.solve_s:.2f})",
                 f"{r.pods_bound_per_s:.0f}",
                 f"{r.actuation_p50_s:.3f}",
                 f"{r.actuation_p99_s:.3f}",
@@ -590,6 +625,7 @@ def command(
                     str(k.pods),
                     "kube-scheduler",
                     f"{k.first_create_to_all_bound_s:.2f}",
+                    "-",
                     f"{k.pods_bound_per_s:.0f}",
                     f"{k.latency_p50_s:.3f}",
                     f"{k.latency_p99_s:.3f}",

@@ -67,3 +67,18 @@ def test_each_mode_stays_under_its_bounds_and_every_plan_is_checked(
             assert seed["start"] <= seed["gitsched"] + eps
         else:
             assert seed["start"] == seed["gitsched"]
+
+
+def test_cpu_scale_builds_a_cpu_heavy_variant_and_says_so(tmp_path: Path) -> None:
+    """Pods asking 2.5 times their CPU: CPU runs out first, so no more GPU is allocated
+    than on the trace as published, and the output names the variant."""
+    nodes, pods = write_trace(tmp_path)
+    args = ("bench", "openb", "--nodes", str(nodes), "--pods", str(pods), "--seeds", "1")
+    plain = json.loads(gitsched(*args, "--format", "json", expect=0).stdout)
+    heavy = json.loads(gitsched(*args, "--cpu-scale", "2.5", "--format", "json", expect=0).stdout)
+    assert plain["cpu_scale"] == 1.0 and heavy["cpu_scale"] == 2.5
+    assert heavy["checked"] is True
+    assert heavy["mean"]["bound"] <= plain["mean"]["bound"]
+    text = gitsched(*args, "--cpu-scale", "2.5", expect=0).stdout
+    assert "CPU x2.5" in text
+    gitsched(*args, "--cpu-scale", "0", expect=2)

@@ -157,7 +157,11 @@ def all_keys(value: object) -> set[str]:
 def test_bench_synth_names_the_unit_of_every_gap_and_time() -> None:
     run = gitsched("bench", "synth", "--size", "S", "--gap", "0.01", "--format", "json", expect=0)
     result = json.loads(run.stdout)
-    assert result["policy"] == {"gap_tolerance_pct": 1.0, "time_limit_s": 60.0}
+    assert result["policy"] == {
+        "fairness_weight": 1.0,  # the built-in policy's
+        "gap_tolerance_pct": 1.0,
+        "time_limit_s": 60.0,
+    }
     assert result["milp"]["gap_pct"] is not None and result["greedy"]["gap_pct"] is None
     assert {"gap", "gap_tolerance", "better_by_percent", "phases"}.isdisjoint(all_keys(result))
     assert set(result["phases_seconds"]) >= {"build", "solve"}

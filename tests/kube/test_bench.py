@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from cluster.api import KubeApi
+from engine.model import Policy
 from tests.acceptance.conftest import gitsched
 from tests.kube.conftest import ENV_VAR
 
@@ -25,7 +26,11 @@ def test_bench_kube_binds_every_pod_and_cleans_up(kube_api: KubeApi) -> None:
     assert run.returncode == 0, str(run)
     (result,) = run.json()
     assert (result["nodes"], result["pods"], result["gangs"], result["jobs"]) == (4, 4, 0, 4)
+    assert result["solver"] == Policy().solver  # no Policy in the repo: the product's default
     assert result["commit_to_all_bound_s"] > 0 and result["pods_bound_per_s"] > 0
+    # A solve of 4 jobs rounds to 0 ms; deciding (reading the files, appending) does not.
+    assert 0 <= result["solve_s"] <= result["commit_to_decided_s"]
+    assert 0 < result["commit_to_decided_s"] < result["commit_to_all_bound_s"]
     assert 0 < result["actuation_p50_s"] <= result["actuation_p99_s"]
     assert result["peak_rss_mib"] > 0
     assert {n["metadata"]["name"] for n in kube_api.list("nodes").items} == before
@@ -53,6 +58,8 @@ def test_bench_kube_beside_kube_scheduler_binds_the_same_pods_both_ways(
         "2",
         "--fill",
         "1",
+        "--solver",
+        "greedy",
         "--kube-scheduler",
         str(binary),
         "--format",
@@ -60,7 +67,12 @@ def test_bench_kube_beside_kube_scheduler_binds_the_same_pods_both_ways(
     )
     assert run.returncode == 0, str(run)
     (result,) = run.json()
-    assert (result["pods"], result["gangs"], result["jobs"]) == (4, 1, 3)
+    assert (result["pods"], result["gangs"], result["jobs"], result["solver"]) == (
+        4,
+        1,
+        3,
+        "greedy",
+    )
     ks = result["kube_scheduler"]
     assert ks["pods"] == 4 and ks["pods_bound_per_s"] > 0 and ks["peak_rss_mib"] > 0
     assert 0 <= ks["latency_p50_s"] <= ks["latency_p99_s"]

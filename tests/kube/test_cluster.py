@@ -3,6 +3,8 @@ cluster's events (finished, failed, node lost, pod deleted) come back into the l
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from cluster.api import KubeApi, Obj
@@ -112,6 +114,52 @@ def test_a_single_pod_job_is_made_on_its_node_in_one_call(world: KubeWorld) -> N
     run_until(controller, "solo Running", lambda r: _running(world, "solo", 1))
     again = controller.step()
     assert (again.actuation.created, again.actuation.bound) == (0, 0)
+
+
+class CountingApi(KubeApi):
+    """Our adapter, counting the pod calls the actuator makes."""
+
+    def __init__(self, api: KubeApi) -> None:
+        super().__init__(api.api_client)
+        self.calls: list[tuple[str, str]] = []
+
+    def create_pod(self, namespace: str, body: Obj) -> Obj | None:
+        gated = "gated" if body["spec"].get("schedulingGates") else "on-node"
+        self.calls.append((f"create {gated}", body["metadata"]["labels"]["gitsched.io/replica"]))
+        return super().create_pod(namespace, body)
+
+    def remove_scheduling_gates(self, namespace: str, name: str) -> None:
+        self.calls.append(("ungate", name.rsplit("-", 1)[1]))
+        super().remove_scheduling_gates(namespace, name)
+
+    def bind(self, namespace: str, name: str, uid: str, node: str) -> bool:
+        self.calls.append(("bind", name.rsplit("-", 1)[1]))
+        return super().bind(namespace, name, uid, node)
+
+
+def test_a_gangs_last_pod_is_made_on_its_node_once_the_others_exist(world: KubeWorld) -> None:
+    for i in range(3):
+        world.add_node(f"n{i}")
+    world.bootstrap(nominal=24)
+    world.submit("gang", replicas=3)
+    api = CountingApi(world.api)
+    controller = world.controller(api)
+    report = run_until(controller, "the gang's pods", lambda r: r.actuation.created > 0)
+    assert (report.actuation.created, report.actuation.bound) == (3, 3)
+    # Two gated, then the last on its node (every replica's pod exists by then), then
+    # the two ungated and bound: 7 calls, not 9.
+    assert api.calls == [
+        ("create gated", "0"),
+        ("create gated", "1"),
+        ("create on-node", "2"),
+        ("ungate", "0"),
+        ("bind", "0"),
+        ("ungate", "1"),
+        ("bind", "1"),
+    ]
+    run_until(controller, "the gang Running", lambda r: _running(world, "gang", 3))
+    pods = _job_pods(world, "gang")
+    assert [pods[n]["spec"]["nodeName"] for n in sorted(pods)] == _placed_nodes(world, "gang")
 
 
 def test_a_gang_is_never_partly_bound_and_a_restart_makes_no_duplicates(
@@ -357,3 +405,33 @@ def test_a_deleted_node_places_its_gang_again_without_waiting_for_its_stuck_pods
     )
     removed = [e.node for e in world.events() if isinstance(e, ev.NodeRemoved)]
     assert removed == [gone]
+
+
+def test_a_second_gitsched_on_the_cluster_leaves_the_first_ones_pods_alone(
+    world: KubeWorld, kube_api: KubeApi, tmp_path: Path
+) -> None:
+    for i in range(2):
+        world.add_node(f"n{i}")
+    world.bootstrap(nominal=16)
+    world.submit("train", replicas=2)
+    mine = world.controller()
+    run_until(mine, "train's pods Running", lambda r: _running(world, "train", 2))
+    before = {name: pod["metadata"]["uid"] for name, pod in _job_pods(world, "train").items()}
+
+    # Another repo, another log, another team, on the same API server: its pods' cache
+    # holds the first one's pods too, and none of them is in its state.
+    other = KubeWorld(kube_api, tmp_path / "other")
+    try:
+        other.add_node("m0")
+        other.bootstrap(nominal=8)
+        other.submit("solo", replicas=1)
+        theirs = other.controller()
+        run_until(theirs, "solo's pod Running", lambda r: _running(other, "solo", 1))
+        for _ in range(3):
+            assert theirs.step().actuation.deleted == 0
+        assert mine.step().actuation.deleted == 0
+    finally:
+        other.close()
+    after = _job_pods(world, "train")
+    assert {name: pod["metadata"]["uid"] for name, pod in after.items()} == before
+    assert not any(p["metadata"].get("deletionTimestamp") for p in after.values())

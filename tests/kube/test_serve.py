@@ -1,21 +1,25 @@
 """`gitsched serve`: two daemons on one cluster and one log, one Lease: only the leader acts,
-and a SIGTERMed leader hands over at once."""
+and a SIGTERMed leader hands over at once; a signed push webhook starts a pass at once,
+and an unsigned or wrongly signed one is refused."""
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import os
 import signal
 import socket
 import subprocess
 import urllib.request
+from pathlib import Path
 
 import pytest
 
 from cluster.api import Obj
 from engine import events as ev
-from tests.acceptance.conftest import start_gitsched
-from tests.kube.conftest import ENV_VAR, TEST_LABEL, KubeWorld, wait_for
+from tests.acceptance.conftest import PRIYA, git, start_gitsched
+from tests.kube.conftest import ENV_VAR, TEST_LABEL, KubeWorld, job_yaml, wait_for
 
 pytestmark = pytest.mark.kube
 
@@ -47,8 +51,26 @@ def _metric(port: int, name: str) -> float | None:
     return None
 
 
+def _post(port: int, body: bytes, headers: dict[str, str]) -> tuple[int, str]:
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}/webhook", data=body, headers=headers, method="POST"
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=10) as reply:
+            return reply.status, reply.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+
 class Daemon:
-    def __init__(self, world: KubeWorld, identity: str, kubeconfig: str) -> None:
+    def __init__(
+        self,
+        world: KubeWorld,
+        identity: str,
+        kubeconfig: str,
+        *extra: str,
+        poll_seconds: float = 0.2,
+    ) -> None:
         self.identity = identity
         self.port = _free_port()
         self.args = [
@@ -69,9 +91,10 @@ class Daemon:
             "--identity",
             identity,
             "--poll-seconds",
-            "0.2",
+            str(poll_seconds),
             "--grace-period-seconds",
             "1",
+            *extra,
         ]
         self.process: subprocess.Popen[str] = start_gitsched(*self.args)
 
@@ -143,3 +166,174 @@ def test_two_daemons_one_leader_acts_and_sigterm_hands_over(world: KubeWorld) ->
     finally:
         for d in daemons:
             d.stop()
+
+
+def _signature(secret: bytes, body: bytes) -> str:
+    return "sha256=" + hmac.new(secret, body, hashlib.sha256).hexdigest()
+
+
+def _commit_off_branch(world: KubeWorld, job: str) -> str:
+    """Submit `job` as a commit that main does not point at yet (as when the push's delivery
+    comes before git-sync fetched it); main moves to it with `git update-ref`."""
+    world.repo.write(f"teams/{world.team}/jobs/{job}.yaml", job_yaml(job, replicas=1))
+    git(world.repo.path, "add", "-A")
+    tree = git(world.repo.path, "write-tree").strip()
+    who = {
+        "GIT_AUTHOR_NAME": PRIYA[0],
+        "GIT_AUTHOR_EMAIL": PRIYA[1],
+        "GIT_COMMITTER_NAME": PRIYA[0],
+        "GIT_COMMITTER_EMAIL": PRIYA[1],
+    }
+    return git(
+        world.repo.path, "commit-tree", tree, "-p", "main", "-m", f"Submit {job}", env=who
+    ).strip()
+
+
+def test_signed_push_webhook_starts_a_pass_at_once_unsigned_ones_are_refused(
+    world: KubeWorld, tmp_path: Path
+) -> None:
+    kubeconfig = os.environ[ENV_VAR]
+    world.add_node("n0")
+    world.add_node("n1")
+    world.bootstrap(nominal=16)
+    secret = b"webhook-secret-" + world.run_id.encode()
+    secret_file = tmp_path / "webhook-secret"
+    secret_file.write_bytes(secret + b"\n")  # as `kubectl create secret --from-file` keeps it
+    # A poll far longer than the test: only the webhook (or a watch event) starts a pass.
+    daemon = Daemon(
+        world,
+        "hooked",
+        kubeconfig,
+        "--webhook-secret-file",
+        str(secret_file),
+        poll_seconds=600,
+    )
+    try:
+        wait_for("the daemon to lead", daemon.leader)
+        world.submit("one", replicas=1)
+        body = json.dumps({"ref": "refs/heads/main", "after": world.repo.head()}).encode()
+        push = {"X-GitHub-Event": "push", "Content-Type": "application/json"}
+
+        # Refused, and nothing done: no signature, another secret's, another body's, not sha256.
+        for headers in (
+            push,
+            {**push, "X-Hub-Signature-256": _signature(b"not-the-secret", body)},
+            {**push, "X-Hub-Signature-256": _signature(secret, body + b" ")},
+            {**push, "X-Hub-Signature-256": "sha1=" + hmac.new(secret, body, "sha1").hexdigest()},
+        ):
+            assert _post(daemon.port, body, headers)[0] == 401
+        assert _metric(daemon.port, 'gitsched_webhook_deliveries_total{result="rejected"}') == 4
+        assert _metric(daemon.port, 'gitsched_passes_total{trigger="webhook"}') is None
+
+        # Signed: acknowledged, and a pass starts at once.
+        status, text = _post(
+            daemon.port, body, {**push, "X-Hub-Signature-256": _signature(secret, body)}
+        )
+        assert (status, text.strip()) == (202, "reconciling")
+        wait_for("one's pod Running", lambda: len(_job_pods(world, "one")) == 1)
+        wait_for(
+            "a pass started by the push",
+            lambda: (_metric(daemon.port, 'gitsched_passes_total{trigger="webhook"}') or 0) >= 1,
+        )
+
+        # Gitea's header; a push to another branch and a ping are acknowledged, no pass.
+        other = json.dumps({"ref": "refs/heads/dev", "after": "f" * 40}).encode()
+        status, text = _post(
+            daemon.port,
+            other,
+            {"X-Gitea-Event": "push", "X-Gitea-Signature": _signature(secret, other)[7:]},
+        )
+        assert status == 202 and "ignored" in text
+        ping = b'{"zen": "Design for failure."}'
+        pong = _post(
+            daemon.port,
+            ping,
+            {"X-GitHub-Event": "ping", "X-Hub-Signature-256": _signature(secret, ping)},
+        )
+        assert pong == (200, "pong\n")
+
+        # The delivery comes before the commit reaches the daemon's clone: the daemon looks
+        # for it until it is on the branch, then passes.
+        sha = _commit_off_branch(world, "two")
+        late = json.dumps({"ref": "refs/heads/main", "after": sha}).encode()
+        before = _metric(daemon.port, 'gitsched_passes_total{trigger="webhook"}') or 0
+        status, _ = _post(
+            daemon.port, late, {**push, "X-Hub-Signature-256": _signature(secret, late)}
+        )
+        assert status == 202
+        git(world.repo.path, "update-ref", "refs/heads/main", sha)
+        wait_for("two's pod Running", lambda: len(_job_pods(world, "two")) == 1)
+        wait_for(
+            "a pass started by the push once its commit is on the branch",
+            lambda: (
+                (_metric(daemon.port, 'gitsched_passes_total{trigger="webhook"}') or 0) > before
+            ),
+        )
+        assert _metric(daemon.port, 'gitsched_webhook_deliveries_total{result="accepted"}') == 2
+    finally:
+        code, stderr = daemon.stop()
+    assert code == 0, stderr
+    assert "Traceback" not in stderr
+
+
+def test_webhook_is_off_without_a_secret(world: KubeWorld) -> None:
+    world.add_node("n0")
+    world.bootstrap(nominal=8)
+    daemon = Daemon(world, "plain", os.environ[ENV_VAR])
+    try:
+        wait_for("the daemon to lead", daemon.leader)
+        body = b'{"ref": "refs/heads/main"}'
+        assert _post(daemon.port, body, {"X-GitHub-Event": "push"})[0] == 404
+    finally:
+        daemon.stop()
+
+
+def test_a_sigkilled_daemon_loses_nothing_its_successor_converges_without_duplicates(
+    world: KubeWorld,
+) -> None:
+    kubeconfig = os.environ[ENV_VAR]
+    for i in range(5):
+        world.add_node(f"n{i}")
+    world.bootstrap(nominal=40)
+    world.submit("gang", replicas=4)
+    world.submit("solo", replicas=1)
+    first = Daemon(world, "first", kubeconfig)
+    # Killed as soon as it has made a pod: most likely mid-actuation, never cleanly.
+    wait_for("a first pod", lambda: len(world.pods()) >= 1)
+    first.process.kill()
+    first.process.communicate(timeout=30)
+    gang = [
+        p
+        for p in world.pods().values()
+        if p["metadata"]["labels"]["gitsched.io/job"] == f"{world.team}.gang"
+    ]
+    if len(gang) < 4:  # not every replica's pod made: none of them may be bound
+        assert not any(p["spec"].get("nodeName") for p in gang)
+
+    # A successor (the dead one's Lease expires in 5 s) converges to the log.
+    second = Daemon(world, "second", kubeconfig)
+    try:
+        wait_for("the gang Running", lambda: len(_job_pods(world, "gang")) == 4, timeout_s=60)
+        wait_for("solo Running", lambda: len(_job_pods(world, "solo")) == 1)
+        pods = world.pods()
+        assert len(pods) == 5  # no pod made twice
+        replicas = sorted(
+            (
+                p["metadata"]["labels"]["gitsched.io/job"],
+                p["metadata"]["labels"]["gitsched.io/replica"],
+            )
+            for p in pods.values()
+        )
+        assert replicas == [(f"{world.team}.gang", str(i)) for i in range(4)] + [
+            (f"{world.team}.solo", "0")
+        ]
+        wait_for(
+            "JobStarted for both jobs in the log",
+            lambda: (
+                {e.job for e in world.events() if isinstance(e, ev.JobStarted)}
+                == {world.job_key("gang"), world.job_key("solo")}
+            ),
+        )
+    finally:
+        code, stderr = second.stop()
+    assert code == 0, stderr

@@ -9,7 +9,7 @@ from dataclasses import replace
 
 import pytest
 
-from engine.model import Node, Placement, Policy, PreemptionScope, ReplicaPlacement, TopologyMode
+from engine.model import Placement, Policy, PreemptionScope, ReplicaPlacement, TopologyMode
 from engine.placement.check import check_plan
 from engine.placement.formulation import BuildOptions, Formulation, build
 from engine.placement.greedy import GreedyPlacer
@@ -472,74 +472,6 @@ def test_an_incremental_start_keeps_every_running_job_and_preempts_nobody() -> N
     assert not any(o.status is OutcomeStatus.PREEMPTED for o in start.outcomes)
     plan = HIGHS.solve_incremental(later, ["a/late"])
     assert check_plan(later, plan) == [] and plan.stats.objective >= start.stats.objective - 1e-6
-
-
-# -- trace-driven placement (the openb benchmark's engine) ------------------------------------
-
-
-def trace_nodes() -> list[Node]:
-    return [Node(f"t{i}", "T4", 2, 16_000, 65_536) for i in range(2)] + [
-        Node("v0", "V100", 1, 8_000, 32_768)
-    ]
-
-
-def test_arrivals_stop_before_passing_the_demand() -> None:
-    import random
-
-    from simulation.trace import TracePod, sample_arrivals
-
-    pods = [TracePod("a", 1000, 1024, 1, 1000), TracePod("b", 1000, 1024, 1, 500)]
-    arrivals = sample_arrivals(pods, 5000, 1.3, random.Random(1).randrange)
-    asked = sum(p.total_gpu_milli for p in arrivals)
-    assert 6500 - 1000 < asked <= 6500  # the pod drawn next would have passed 130%
-
-
-def test_workload_fragmentation_counts_what_the_shapes_cannot_use() -> None:
-    from engine.placement.objective import workload_fragmentation
-
-    # One shape: a whole GPU, no CPU or memory needs (steps 0). A node with one GPU at 400
-    # free and one whole: the 400 are stranded for it.
-    shapes = ((1.0, -1, -1, 1, 1000, frozenset({"T4"})),)
-    assert workload_fragmentation("T4", (400, 1000), 0, 0, shapes) == 400
-    assert workload_fragmentation("V100", (400, 1000), 0, 0, shapes) == 1400
-    half = ((1.0, -1, -1, 1, 500, frozenset({"T4"})),)
-    assert workload_fragmentation("T4", (400, 1000), 0, 0, half) == 400
-
-
-def test_online_trace_plans_pass_the_checker_and_keep_whole_gpus_for_whole_pods() -> None:
-    from simulation.trace import TracePod, Workload, as_plan, run_online
-
-    pods = [TracePod("s", 1000, 1024, 1, 500)] * 2 + [TracePod("w", 1000, 1024, 2, 1000)]
-    workload = Workload.of(pods, {"T4", "V100"})
-    run = run_online(trace_nodes(), pods, workload, "fgd", 1.0)
-    instance, plan = as_plan(run)
-    assert check_plan(instance, plan) == []
-    # Both shares on one GPU, so the two-GPU pod still finds a whole node.
-    assert run.pending == [] and run.allocation == pytest.approx(3000 / 5000)
-
-
-def test_a_window_solve_moves_a_share_to_make_room_for_a_whole_gpu() -> None:
-    from simulation.trace import TraceCluster, TracePod, TraceRun, Workload, window_solve
-
-    nodes = trace_nodes()[:1]
-    share = TracePod("s", 1000, 1024, 1, 300)
-    whole = TracePod("w", 1000, 1024, 1, 1000)
-    cluster = TraceCluster.of(nodes, Workload.of([share, whole], {"T4"}))
-    run = TraceRun([share, share, whole], cluster, [])
-    cluster.place(0, share, 0, (0,))
-    cluster.place(1, share, 0, (1,))  # two GPUs each 70% free: no room for a whole GPU
-    assert cluster.choose(whole, "fgd") is None
-    waiting = window_solve(run, [2], [0], "highs", 5.0, 0.01, movable=True)
-    assert waiting == [] and run.moves == 1 and 2 in cluster.placed
-
-
-def test_the_allocation_bound_is_at_least_what_any_run_reaches() -> None:
-    from simulation.trace import TracePod, Workload, allocation_bound, run_online
-
-    pods = [TracePod("s", 1000, 1024, 1, 700)] * 4 + [TracePod("w", 1000, 1024, 2, 1000)] * 2
-    nodes = trace_nodes()
-    run = run_online(nodes, pods, Workload.of(pods, {"T4", "V100"}), "fgd", 1.0)
-    assert allocation_bound(nodes, pods, "highs") >= run.allocation - 1e-9
 
 
 @pytest.mark.parametrize("backend", ["highs", "cbc"])
