@@ -11,8 +11,9 @@ fingerprint of the key that signed their approval.
 
 from __future__ import annotations
 
-import json
 from typing import Any
+
+import orjson
 
 from audit.store import AuditStore, rows
 
@@ -68,7 +69,7 @@ def changes(store: AuditStore, *, team: str | None = None) -> list[dict[str, Any
         ):
             approvals[(a["commit_seq"], a["team"])] = {
                 "status": a["status"],
-                **json.loads(a["data"]),
+                **orjson.loads(a["data"]),
             }
     out = []
     for r in found:

@@ -1,17 +1,19 @@
 """`audit compliance`: the checks an auditor asks for, each with the events that show it.
 
 The fold checks every placement, preemption, solve and queue change as it reads
-them (`audit.projection`); this module lists the results. A violation names the
+them (`audit.projection.checks`); this module lists the results. A violation names the
 seqs of its evidence, and `describe` turns them into event types and ids read
 back from the log, so anyone can check them with `gitsched state --seq`.
 """
 
 from __future__ import annotations
 
-import json
+from collections import Counter
 from typing import Any
 
-from audit.projection import (
+import orjson
+
+from audit.projection.vocabulary import (
     CHECK_APPROVAL,
     CHECK_ISOLATION,
     CHECK_LIMITS,
@@ -69,15 +71,16 @@ def compliance(
             "time": r["time"],
             "subject": r["subject"],
             "message": r["message"],
-            "evidence": json.loads(r["evidence"]),
+            "evidence": orjson.loads(r["evidence"]),
             "until_seq": r["end_seq"],
             "until": r["end_time"],
         }
         for r in found
     ]
+    counts = Counter(r["check_name"] for r in found)
     checks = []
     for name in CHECKS:
-        count = sum(1 for v in violations if v["check"] == name)
+        count = counts[name]
         checks.append(
             {
                 "check": name,
@@ -104,7 +107,7 @@ def describe(log: LogReader, violations: list[dict[str, Any]], limit: int = 500)
             try:
                 event = next(iter(log.read(seq - 1, until_seq=seq)), None)
             except EventLogError:
-                event = None  # unreadable now: `audit verify` says why
+                event = None  # unreadable now: `log verify` says why
             named.append(
                 {
                     "seq": seq,

@@ -10,7 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, NamedTuple
 
-from audit.projection import (
+from audit.catchup import catch_up
+from audit.projection.vocabulary import (
     END_FAILED,
     END_FINISHED,
     END_MOVED,
@@ -26,7 +27,7 @@ from audit.projection import (
     KIND_QUEUE,
     epoch,
 )
-from audit.store import AuditStore, EventList, catch_up
+from audit.store import AuditStore, EventList
 from audit.window import placement_window
 from engine import events as ev
 from engine.model import GPU_MILLI

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from audit.projection import (
+from audit.projection.vocabulary import (
     KIND_CLUSTER,
     KIND_NODE,
     KIND_PENDING,
@@ -27,7 +27,9 @@ from engine.model import GPU_MILLI
 def seq_at_time(store: AuditStore, time_text: str) -> int:
     """The last seq of the prefix of the log whose facts happened at or before `time_text`
     (fact times, `eventlog.timeline`, as `replay(until_time=...)` reads them)."""
-    row = store.db.execute("SELECT MIN(seq) FROM marks WHERE time > ?", (time_text,)).fetchone()
+    row = store.db.execute(
+        "SELECT seq FROM marks WHERE time > ? ORDER BY time LIMIT 1", (time_text,)
+    ).fetchone()
     if row is None or row[0] is None:
         return store.offset()[0]
     return int(row[0]) - 1

@@ -300,7 +300,10 @@ def render_report(
         cluster = json.loads(state[0]["data"]).get("name", "cluster")
     lo, hi = _iso(since), _iso(until)
     # The period's events, as `at` reads times: those after the last one before `since`.
-    first_in = store.db.execute("SELECT MIN(seq) FROM marks WHERE time >= ?", (lo,)).fetchone()[0]
+    row = store.db.execute(
+        "SELECT seq FROM marks WHERE time >= ? ORDER BY time LIMIT 1", (lo,)
+    ).fetchone()
+    first_in = row[0] if row else None
     before = (first_in or store.offset()[0] + 1) - 1
     seq_range = (before + 1, seq_before(store, until))
     commits = store.db.execute(

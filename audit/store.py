@@ -1,37 +1,25 @@
 """The audit views' SQLite file and its sink: row operations and the offset, one transaction.
 
-`catch_up` reads the log from the view's offset, folds it with `audit.projection`
-and applies each batch together with the new offset and the fold's state, so a
-crash never leaves rows without their offset or the reverse. `rebuild` replays
-from 0 into an empty file and swaps it in; the view is a cache, never the truth.
-A long rebuild writes through `audit.loader`, a second process, so that reading
-and folding the log and writing SQLite each have a core.
+Each batch the fold makes (`audit.projection`) is applied together with the new
+offset, the fold's state and how far the hash chain has been verified, so a crash
+never leaves rows without their offset or the reverse. Bringing a view up to date
+(`catch_up`, `rebuild`) is `audit.catchup`; the view is a cache, never the truth.
 """
 
 from __future__ import annotations
 
-import gc
 import json
-import os
 import sqlite3
-import time
-from collections.abc import Callable, Collection, Iterable, Iterator
-from dataclasses import dataclass
+from collections.abc import Collection, Iterable, Iterator
 from itertools import chain
 from pathlib import Path
 from typing import Any, Protocol
 
-from audit.projection import (
-    FORMAT_VERSION,
-    Batch,
-    ProjectionError,
-    ProjectionState,
-    Projector,
-    Usage,
-    UsageLedger,
-)
+from audit.projection.ledger import Usage, UsageLedger
+from audit.projection.rows import Batch
+from audit.projection.state import ProjectionState
+from audit.projection.vocabulary import FORMAT_VERSION
 from engine.errors import GitschedError
-from eventlog.base import LogCorrupted
 from eventlog.envelope import StoredEvent
 
 _PLACEMENT_COLUMNS = """
@@ -133,6 +121,7 @@ CREATE INDEX IF NOT EXISTS open_placements_name ON open_placements(name);
 CREATE INDEX IF NOT EXISTS marks_time ON marks(time);
 CREATE INDEX IF NOT EXISTS changes_commit ON changes(commit_seq);
 CREATE INDEX IF NOT EXISTS changes_team ON changes(team);
+CREATE INDEX IF NOT EXISTS violations_seq ON violations(seq);
 """
 
 
@@ -175,9 +164,6 @@ _OPEN: tuple[tuple[str, str, int], ...] = (
     ("open_segments", "open_segments", 13),
 )
 
-# Events per transaction: large enough that the state saved with each offset costs little.
-BATCH_EVENTS = 25_000
-
 
 class AuditError(GitschedError):
     """The audit view cannot answer: it disagrees with the log, or the log cannot be projected."""
@@ -187,11 +173,9 @@ class ViewOutdated(AuditError):
     """The view file was written by another version of gitsched: rebuild it."""
 
 
-Progress = Callable[[int, int], None]
-
-
 class LogReader(Protocol):
-    """What the views need of a log: every `EventLog` is one."""
+    """What the views need of a log: every `EventLog` is one. A reader without
+    `reads_checked` ignores `check_content`: its events' hashes are recomputed."""
 
     def read(
         self,
@@ -199,6 +183,7 @@ class LogReader(Protocol):
         *,
         until_seq: int | None = None,
         skip_data_of: Collection[str] = (),
+        check_content: bool = False,
     ) -> Iterator[StoredEvent]: ...
 
     def last_seq(self) -> int: ...
@@ -216,23 +201,13 @@ class EventList:
         *,
         until_seq: int | None = None,
         skip_data_of: Collection[str] = (),
+        check_content: bool = False,
     ) -> Iterator[StoredEvent]:
         upper = until_seq if until_seq is not None else 2**62
         return (e for e in self.events if after_seq < e.seq <= upper)
 
     def last_seq(self) -> int:
         return self.events[-1].seq if self.events else 0
-
-
-@dataclass(frozen=True, slots=True)
-class CatchUp:
-    applied: int
-    seconds: float
-    last_seq: int
-
-    @property
-    def rate(self) -> float:
-        return self.applied / self.seconds if self.seconds > 0 else 0.0
 
 
 class AuditStore:
@@ -294,9 +269,26 @@ class AuditStore:
         text = self.meta("checked")
         return {} if text is None else dict(json.loads(text))
 
-    def apply(self, batch: Batch, state: ProjectionState, expected_offset: int) -> bool:
-        """Apply `batch` and move the offset to `state.seq`; False if another writer moved it first."""
-        return self.write(batch, offset_meta(state, with_state=not self.bulk), expected_offset)
+    def chain_checked(self) -> tuple[int, str | None]:
+        """How far the log's hash chain (links and content) was verified, and the hash there."""
+        return int(self.meta("chain_checked") or 0), self.meta("chain_checked_hash")
+
+    def mark_checked(self, seq: int, digest: str) -> None:
+        """The chain was verified up to `seq`, whose hash is `digest` (never moves back)."""
+        if seq > self.chain_checked()[0]:
+            self.db.executemany(
+                "INSERT OR REPLACE INTO meta VALUES (?, ?)", checked_meta(seq, digest)
+            )
+
+    def apply(
+        self, batch: Batch, state: ProjectionState, expected_offset: int, *, chain_checked: bool
+    ) -> bool:
+        """Apply `batch` and move the offset to `state.seq` (and the verified chain with it,
+        if `chain_checked`); False if another writer moved the offset first."""
+        meta = offset_meta(state, with_state=not self.bulk)
+        if chain_checked:
+            meta += checked_meta(state.seq, state.hash)
+        return self.write(batch, meta, expected_offset)
 
     def write(self, batch: Batch, meta: Iterable[tuple[str, str]], expected_offset: int) -> bool:
         """Apply `batch` and the `meta` rows (the offset, see `offset_meta`) in one transaction."""
@@ -389,192 +381,9 @@ def offset_meta(state: ProjectionState, *, with_state: bool = True) -> list[tupl
     return meta
 
 
-class Sink(Protocol):
-    """Where a catch-up's batches go: an `AuditStore`, or a rebuild's writer process."""
-
-    path: str
-
-    def offset(self) -> tuple[int, str | None]: ...
-
-    def load_state(self) -> ProjectionState: ...
-
-    def apply(self, batch: Batch, state: ProjectionState, expected_offset: int) -> bool: ...
-
-    def finish(self, state: ProjectionState | None) -> None: ...
-
-    def usage(self, state: ProjectionState) -> Usage: ...
-
-
-# Events whose payload no view reads: the log need not parse them.
-_UNREAD_PAYLOADS = frozenset(
-    {"SolveCompleted", "GpuUtilizationReported", "JobIdle", "JobIdleCleared"}
-)
-
-
-def _check_offset(log: LogReader, store: Sink, offset: int, offset_hash: str | None) -> None:
-    if offset == 0:
-        return
-    head = log.last_seq()
-    if head < offset:
-        raise AuditError(
-            f"the audit view {store.path} has read {offset} events but the log holds {head}: "
-            "it was built from another log; pass --db or run `gitsched audit rebuild`"
-        )
-    for event in log.read(offset - 1, until_seq=offset):
-        if event.hash != offset_hash:
-            raise AuditError(
-                f"event {offset} of the log is not the one the audit view {store.path} read "
-                "(its hash differs): the log was rewritten or the view was built from another "
-                "log; run `gitsched audit verify`, then `gitsched audit rebuild`"
-            )
-
-
-def catch_up(
-    log: LogReader,
-    store: Sink,
-    *,
-    progress: Progress | None = None,
-    batch_events: int = BATCH_EVENTS,
-    until_seq: int | None = None,
-) -> CatchUp:
-    """Fold the events the view has not seen into it; returns how many and how fast."""
-    # The fold makes and drops a few small objects per event; collecting young objects
-    # every 700 allocations costs a rebuild several percent, for no cycles to find.
-    thresholds = gc.get_threshold()
-    gc.set_threshold(50_000, *thresholds[1:])
-    try:
-        return _catch_up(log, store, progress, batch_events, until_seq)
-    finally:
-        gc.set_threshold(*thresholds)
-
-
-def _catch_up(
-    log: LogReader,
-    store: Sink,
-    progress: Progress | None,
-    batch_events: int,
-    until_seq: int | None,
-) -> CatchUp:
-    started = time.perf_counter()
-    applied = 0
-    state: ProjectionState | None = None
-    for _ in range(5):
-        offset, offset_hash = store.offset()
-        _check_offset(log, store, offset, offset_hash)
-        head = log.last_seq() if until_seq is None else min(until_seq, log.last_seq())
-        if offset >= head:
-            break
-        state = store.load_state()
-        projector = Projector(state, store.usage(state))
-        expected = offset
-        total = head - offset
-        moved = False
-        try:
-            events = log.read(offset, until_seq=head, skip_data_of=_UNREAD_PAYLOADS)
-            more = True
-            while more:
-                batch = Batch()
-                more = projector.convert_all(events, batch, batch_events)
-                if not batch.events:
-                    break
-                projector.snapshot_open(batch)
-                if not store.apply(batch, state, expected):
-                    moved = True
-                    break
-                applied += batch.events
-                expected = state.seq
-                if progress is not None:
-                    progress(state.seq - offset, total)
-        except ProjectionError as e:
-            raise AuditError(str(e)) from e
-        except LogCorrupted as e:
-            raise AuditError(f"{e}; run `gitsched audit verify`") from e
-        if moved:
-            continue  # another process advanced the view: start again from its offset
-        break
-    store.finish(state)
-    return CatchUp(applied, time.perf_counter() - started, store.offset()[0])
-
-
-# Below this many events a rebuild writes in its own process: starting a writer costs more.
-WRITER_PROCESS_FROM = 100_000
-
-
-def _cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
-
-
-def rebuild(
-    log: LogReader,
-    path: str | Path,
-    *,
-    progress: Progress | None = None,
-    batch_events: int = BATCH_EVENTS,
-    writer_process: bool | None = None,
-) -> CatchUp:
-    """Replay the whole log into an empty view, then put it in place of the old one.
-
-    Queries go on reading the old view until the new one is complete. `writer_process`:
-    whether usage accounting and SQLite's inserts run in a second process
-    (`audit.loader`) while this one reads and folds the log; by default, when there are
-    two cores and a long log to replay. If that process cannot start, this one writes."""
-    target = Path(path)
-    fresh = target.with_name(f"{target.name}.rebuild-{os.getpid()}")
-    if writer_process is None:
-        writer_process = _cores() > 1 and log.last_seq() >= WRITER_PROCESS_FROM
-    try:
-        result: CatchUp | None = None
-        if writer_process:
-            from audit.loader import WriterProcess, WriterUnavailable  # they import this module
-
-            try:
-                with WriterProcess(fresh) as writer:
-                    result = catch_up(log, writer, progress=progress, batch_events=batch_events)
-            except WriterUnavailable:
-                _remove(fresh)
-        if result is None:
-            with AuditStore(fresh, bulk=True) as store:
-                result = catch_up(log, store, progress=progress, batch_events=batch_events)
-                store.db.execute("PRAGMA journal_mode=WAL")
-        with open(fresh, "rb+") as f:
-            os.fsync(f.fileno())
-        for stale in (Path(f"{target}-wal"), Path(f"{target}-shm")):
-            stale.unlink(missing_ok=True)
-        os.replace(fresh, target)
-    finally:
-        _remove(fresh)
-    assert result is not None
-    return result
-
-
-def _remove(view: Path) -> None:
-    for leftover in (view, Path(f"{view}-wal"), Path(f"{view}-shm")):
-        leftover.unlink(missing_ok=True)
-
-
-def open_view(
-    log: LogReader, path: str | Path, *, progress: Progress | None = None
-) -> tuple[AuditStore, CatchUp]:
-    """The audit view at `path`, caught up with the log: what every query starts with.
-
-    A view that does not exist yet is built the way `rebuild` builds one."""
-    if str(path) != ":memory:" and not Path(path).exists():
-        rebuild(log, path, progress=progress)
-    try:
-        store = AuditStore(path)
-    except ViewOutdated:
-        rebuild(log, path, progress=progress)  # the view is a cache: make it anew
-        store = AuditStore(path)
-    try:
-        result = catch_up(log, store, progress=progress)
-    except BaseException:
-        store.close()
-        raise
-
-    return store, result
+def checked_meta(seq: int, digest: str) -> list[tuple[str, str]]:
+    """The meta rows that say the hash chain was verified, links and content, up to `seq`."""
+    return [("chain_checked", str(seq)), ("chain_checked_hash", digest)]
 
 
 def rows(store: AuditStore, sql: str, params: Any = ()) -> list[sqlite3.Row]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from audit.projection import DAY
+from audit.projection.vocabulary import DAY
 from audit.store import AuditStore, rows
 from audit.window import first_id_from, placement_window
 
@@ -59,18 +59,43 @@ Sums = dict[tuple[str, str], list[float]]
 
 
 def _r_at(store: AuditStore, moment: float) -> dict[tuple[str, str], float]:
-    """R, the integral of each cohort's lending rate, at `moment`."""
+    """R, the integral of each cohort's lending rate, at `moment`.
+
+    One index look-up per cohort and flavor (the pairs found by skipping along the
+    primary key), so the cost does not grow with the log."""
     out: dict[tuple[str, str], float] = {}
-    for r in rows(
-        store,
-        "SELECT c.cohort, c.flavor, c.from_ts, c.r_from, c.rate FROM cohort_rates c "
-        "JOIN (SELECT cohort, flavor, MAX(from_ts) AS at FROM cohort_rates WHERE from_ts <= ? "
-        "GROUP BY cohort, flavor) m ON m.cohort = c.cohort AND m.flavor = c.flavor "
-        "AND m.at = c.from_ts",
-        (moment,),
-    ):
-        out[(r["cohort"], r["flavor"])] = r["r_from"] + r["rate"] * (moment - r["from_ts"])
+    for cohort, flavor in _pools(store):
+        r = store.db.execute(
+            "SELECT from_ts, r_from, rate FROM cohort_rates WHERE cohort = ? AND flavor = ? "
+            "AND from_ts <= ? ORDER BY from_ts DESC LIMIT 1",
+            (cohort, flavor, moment),
+        ).fetchone()
+        if r is not None:
+            out[(cohort, flavor)] = r[1] + r[2] * (moment - r[0])
     return out
+
+
+def _pools(store: AuditStore) -> list[tuple[str, str]]:
+    """Every (cohort, flavor) that ever had a lending rate: a skip along the primary key,
+    one seek per pair (a row-value comparison would step through every rate of a pair)."""
+    found: list[tuple[str, str]] = []
+    db = store.db
+    cohort = db.execute("SELECT cohort FROM cohort_rates ORDER BY cohort LIMIT 1").fetchone()
+    while cohort is not None:
+        flavor = db.execute(
+            "SELECT flavor FROM cohort_rates WHERE cohort = ? ORDER BY flavor LIMIT 1", cohort
+        ).fetchone()
+        while flavor is not None:
+            found.append((cohort[0], flavor[0]))
+            flavor = db.execute(
+                "SELECT flavor FROM cohort_rates WHERE cohort = ? AND flavor > ? "
+                "ORDER BY flavor LIMIT 1",
+                (cohort[0], flavor[0]),
+            ).fetchone()
+        cohort = db.execute(
+            "SELECT cohort FROM cohort_rates WHERE cohort > ? ORDER BY cohort LIMIT 1", cohort
+        ).fetchone()
+    return found
 
 
 def _sums(store: AuditStore, since: float, until: float) -> Sums:

@@ -1,4 +1,4 @@
-"""`audit verify`: the hash chain and seq continuity of a whole log."""
+"""`log verify` (and a report's chain line): the hash chain and seq continuity of a whole log."""
 
 from __future__ import annotations
 

@@ -27,6 +27,8 @@ from gitsched.options import (
     format_option,
     log_option,
     open_event_log,
+    parse_time,
+    point_in_time,
     repo_of,
     repo_path,
     user_errors,
@@ -262,14 +264,13 @@ def _watch(reconciler: Reconciler, interval: float, heartbeat: float) -> None:
 @click.option(
     "--repo", default=".", show_default=True, help="Cluster repo whose default log to read."
 )
-@click.option("--seq", type=click.IntRange(min=0), help="The state right after this event.")
-@click.option("--at", "at_time", help="The state at this time (ISO-8601, UTC if no zone).")
+@point_in_time
 @format_option("text", "json")
-def state(log_url: str | None, repo: str, seq: int | None, at_time: str | None, fmt: str) -> None:
-    """The cluster state folded from the log, now or at an earlier point."""
+def state(log_url: str | None, repo: str, at_time: str | None, seq: int | None, fmt: str) -> None:
+    """The cluster state folded from the log, now or at an earlier point (--at TIME | --seq N)."""
     if seq is not None and at_time is not None:
-        fail("give --seq or --at, not both")
-    until_time = _parse_time(at_time) if at_time else None
+        fail("give --at TIME or --seq N, not both")
+    until_time = format_time(parse_time(at_time)) if at_time else None
     with user_errors(), open_event_log(log_url, repo) as event_log:
         last_seq = event_log.last_seq()
         if seq is not None and seq > last_seq:
@@ -287,16 +288,6 @@ def state(log_url: str | None, repo: str, seq: int | None, at_time: str | None, 
         click.echo(json.dumps(state_to_dict(replayed.state, replayed.last_seq), indent=2))
     else:
         click.echo(state_text(replayed.state, replayed.last_seq))
-
-
-def _parse_time(text: str) -> str:
-    try:
-        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        fail(f"--at {text!r} is not an ISO-8601 time (e.g. 2026-11-22T10:00:00Z)")
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    return format_time(moment)
 
 
 main.add_command(audit)

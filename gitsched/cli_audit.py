@@ -25,15 +25,17 @@ from audit import history as history_query
 from audit import pointintime
 from audit import solves as solves_query
 from audit import usage as usage_query
-from audit.store import AuditStore, CatchUp, Progress, open_view
-from audit.store import rebuild as rebuild_view
-from audit.verify import verify_log
+from audit.catchup import CatchUp, ChainBroken, Progress, open_view, verify_view
+from audit.catchup import rebuild as rebuild_view
+from audit.store import AuditStore
+from audit.verify import Verification
 from audit.window import period
-from eventlog.base import EventLog, EventLogError
+from eventlog.base import EventLog
 from eventlog.envelope import format_time
 from eventlog.sqlite import sqlite_path_from_url
+from gitsched.cli_log import verify_command as log_verify
 from gitsched.config import DEFAULT_LOG_DIR, resolve_log_url
-from gitsched.exit_codes import EXIT_INVALID, EXIT_NOT_FOUND, EXIT_OK
+from gitsched.exit_codes import EXIT_ERROR, EXIT_INVALID, EXIT_NOT_FOUND, EXIT_OK
 from gitsched.options import (
     broken_chain_message,
     emit_rows,
@@ -41,7 +43,8 @@ from gitsched.options import (
     format_option,
     log_option,
     open_event_log,
-    require_intact_chain,
+    parse_time,
+    point_in_time,
     user_errors,
 )
 from gitsched.render import table
@@ -80,14 +83,6 @@ def since_until(f: Callable[..., Any]) -> Callable[..., Any]:
     return click.option("--since", help="Start of the period (ISO-8601, UTC if no zone).")(f)
 
 
-def parse_moment(text: str, option: str) -> datetime:
-    try:
-        moment = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
-    except ValueError:
-        fail(f"{option} {text!r} is not an ISO-8601 time (e.g. 2025-11-16 or 2025-11-16T10:00:00Z)")
-    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
-
-
 def _progress_bar() -> tuple[Progress, Callable[[], None]]:
     bar: Any = None
     done = 0
@@ -117,18 +112,24 @@ def view(
 ) -> Iterator[tuple[EventLog, AuditStore]]:
     """The log and its audit view, caught up: what every query starts from.
 
-    With `verify`, the whole hash chain is checked first, and a broken one exits 1:
-    for the answers an auditor files as evidence (changes, compliance). Lookups
-    (history, at, usage) answer from the view, whose offset hash must still match.
+    With `verify`, the hash chain is verified (links and content) from where the view
+    last verified it to the head, and a broken one exits 1: for the answers an auditor
+    files as evidence (changes, compliance, report). `gitsched log verify` checks the
+    whole chain from the first event. Lookups (history, at, usage) answer from the
+    view, whose offset hash must still match.
     """
     url = resolve_log_url(log_url, repo)
     path = Path(db_path) if db_path else default_db_path(url, repo)
     with user_errors(), open_event_log(log_url, repo) as event_log:
-        if verify:
-            require_intact_chain(event_log)
         progress, close = _progress_bar()
         try:
-            store, _ = open_view(event_log, path, progress=progress)
+            store, _ = open_view(event_log, path, progress=progress, verify=verify)
+        except ChainBroken as e:
+            # Evidence from a broken chain is a "no" (exit 1); a lookup cannot answer (2).
+            fail(
+                broken_chain_message(e.broken.seq, e.broken.reason),
+                EXIT_INVALID if verify else EXIT_ERROR,
+            )
         finally:
             close()
         try:
@@ -165,6 +166,8 @@ def rebuild(log_url: str | None, repo: str, db_path: str | None) -> None:
         progress, close = _progress_bar()
         try:
             result: CatchUp = rebuild_view(event_log, path, progress=progress)
+        except ChainBroken as e:
+            fail(broken_chain_message(e.broken.seq, e.broken.reason), EXIT_INVALID)
         finally:
             close()
     click.echo(
@@ -201,8 +204,8 @@ def history(
     """Every placement interval: where a job ran, from when to when, and why (like sacct)."""
     if not any((job, node, team, flavor)):
         fail("give one of --job, --node, --team, --gpu-flavor")
-    since_ts = parse_moment(since, "--since").timestamp() if since else None
-    until_ts = parse_moment(until, "--until").timestamp() if until else None
+    since_ts = parse_time(since, "--since").timestamp() if since else None
+    until_ts = parse_time(until, "--until").timestamp() if until else None
     with view(log_url, repo, db_path) as (_, store):
         intervals = history_query.query(
             store, job=job, node=node, team=team, flavor=flavor, since=since_ts, until=until_ts
@@ -224,26 +227,24 @@ def history(
 @log_option
 @repo_opt
 @db_option
-@click.argument("moment", metavar="[TIME]", required=False)
-@click.option("--seq", type=int, help="Right after this event, instead of at a TIME.")
+@point_in_time
 @format_option("text", "csv", "json")
 def at(
     log_url: str | None,
     repo: str,
     db_path: str | None,
-    moment: str | None,
+    at_time: str | None,
     seq: int | None,
     fmt: str,
 ) -> None:
-    """The cluster exactly as it was at TIME (or after event --seq): placements, queues, pending."""
-    if (moment is None) == (seq is None):
-        fail("give a TIME or --seq N (one of them)")
-    if seq is not None and seq < 0:
-        fail("--seq must be 0 or more")
+    """The cluster exactly as it was at a time or after an event (--at TIME | --seq N):
+    placements, queues, pending."""
+    if (at_time is None) == (seq is None):
+        fail("give --at TIME or --seq N (one of them)")
     when: str | None = None
     with view(log_url, repo, db_path) as (event_log, store):
-        if moment is not None:
-            when = format_time(parse_moment(moment, "TIME"))
+        if at_time is not None:
+            when = format_time(parse_time(at_time))
             n = pointintime.seq_at_time(store, when)
         else:
             assert seq is not None
@@ -368,8 +369,8 @@ def _period(store: AuditStore, since: str | None, until: str | None) -> tuple[fl
     """--since and --until, defaulted as `audit.window.period` says (usage and report alike)."""
     start, end = period(
         store,
-        parse_moment(since, "--since").timestamp() if since else None,
-        parse_moment(until, "--until").timestamp() if until else None,
+        parse_time(since, "--since").timestamp() if since else None,
+        parse_time(until, "--until").timestamp() if until else None,
         time.time(),
     )
     if start > end:
@@ -557,111 +558,24 @@ def _evidence_text(evidence: list[Any]) -> str:
     return " ".join(f"{e['seq']}:{e['type']}" if isinstance(e, dict) else str(e) for e in evidence)
 
 
-# -- verify ---------------------------------------------------------------------------------
+# -- verify (moved) ------------------------------------------------------------------------
 
 
-@audit.command()
-@log_option
-@repo_opt
-@click.option(
-    "--signatures",
-    is_flag=True,
-    help="Also ask git, in --repo, to verify every signed approval the log records.",
+def _verify_moved(**kwargs: Any) -> None:
+    click.echo("note: `gitsched audit verify` moved to `gitsched log verify`", err=True)
+    log_verify.callback(**kwargs)  # type: ignore[misc]
+
+
+# The old name, kept working for scripts that use it; `gitsched log verify` is the command.
+audit.add_command(
+    click.Command(
+        "verify",
+        callback=_verify_moved,
+        params=list(log_verify.params),
+        hidden=True,
+        help="Moved: `gitsched log verify`.",
+    )
 )
-@format_option("text", "csv", "json")
-def verify(log_url: str | None, repo: str, signatures: bool, fmt: str) -> None:
-    """Check the hash chain and seq continuity of the whole log. Exit 1 when broken."""
-    with user_errors(), open_event_log(log_url, repo) as event_log:
-        result = verify_log(event_log)
-        signed = _recheck_signatures(event_log, repo) if signatures and result.ok else None
-        broken: dict[str, Any] | None = None
-        if result.broken is not None:
-            b = result.broken
-            try:
-                event = next(iter(event_log.read(b.seq - 1, until_seq=b.seq)), None)
-            except EventLogError:
-                event = None  # the broken row cannot even be read: its seq says enough
-            broken = {
-                "seq": b.seq,
-                "id": event.id if event else None,
-                "type": event.type if event else None,
-                "reason": b.reason,
-            }
-    if fmt == "json":
-        click.echo(
-            json.dumps(
-                {
-                    "ok": result.ok and not (signed and signed["failed"]),
-                    "events": result.events,
-                    "head": result.last_hash,
-                    "broken": broken,
-                    **({"signatures": signed} if signed is not None else {}),
-                },
-                indent=2,
-            )
-        )
-    elif fmt == "csv":
-        emit_rows(
-            [
-                {
-                    "ok": result.ok,
-                    "events": result.events,
-                    "head": result.last_hash,
-                    **{f"broken_{k}": v for k, v in (broken or {}).items()},
-                }
-            ],
-            ["ok", "events", "head", "broken_seq", "broken_id", "broken_type", "broken_reason"],
-            "csv",
-        )
-    elif broken is None:
-        click.echo(f"ok: {result.events} events, chain intact, head {result.last_hash}")
-    else:
-        what = f" ({broken['type']} {broken['id']})" if broken["id"] else ""
-        click.echo(f"BROKEN at seq {broken['seq']}{what}: {broken['reason']}")
-    if signed is not None and fmt != "json":
-        failed = signed["failed"]
-        click.echo(
-            f"signatures: {signed['checked']} signed approval(s) checked with git, "
-            + (f"{len(failed)} FAILED" if failed else "all verify")
-        )
-        for f in failed:
-            click.echo(
-                f"  FAILED seq {f['seq']}: {f['approver']}'s approval of team {f['team']} "
-                f"on {f['commit'][:12]}, recorded key {f['fingerprint']}: {f['found']}"
-            )
-    sys.exit(EXIT_OK if result.ok and not (signed and signed["failed"]) else EXIT_INVALID)
-
-
-def _recheck_signatures(event_log: EventLog, repo: str) -> dict[str, Any]:
-    """The log's signed approvals, verified again by git in `repo` (the CLI composes
-    the log and git: audit never imports the reconciler)."""
-    from engine.events import ApprovalChecked
-    from eventlog.codec import decode
-    from reconciler.approval import recheck_signatures
-    from reconciler.git import GitRepo
-
-    recorded = [
-        (stored.seq, event)
-        for stored in event_log.read(0)
-        if stored.type == ApprovalChecked.type
-        and isinstance(event := decode(stored), ApprovalChecked)
-    ]
-    checks = recheck_signatures(GitRepo(repo), recorded)
-    return {
-        "checked": len(checks),
-        "failed": [
-            {
-                "seq": c.seq,
-                "team": c.team,
-                "approver": c.approver,
-                "commit": c.commit,
-                "fingerprint": c.fingerprint,
-                "found": c.found.fingerprint or c.found.detail or str(c.found.status),
-            }
-            for c in checks
-            if not c.ok
-        ],
-    }
 
 
 # -- report ---------------------------------------------------------------------------------
@@ -703,7 +617,14 @@ def report(
         start, end = _period(store, since, until)
         if start >= end:
             fail("--since must be before --until")
-        verification = verify_log(event_log)
+        # The chain verified from where the view last verified it: a broken one is said
+        # at the top of the page (`log verify` checks it all from the first event).
+        try:
+            verify_view(event_log, store)
+            checked, head = store.chain_checked()
+            verification = Verification(checked, head, None)
+        except ChainBroken as e:
+            verification = Verification(e.broken.seq - 1, None, e.broken)
         page = render_report(
             store, since=start, until=end, verification=verification, log=event_log
         )

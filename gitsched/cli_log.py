@@ -5,12 +5,14 @@ from __future__ import annotations
 import json
 import sys
 import time
+from typing import Any
 
 import click
 
+from audit.verify import verify_log
 from engine.errors import GitschedError
 from eventlog import open_log
-from eventlog.base import EventLogError, LogCorrupted
+from eventlog.base import EventLog, EventLogError, LogCorrupted
 from eventlog.copy import CopyProgress, CopyRefused, copy_log
 from eventlog.replay import replay, snapshot
 from eventlog.snapshot import check_snapshot
@@ -200,3 +202,110 @@ def snapshots_command(log_url: str | None, repo: str, fmt: str) -> None:
             )
     emit_rows(rows, ["seq", "last_time", "size_bytes", "usable", "problem"], fmt)
     sys.exit(EXIT_OK if all(r["usable"] for r in rows) else EXIT_INVALID)
+
+
+# -- verify ---------------------------------------------------------------------------------
+
+
+@log.command("verify")
+@log_option
+@repo_option
+@click.option(
+    "--signatures",
+    is_flag=True,
+    help="Also ask git, in --repo, to verify every signed approval the log records.",
+)
+@format_option("text", "csv", "json")
+def verify_command(log_url: str | None, repo: str, signatures: bool, fmt: str) -> None:
+    """Check the hash chain and seq continuity of the whole log. Exit 1 when broken."""
+    with user_errors(), open_event_log(log_url, repo) as event_log:
+        result = verify_log(event_log)
+        signed = _recheck_signatures(event_log, repo) if signatures and result.ok else None
+        broken: dict[str, Any] | None = None
+        if result.broken is not None:
+            b = result.broken
+            try:
+                event = next(iter(event_log.read(b.seq - 1, until_seq=b.seq)), None)
+            except EventLogError:
+                event = None  # the broken row cannot even be read: its seq says enough
+            broken = {
+                "seq": b.seq,
+                "id": event.id if event else None,
+                "type": event.type if event else None,
+                "reason": b.reason,
+            }
+    if fmt == "json":
+        click.echo(
+            json.dumps(
+                {
+                    "ok": result.ok and not (signed and signed["failed"]),
+                    "events": result.events,
+                    "head": result.last_hash,
+                    "broken": broken,
+                    **({"signatures": signed} if signed is not None else {}),
+                },
+                indent=2,
+            )
+        )
+    elif fmt == "csv":
+        emit_rows(
+            [
+                {
+                    "ok": result.ok,
+                    "events": result.events,
+                    "head": result.last_hash,
+                    **{f"broken_{k}": v for k, v in (broken or {}).items()},
+                }
+            ],
+            ["ok", "events", "head", "broken_seq", "broken_id", "broken_type", "broken_reason"],
+            "csv",
+        )
+    elif broken is None:
+        click.echo(f"ok: {result.events} events, chain intact, head {result.last_hash}")
+    else:
+        what = f" ({broken['type']} {broken['id']})" if broken["id"] else ""
+        click.echo(f"BROKEN at seq {broken['seq']}{what}: {broken['reason']}")
+    if signed is not None and fmt != "json":
+        failed = signed["failed"]
+        click.echo(
+            f"signatures: {signed['checked']} signed approval(s) checked with git, "
+            + (f"{len(failed)} FAILED" if failed else "all verify")
+        )
+        for f in failed:
+            click.echo(
+                f"  FAILED seq {f['seq']}: {f['approver']}'s approval of team {f['team']} "
+                f"on {f['commit'][:12]}, recorded key {f['fingerprint']}: {f['found']}"
+            )
+    sys.exit(EXIT_OK if result.ok and not (signed and signed["failed"]) else EXIT_INVALID)
+
+
+def _recheck_signatures(event_log: EventLog, repo: str) -> dict[str, Any]:
+    """The log's signed approvals, verified again by git in `repo` (the CLI composes
+    the log and git: audit never imports the reconciler)."""
+    from engine.events import ApprovalChecked
+    from eventlog.codec import decode
+    from reconciler.approval import recheck_signatures
+    from reconciler.git import GitRepo
+
+    recorded = [
+        (stored.seq, event)
+        for stored in event_log.read(0)
+        if stored.type == ApprovalChecked.type
+        and isinstance(event := decode(stored), ApprovalChecked)
+    ]
+    checks = recheck_signatures(GitRepo(repo), recorded)
+    return {
+        "checked": len(checks),
+        "failed": [
+            {
+                "seq": c.seq,
+                "team": c.team,
+                "approver": c.approver,
+                "commit": c.commit,
+                "fingerprint": c.fingerprint,
+                "found": c.found.fingerprint or c.found.detail or str(c.found.status),
+            }
+            for c in checks
+            if not c.ok
+        ],
+    }

@@ -8,6 +8,7 @@ import json
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from typing import Any, NoReturn
 
 import click
@@ -16,7 +17,7 @@ from engine.errors import GitschedError
 from eventlog import open_log
 from eventlog.base import EventLog, EventLogError
 from gitsched.config import resolve_log_url, snapshot_dir
-from gitsched.exit_codes import EXIT_ERROR, EXIT_INVALID
+from gitsched.exit_codes import EXIT_ERROR
 from gitsched.render import table
 
 LOG_OPTION_HELP = (
@@ -33,18 +34,8 @@ def fail(message: str, code: int = EXIT_ERROR) -> NoReturn:
 def broken_chain_message(seq: int, reason: str) -> str:
     return (
         f"the log's hash chain is broken at seq {seq}: {reason}; what it says cannot be"
-        " trusted (`gitsched audit verify` names the break)"
+        " trusted (`gitsched log verify` names the break)"
     )
-
-
-def require_intact_chain(event_log: EventLog) -> None:
-    """Exit 1 with a message when the log's hash chain is broken: an auditor's answer
-    (a change, a state, a compliance result) from a tampered log would be a lie."""
-    from audit.verify import verify_log
-
-    broken = verify_log(event_log).broken
-    if broken is not None:
-        fail(broken_chain_message(broken.seq, broken.reason), EXIT_INVALID)
 
 
 @contextmanager
@@ -171,3 +162,22 @@ class LazyGroup(click.Group):
         if cmd_name in self.lazy:
             return self._load(cmd_name)
         return super().get_command(ctx, cmd_name)
+
+
+def point_in_time(f: Callable[..., Any]) -> Callable[..., Any]:
+    """`--at TIME | --seq N`: one spelling of a moment in the log for `state` and `audit at`."""
+    f = click.option(
+        "--seq", type=click.IntRange(min=0), metavar="N", help="Right after event N (its seq)."
+    )(f)
+    return click.option(
+        "--at", "at_time", metavar="TIME", help="At this time (ISO-8601, UTC if no zone)."
+    )(f)
+
+
+def parse_time(text: str, option: str = "--at") -> datetime:
+    """An ISO-8601 time as the CLI reads every one: `Z` or an offset, UTC if no zone."""
+    try:
+        moment = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError:
+        fail(f"{option} {text!r} is not an ISO-8601 time (e.g. 2025-11-16 or 2025-11-16T10:00:00Z)")
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)

@@ -1,17 +1,14 @@
 """`gitsched bench audit`: projection rate and query latency on a synthetic log (BENCHMARKS.md §3).
 
-The log is made by a seeded simulation of a 1,536-GPU cluster over about a month:
-teams commit jobs (some with quota changes, approved or not), a first-fit
-scheduler admits, moves, preempts and leaves them pending, nodes fail and
-recover, jobs finish. It is appended through the real SQLite `EventLog`, so every
-event is sealed in the hash chain, and cached under --work-dir by size and seed.
+The log is `simulation.history`'s month of a 1,536-GPU cluster (longer for more
+events), appended through the real SQLite `EventLog` and cached under --work-dir
+by size and seed. Every query is timed as the CLI runs it: the view caught up
+first, and for evidence (changes, compliance) the chain verified from where the
+view last verified it.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import hashlib
-import itertools
 import json
 import math
 import os
@@ -19,8 +16,8 @@ import random
 import statistics
 import sys
 import time
-from collections.abc import Callable, Iterator
-from datetime import UTC, datetime, timedelta
+from collections.abc import Callable
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -29,665 +26,41 @@ import click
 from audit import changes as changes_query
 from audit import compliance as compliance_query
 from audit import history, pointintime, usage
-from audit.store import AuditStore, catch_up, rebuild
-from engine.codec import to_data
-from engine.events import EVENT_TYPES
-from engine.model import (
-    ClusterSpec,
-    CommitInfo,
-    FlavorQuota,
-    GpuFlavor,
-    Isolation,
-    Node,
-    Policy,
-    PriorityClass,
-    Queue,
-)
-from engine.units import GPU_MILLI, milli_from_gpus
-from eventlog.envelope import GENESIS_HASH, NewEvent, StoredEvent, format_time, seal_batch
+from audit.catchup import catch_up, rebuild
+from audit.store import AuditStore, EventList, checked_meta
+from audit.verify import verify_log
+from eventlog.codec import decode
+from eventlog.envelope import GENESIS_HASH
 from eventlog.sqlite import SQLiteEventLog
 from gitsched.options import format_option
 from gitsched.render import table
+from simulation.history import SIMULATION_VERSION, synthetic_log
 
-START = datetime(2025, 10, 1, tzinfo=UTC)
-# Part of the cached log's file name: a change to the simulation makes a new log.
-SIMULATION_VERSION = 2
-FLAVORS = (
-    ("h100-80g", "H100", 80, 8, 96),
-    ("a100-80g", "A100", 80, 8, 64),
-    ("l40s-48g", "L40S", 48, 4, 32),
-)
-PRIORITIES = (("low", 100), ("normal", 500), ("high", 900))
-TEAMS = (
-    ("vision", "research"),
-    ("nlp", "research"),
-    ("speech", "research"),
-    ("robotics", "research"),
-    ("rl", "research"),
-    ("genai", "research"),
-    ("search", "product"),
-    ("ads", "product"),
-    ("recsys", "product"),
-    ("maps", "product"),
-    ("video", "product"),
-    ("infra", "product"),
-    ("fraud", None),
-    ("risk", None),
-)
-ADMINS = (("Priya Raman", "priya@platform.example"), ("Omar Haddad", "omar@platform.example"))
+# How many new events the tail-verification timing gives the view to verify.
+TAIL_EVENTS = 1000
 
 
-@dataclasses.dataclass
-class SimJob:
-    key: str
-    queue: str
-    flavor: str
-    replicas: int
-    gpus_each: int
-    priority: int
-    preemptible: bool
-    dedicated: bool
-    residency: tuple[str, ...]
-    placed: list[dict[str, Any]] | None = None
-    pending_reason: str | None = None
-
-    @property
-    def milli(self) -> int:
-        return milli_from_gpus(self.replicas * self.gpus_each)
+# Events whose decoding into `engine.events` classes is timed against the fold's own cost.
+DECODE_SAMPLE = 50_000
 
 
-@dataclasses.dataclass
-class SimNode:
-    name: str
-    flavor: str
-    gpus: int
-    region: str
-    dedicated: bool
-    free: list[int]
-    ready: bool = True
-
-
-Emitted = list[tuple[str, dict[str, Any]]]
-
-# The chance that a running job ends at a finish step (about 40% of steps, 8 s apart).
-FINISH_HAZARD = 1 / 150
-# A team with this many jobs waiting holds back: the cluster stays busy, not swamped.
-MAX_WAITING = 15
-
-
-class Simulation:
-    """A seeded, simplified cluster whose events have the shapes the reconciler writes."""
-
-    def __init__(self, seed: int, mean_gap_s: float = 8.0) -> None:
-        self.rng = random.Random(seed)
-        self.mean_gap_s = mean_gap_s
-        self.now = START
-        self.stamp = format_time(START)
-        self.batches = 0
-        self.out: list[tuple[str, list[NewEvent]]] = []
-        self.nodes: dict[str, SimNode] = {}
-        self.by_flavor: dict[str, list[SimNode]] = {}
-        self.running: dict[str, SimJob] = {}
-        # waiting jobs by priority, oldest first within each
-        self.waiting: dict[int, dict[str, SimJob]] = {p: {} for _, p in PRIORITIES}
-        self.ceiling: dict[str, dict[str, int]] = {}
-        self.use: dict[tuple[str, str], int] = {}
-        self.users = {
-            team: [(f"{team}-user{i}", f"{team}-user{i}@example.com") for i in range(4)]
-            for team, _ in TEAMS
-        }
-        self.job_counter = 0
-        self.down: list[str] = []
-
-    @property
-    def waiting_count(self) -> int:
-        return sum(len(w) for w in self.waiting.values())
-
-    # -- output ---------------------------------------------------------------------------
-
-    def _sha(self) -> str:
-        self.batches += 1
-        return hashlib.sha1(f"synthetic-{self.batches}".encode()).hexdigest()
-
-    def _emit(self, events: Emitted, actor: str, cause: str) -> None:
-        self.batches += 1
-        prefix = f"synth/{self.batches}"
-        batch = [
-            NewEvent(
-                id=f"{prefix}/{i}",
-                type=t,
-                schema_version=EVENT_TYPES[t].schema_version,
-                data=d,
-                actor=actor,
-                cause=cause,
-            )
-            for i, (t, d) in enumerate(events)
-        ]
-        self.out.append((self.stamp, batch))
-
-    def _commit(
-        self,
-        events: Emitted,
-        author: tuple[str, str],
-        subject: str,
-        approvers: tuple[str, ...] = (),
-    ) -> str:
-        sha = self._sha()
-        commit = {
-            "sha": sha,
-            "author": author[0],
-            "author_email": author[1],
-            "committed_at": self.stamp,
-            "subject": subject,
-            "approvers": list(approvers),
-            "authored_at": self.stamp,
-            "committer": author[0],
-            "committer_email": author[1],
-        }
-        events.append(("CommitApplied", {"commit": commit, "changes": len(events)}))
-        actor = f"{author[0]} <{author[1]}>"
-        if approvers:
-            actor += f" (approved by {', '.join(approvers)})"
-        self._emit(events, actor, sha)
-        return sha
-
-    # -- the cluster ----------------------------------------------------------------------
-
-    def bootstrap(self) -> None:
-        events: Emitted = []
-        cluster = ClusterSpec(
-            "synthetic",
-            ("nvlink", "rack", "zone"),
-            tuple(GpuFlavor(f, m, g) for f, m, g, _, _ in FLAVORS),
-            tuple(PriorityClass(n, v) for n, v in PRIORITIES),
-            "normal",
-        )
-        events.append(("ClusterConfigured", {"cluster": to_data(cluster)}))
-        events.append(("PolicyChanged", {"policy": to_data(Policy())}))
-        for flavor, _, _, gpus, count in FLAVORS:
-            for i in range(count):
-                dedicated = flavor == "h100-80g" and i >= count - 4
-                name = f"{flavor.split('-')[0]}-{i:03d}"
-                region = "eu-central" if dedicated or i % 5 == 0 else "eu-west"
-                node = Node(
-                    name=name,
-                    flavor=flavor,
-                    gpus=gpus,
-                    cpu_milli=192_000,
-                    memory_mib=2_097_152,
-                    topology={
-                        "nvlink": f"{name[:4]}-nvl-{i // 2}",
-                        "rack": f"{name[:4]}-r{i // 16}",
-                    },
-                    region=region,
-                    isolation=Isolation.DEDICATED if dedicated else Isolation.SHARED,
-                )
-                sim = SimNode(name, flavor, gpus, region, dedicated, list(range(gpus)))
-                self.nodes[name] = sim
-                self.by_flavor.setdefault(flavor, []).append(sim)
-                events.append(("NodeRegistered", {"node": to_data(node)}))
-        sha = self._commit(events, ADMINS[0], "Bootstrap the cluster")
-        self._solve(sha)
-        events = [
-            ("QueueConfigured", {"queue": to_data(self._queue(team, cohort, 1.0))})
-            for team, cohort in TEAMS
-        ]
-        sha = self._commit(
-            events, ADMINS[0], "Add the teams' queues", (f"{ADMINS[1][0]} <{ADMINS[1][1]}>",)
-        )
-        self._solve(sha)
-
-    def _queue(self, team: str, cohort: str | None, scale: float) -> Queue:
-        quotas = []
-        share = {"research": 0.6, "product": 0.35, None: 0.05}[cohort]
-        members = sum(1 for _, c in TEAMS if c == cohort)
-        for flavor, _, _, gpus, count in FLAVORS:
-            if cohort is None and flavor != "h100-80g":
-                continue
-            capacity = gpus * count
-            nominal = milli_from_gpus(max(8, int(capacity * share / members * scale)))
-            borrowing = None if cohort is None else nominal
-            quotas.append(FlavorQuota(flavor, nominal, borrowing, None))
-        self.ceiling[team] = {q.flavor: q.nominal + (q.borrowing_limit or 0) for q in quotas}
-        return Queue(name=team, team=team, cohort=cohort, quotas=tuple(quotas))
-
-    # -- steps ----------------------------------------------------------------------------
-
-    def step(self) -> None:
-        self.now += timedelta(seconds=self.rng.expovariate(1 / self.mean_gap_s))
-        self.stamp = format_time(self.now)
-        roll = self.rng.random()
-        if roll < 0.50:
-            self._submit()
-        elif roll < 0.93:
-            self._finish()
-        elif roll < 0.95:
-            self._withdraw()
-        elif roll < 0.965:
-            self._node_event()
-        elif roll < 0.98:
-            self._priority_change()
-        elif roll < 0.99:
-            self._quota_change()
-        elif roll < 0.995:
-            self._reject()
-        else:
-            self._policy_change()
-
-    def _spec(self, job: SimJob, pclass: str) -> dict[str, Any]:
-        """`to_data` of the job's `Job`, written out: the generic codec is the slow part here."""
-        name = job.key.split("/", 1)[1]
-        return {
-            "name": name,
-            "queue": job.queue,
-            "replicas": job.replicas,
-            "resources": {
-                "gpu_milli": milli_from_gpus(job.gpus_each),
-                "cpu_milli": 8000 * job.gpus_each,
-                "memory_mib": 65536 * job.gpus_each,
-            },
-            "priority_class": pclass,
-            "priority": job.priority,
-            "min_replicas": None,
-            "gpu_flavors": [job.flavor],
-            "topology": None,
-            "preemptible": job.preemptible,
-            "checkpoint_interval_minutes": None,
-            "isolation": "dedicated" if job.dedicated else "shared",
-            "residency": list(job.residency),
-            "file": f"teams/{job.queue}/jobs/{name}.yaml",
-            "submitted_at": self.stamp,
-            "template": None,
-        }
-
-    def _submit(self) -> None:
-        team, _ = self.rng.choice(TEAMS)
-        waiting = sum(1 for w in self.waiting.values() for j in w.values() if j.queue == team)
-        if waiting >= MAX_WAITING:
-            return
-        user = self.rng.choice(self.users[team])
-        events: Emitted = []
-        for _ in range(self.rng.choice((1, 1, 1, 2, 3))):
-            self.job_counter += 1
-            flavor = "h100-80g" if team in ("fraud", "risk") else self.rng.choice(FLAVORS)[0]
-            per_node = {f: g for f, _, _, g, _ in FLAVORS}[flavor]
-            gpus_each = self.rng.choice([g for g in (1, 2, 4, 8) if g <= per_node])
-            replicas = self.rng.choice((1, 1, 1, 2, 4)) if gpus_each == per_node else 1
-            pclass, priority = self.rng.choice(PRIORITIES)
-            job = SimJob(
-                key=f"{team}/job-{self.job_counter}",
-                queue=team,
-                flavor=flavor,
-                replicas=replicas,
-                gpus_each=per_node if team == "fraud" else gpus_each,
-                priority=priority,
-                preemptible=self.rng.random() > 0.1,
-                dedicated=team == "fraud",
-                residency=("eu-central",) if team in ("fraud", "risk") else (),
-            )
-            self.waiting[priority][job.key] = job
-            events.append(("JobSubmitted", {"job": self._spec(job, pclass)}))
-        sha = self._commit(events, user, f"{team}: {len(events)} job(s)")
-        self._solve(sha)
-
-    def _finish(self) -> None:
-        if not self.running:
-            return
-        # Each running job ends with the same chance at every finish step (jobs last about
-        # an hour), so the cluster settles where arrivals and endings balance.
-        expected = len(self.running) * FINISH_HAZARD
-        count = int(expected) + (1 if self.rng.random() < expected % 1 else 0)
-        if count == 0:
-            return
-        keys = list(self.running)
-        done = {keys[self.rng.randrange(len(keys))] for _ in range(count)}
-        events: Emitted = []
-        for key in sorted(done):
-            self._release(self.running[key])
-            events.append(("JobFinished", {"job": key, "at": ""}))
-        cause = f"kubernetes/{self.batches}"
-        self._emit(events, "kubernetes", cause)
-        self._solve(cause)
-
-    def _withdraw(self) -> None:
-        pool = [j for w in self.waiting.values() for j in list(w.values())[:5]]
-        pool += list(self.running.values())[:5]
-        if not pool:
-            return
-        job = self.rng.choice(pool)
-        self._release(job)
-        self.waiting[job.priority].pop(job.key, None)
-        user = self.rng.choice(self.users[job.queue])
-        sha = self._commit([("JobWithdrawn", {"job": job.key})], user, f"withdraw {job.key}")
-        self._solve(sha)
-
-    def _node_event(self) -> None:
-        """A node fails or is drained; or, more often, one that is down comes back."""
-        if self.down and (self.rng.random() < 0.6 or len(self.down) >= 3):
-            node = self.nodes[self.down.pop(0)]
-            node.ready = True
-        else:
-            node = self.nodes[
-                self.rng.choice([n for n in sorted(self.nodes) if self.nodes[n].ready])
-            ]
-            node.ready = False
-            self.down.append(node.name)
-        state = "Ready" if node.ready else self.rng.choice(("Failed", "Failed", "Drained"))
-        cause = f"inventory/{self.batches}"
-        self._emit(
-            [("NodeStateChanged", {"node": node.name, "state": state, "reason": "inventory"})],
-            "inventory:static",
-            cause,
-        )
-        self._solve(cause, displaced=None if node.ready else node.name)
-
-    def _priority_change(self) -> None:
-        pool = [j for w in self.waiting.values() for j in list(w.values())[:5]]
-        pool += list(self.running.values())[:5]
-        if not pool:
-            return
-        job = self.rng.choice(pool)
-        pclass, priority = self.rng.choice(PRIORITIES)
-        if job.key in self.waiting[job.priority]:
-            del self.waiting[job.priority][job.key]
-            self.waiting[priority][job.key] = job
-        job.priority = priority
-        user = self.rng.choice(self.users[job.queue])
-        sha = self._commit(
-            [
-                (
-                    "JobChanged",
-                    {
-                        "job": self._spec(job, pclass),
-                        "fields": ["priority_class", "priority"],
-                    },
-                )
-            ],
-            user,
-            f"reprioritise {job.key}",
-        )
-        self._solve(sha)
-
-    def _quota_change(self) -> None:
-        team, cohort = self.rng.choice(TEAMS)
-        queue = self._queue(team, cohort, self.rng.choice((0.8, 1.0, 1.2)))
-        author = self.rng.choice(ADMINS)
-        other = ADMINS[1] if author == ADMINS[0] else ADMINS[0]
-        approvers = (f"{other[0]} <{other[1]}>",) if self.rng.random() < 0.9 else ()
-        sha = self._commit(
-            [("QueueConfigured", {"queue": to_data(queue)})],
-            author,
-            f"{team}: new quota",
-            approvers,
-        )
-        self._solve(sha)
-
-    def _reject(self) -> None:
-        team, _ = self.rng.choice(TEAMS)
-        user = self.rng.choice(self.users[team])
-        sha = self._sha()
-        info = CommitInfo(sha, user[0], user[1], format_time(self.now), "broken spec")
-        error = {
-            "file": f"teams/{team}/jobs/x.yaml",
-            "line": 3,
-            "column": 13,
-            "path": "$.spec.replicas",
-            "message": "'four' is not of type 'integer'",
-            "code": "schema",
-        }
-        self._emit(
-            [("CommitRejected", {"commit": to_data(info), "errors": [error]})], info.actor, sha
-        )
-
-    def _policy_change(self) -> None:
-        policy = Policy(move_cost=self.rng.choice((0.5, 1.0, 2.0)))
-        sha = self._commit(
-            [("PolicyChanged", {"policy": to_data(policy)})],
-            ADMINS[0],
-            "tune the move cost",
-            (f"{ADMINS[1][0]} <{ADMINS[1][1]}>",),
-        )
-        self._solve(sha)
-
-    # -- placement ------------------------------------------------------------------------
-
-    def _release(self, job: SimJob) -> None:
-        if job.placed is None:
-            return
-        for r in job.placed:
-            self.nodes[r["node"]].free.extend(r["gpus"])
-        self.use[(job.queue, job.flavor)] -= job.milli
-        job.placed = None
-        self.running.pop(job.key, None)
-
-    def _fit(self, job: SimJob) -> list[dict[str, Any]] | None:
-        if self.use.get((job.queue, job.flavor), 0) + job.milli > self.ceiling[job.queue].get(
-            job.flavor, 0
-        ):
-            return None
-        placed: list[dict[str, Any]] = []
-        for node in self.by_flavor[job.flavor]:
-            free = node.free
-            if len(free) < job.gpus_each or not node.ready or node.dedicated != job.dedicated:
-                continue
-            if job.dedicated and len(free) < node.gpus:
-                continue
-            if job.residency and node.region not in job.residency:
-                continue
-            room = len(free) // job.gpus_each
-            for _ in range(min(room, job.replicas - len(placed))):
-                placed.append({"node": node.name, "gpus": [], "gpu_milli": GPU_MILLI})
-            if len(placed) == job.replicas:
-                break
-        if len(placed) < job.replicas:
-            return None
-        for r in placed:
-            free = self.nodes[r["node"]].free
-            taken = sorted(free[: job.gpus_each])
-            del free[: job.gpus_each]
-            r["gpus"] = taken
-        return placed
-
-    def _place(self, job: SimJob, placed: list[dict[str, Any]]) -> None:
-        job.placed = placed
-        key = (job.queue, job.flavor)
-        self.use[key] = self.use.get(key, 0) + job.milli
-        job.pending_reason = None
-        self.running[job.key] = job
-        self.waiting[job.priority].pop(job.key, None)
-
-    def _solve(self, cause: str, displaced: str | None = None) -> None:
-        events: Emitted = []
-        solve_id = f"{cause}/solve"
-        at = self.stamp
-        counts = {"placed": 0, "moved": 0, "preempted": 0, "pending": 0}
-        if displaced is not None:
-            hit = [
-                j
-                for j in self.running.values()
-                if j.placed and any(r["node"] == displaced for r in j.placed)
-            ]
-            for job in sorted(hit, key=lambda j: j.key):
-                self._release(job)
-                fit = self._fit(job)
-                if fit is not None:
-                    self._place(job, fit)
-                    counts["moved"] += 1
-                    events.append(
-                        (
-                            "PlacementDecided",
-                            self._decided(
-                                job, "moved", f"node {displaced} is not Ready", solve_id, at
-                            ),
-                        )
-                    )
-                else:
-                    counts["preempted"] += 1
-                    job.pending_reason = "preempted"
-                    self.waiting[job.priority][job.key] = job
-                    events.append(
-                        (
-                            "JobPreempted",
-                            {
-                                "job": job.key,
-                                "reason": f"node {displaced} is not Ready; no other place",
-                                "preempted_by": None,
-                                "lost_gpu_seconds": 0.0,
-                                "solve_id": solve_id,
-                                "rule": "place-gone",
-                            },
-                        )
-                    )
-        # The oldest few of each priority, and a few at random: a blocked head does not stall all.
-        attempts: list[SimJob] = []
-        for _, priority in reversed(PRIORITIES):
-            attempts += list(itertools.islice(self.waiting[priority].values(), 3))
-        everyone = [j for w in self.waiting.values() for j in itertools.islice(w.values(), 40)]
-        if everyone:
-            attempts += self.rng.sample(everyone, min(4, len(everyone)))
-        attempts = list({j.key: j for j in attempts}.values())
-        for job in attempts:
-            fit = self._fit(job)
-            if fit is None and job.priority >= 900 and self.rng.random() < 0.3:
-                victim = self._victim(job)
-                if victim is not None:
-                    self._release(victim)
-                    victim.pending_reason = "preempted"
-                    self.waiting[victim.priority][victim.key] = victim
-                    counts["preempted"] += 1
-                    events.append(
-                        (
-                            "JobPreempted",
-                            {
-                                "job": victim.key,
-                                "reason": f"preempted by {job.key} (priority {job.priority} > {victim.priority})",
-                                "preempted_by": job.key,
-                                "lost_gpu_seconds": 60.0,
-                                "solve_id": solve_id,
-                                "rule": "within-queue",
-                            },
-                        )
-                    )
-                    fit = self._fit(job)
-            if fit is not None:
-                self._place(job, fit)
-                counts["placed"] += 1
-                events.append(
-                    ("PlacementDecided", self._decided(job, "admitted", "admitted", solve_id, at))
-                )
-            else:
-                reason = (
-                    f"no room for {job.replicas} x {job.gpus_each} {job.flavor} GPU "
-                    f"within queue {job.queue}'s quota"
-                )
-                if job.pending_reason != reason:
-                    job.pending_reason = reason
-                    counts["pending"] += 1
-                    events.append(
-                        (
-                            "JobPending",
-                            {
-                                "job": job.key,
-                                "reason": reason,
-                                "constraint": f"quota__{job.queue}__{job.flavor}",
-                                "solve_id": solve_id,
-                            },
-                        )
-                    )
-        events.append(
-            (
-                "SolveCompleted",
-                {
-                    "solve_id": solve_id,
-                    "solver": "greedy",
-                    "status": "heuristic",
-                    "objective": float(len(self.running)),
-                    "bound": None,
-                    "gap": None,
-                    "seconds": 0.001,
-                    "variables": 0,
-                    "constraints": 0,
-                    "placed": counts["placed"],
-                    "kept": len(self.running) - counts["placed"] - counts["moved"],
-                    "moved": counts["moved"],
-                    "preempted": counts["preempted"],
-                    "pending": counts["pending"],
-                    "broken_soft": [],
-                    "plan_source": "greedy",
-                    "fallback": "",
-                },
-            )
-        )
-        self._emit(events, "solver", cause)
-
-    def _victim(self, job: SimJob) -> SimJob | None:
-        for other in self.running.values():
-            if (
-                other.queue == job.queue
-                and other.flavor == job.flavor
-                and other.priority < job.priority
-                and (other.preemptible or self.rng.random() < 0.02)
-            ):
-                return other
-        return None
-
-    @staticmethod
-    def _decided(job: SimJob, action: str, reason: str, solve_id: str, at: str) -> dict[str, Any]:
-        return {
-            "job": job.key,
-            "flavor": job.flavor,
-            "replicas": job.placed,
-            "action": action,
-            "reason": reason,
-            "solve_id": solve_id,
-            "at": at,
-        }
-
-
-def synthetic_events(events: int, seed: int, mean_gap_s: float = 8.0) -> Iterator[StoredEvent]:
-    """Exactly `events` sealed events of the simulation, each batch with its own time;
-    `mean_gap_s` between steps (the default makes a million events about a month)."""
-    sim = Simulation(seed, mean_gap_s)
-    sim.bootstrap()
-    last, prev_hash = 0, GENESIS_HASH
-    while last < events:
-        while not sim.out:
-            sim.step()
-        when, batch = sim.out.pop(0)
-        sealed = seal_batch(
-            batch[: events - last], first_seq=last + 1, time=when, prev_hash=prev_hash
-        )
-        last, prev_hash = sealed[-1].seq, sealed[-1].hash
-        yield from sealed
-
-
-def synthetic_log(
-    path: Path, events: int, seed: int, *, echo: Callable[[str], None] | None = None
-) -> SQLiteEventLog:
-    """A SQLite log of `synthetic_events`, made once per (events, seed) and cached.
-
-    Batches go in through `EventLog.import_events` thousands at a time: one
-    `append` per batch, one transaction each, would take minutes for a million.
-    """
-    done_marker = path.with_name(path.name + ".done")
-    if path.exists() and done_marker.exists():
-        return SQLiteEventLog(path)
-    for leftover in (path, Path(f"{path}-wal"), Path(f"{path}-shm"), done_marker):
-        leftover.unlink(missing_ok=True)
-    log = SQLiteEventLog(path)
-    written = 0
-    pending: list[StoredEvent] = []
-    started = time.perf_counter()
-    for event in synthetic_events(events, seed):
-        pending.append(event)
-        if len(pending) >= 5000 or event.seq == events:
-            log.import_events(pending, expected_last_seq=written)
-            written = event.seq
-            pending = []
-            if echo is not None and written % 100_000 == 0:
-                echo(f"  generated {written:,} events ({time.perf_counter() - started:.0f}s)")
-    done_marker.write_text(json.dumps({"events": written, "seed": seed}))
-    return log
+def _decode_against_fold(log: SQLiteEventLog, events: int) -> dict[str, float]:
+    """CPU microseconds an event: decoding into typed events (what a typed fold would add;
+    SolveCompleted's payload is not read) against the fold and its SQLite writes."""
+    sample = list(log.read(0, until_seq=events))
+    started = time.process_time()
+    for event in sample:
+        if event.type != "SolveCompleted":
+            decode(event)
+    decode_s = time.process_time() - started
+    with AuditStore(":memory:") as scratch:
+        started = time.process_time()
+        catch_up(EventList(sample), scratch)
+        fold_s = time.process_time() - started
+    return {
+        "decode_cpu_us_per_event": round(decode_s / len(sample) * 1e6, 2),
+        "fold_cpu_us_per_event": round(fold_s / len(sample) * 1e6, 2),
+    }
 
 
 def _children_cpu() -> float:
@@ -734,7 +107,7 @@ def command(events: int, seed: int, work_dir: str, samples: int, fmt: str) -> No
     say(f"rebuilding the audit view from 0 ({head:,} events)")
     load_before = os.getloadavg()[0]
     cpu, writer_cpu = time.process_time(), _children_cpu()
-    built = rebuild(log, view_path)
+    built = rebuild(log, view_path, verify=True)  # as `audit rebuild` does
     cpu, writer_cpu = time.process_time() - cpu, _children_cpu() - writer_cpu
     results: dict[str, Any] = {
         "events": head,
@@ -743,7 +116,7 @@ def command(events: int, seed: int, work_dir: str, samples: int, fmt: str) -> No
         "rebuild_s": round(built.seconds, 2),
         "rebuild_events_per_s": round(built.rate),
         # The machine may be shared: CPU time says what the rebuild itself costs, in this
-        # process and in the writer process a long rebuild starts (`audit.loader`).
+        # process and in the writer process a long rebuild starts (`audit.writer`).
         "rebuild_cpu_s": round(cpu, 2),
         "rebuild_writer_cpu_s": round(writer_cpu, 2),
         "rebuild_events_per_cpu_s": round(head / (cpu + writer_cpu)) if cpu > 0 else None,
@@ -751,6 +124,7 @@ def command(events: int, seed: int, work_dir: str, samples: int, fmt: str) -> No
         "view_mib": round(view_path.stat().st_size / 2**20, 1),
         "queries": {},
     }
+    results.update(_decode_against_fold(log, min(head, DECODE_SAMPLE)))
     store = AuditStore(view_path)
     rng = random.Random(seed)
     jobs = [r[0] for r in store.db.execute("SELECT DISTINCT job FROM placements")]
@@ -762,15 +136,35 @@ def command(events: int, seed: int, work_dir: str, samples: int, fmt: str) -> No
     )
     month = 30 * 86400.0
 
-    def timed(name: str, runs: int, one: Callable[[], object]) -> None:
-        took = []
+    def timed(
+        name: str,
+        runs: int,
+        one: Callable[[], object],
+        *,
+        verify: bool = False,
+        before: Callable[[], object] | None = None,
+    ) -> None:
+        took, cpu = [], []
         for _ in range(runs):
-            t = time.perf_counter()
-            catch_up(log, store)  # what every CLI query does first: a no-op when caught up
+            if before is not None:
+                before()
+            t, c = time.perf_counter(), time.process_time()
+            # What every CLI query does first: a no-op when caught up; for evidence, the
+            # chain verified from where the view last verified it.
+            catch_up(log, store, verify=verify)
             one()
             took.append(time.perf_counter() - t)
+            cpu.append(time.process_time() - c)
         p50, p99 = _percentiles(took)
-        results["queries"][name] = {"p50_ms": round(p50, 2), "p99_ms": round(p99, 2), "runs": runs}
+        cpu50, cpu99 = _percentiles(cpu)
+        results["queries"][name] = {
+            "p50_ms": round(p50, 2),
+            "p99_ms": round(p99, 2),
+            # On a shared machine the wall time waits for other work; CPU time does not.
+            "p50_cpu_ms": round(cpu50, 2),
+            "p99_cpu_ms": round(cpu99, 2),
+            "runs": runs,
+        }
 
     say("timing queries")
     timed("history --job", samples, lambda: history.query(store, job=rng.choice(jobs)))
@@ -803,8 +197,29 @@ def command(events: int, seed: int, work_dir: str, samples: int, fmt: str) -> No
         runs,
         lambda: usage.by_flavor(store, last_ts - month, last_ts),
     )
-    timed("changes", runs, lambda: changes_query.changes(store))
-    timed("compliance", runs, lambda: compliance_query.compliance(store))
+    timed("changes", runs, lambda: changes_query.changes(store), verify=True)
+    timed("compliance", runs, lambda: compliance_query.compliance(store), verify=True)
+    tail = min(TAIL_EVENTS, head)
+    tail_hash = next(iter(log.read(head - tail - 1, until_seq=head - tail)), None)
+
+    def forget_tail() -> None:
+        """As if the last TAIL_EVENTS events had come since the view last verified."""
+        store.db.executemany(
+            "INSERT OR REPLACE INTO meta VALUES (?, ?)",
+            checked_meta(head - tail, tail_hash.hash if tail_hash else GENESIS_HASH),
+        )
+
+    timed(
+        f"compliance ({tail:,} events to verify)",
+        runs,
+        lambda: compliance_query.compliance(store),
+        verify=True,
+        before=forget_tail,
+    )
+    t = time.perf_counter()
+    full = verify_log(log)
+    results["log_verify_s"] = round(time.perf_counter() - t, 2)
+    results["log_verify_ok"] = full.ok
     results["span_days"] = round((last_ts - first_ts) / 86400.0, 1)
     results["intervals"] = store.db.execute("SELECT COUNT(*) FROM placements").fetchone()[0]
     store.close()
@@ -824,11 +239,23 @@ def command(events: int, seed: int, work_dir: str, samples: int, fmt: str) -> No
         f"{results['rebuild_events_per_cpu_s']:,} events per CPU-second "
         f"(1-minute load average {results['load_average_1m']} on {os.cpu_count()} CPUs)"
     )
+    click.echo(
+        f"typed events: decoding costs {results['decode_cpu_us_per_event']} µs of CPU an event, "
+        f"the fold and its writes {results['fold_cpu_us_per_event']} µs "
+        f"(first {min(head, DECODE_SAMPLE):,} events)"
+    )
     click.echo("")
     click.echo(
         table(
-            ["QUERY", "P50 MS", "P99 MS", "RUNS"],
-            [[n, q["p50_ms"], q["p99_ms"], q["runs"]] for n, q in results["queries"].items()],
+            ["QUERY", "P50 MS", "P99 MS", "P50 CPU MS", "P99 CPU MS", "RUNS"],
+            [
+                [n, q["p50_ms"], q["p99_ms"], q["p50_cpu_ms"], q["p99_cpu_ms"], q["runs"]]
+                for n, q in results["queries"].items()
+            ],
         )
+    )
+    click.echo(
+        f"log verify (the whole chain, once): {results['log_verify_s']} s, "
+        + ("intact" if results["log_verify_ok"] else "BROKEN")
     )
     sys.stdout.flush()

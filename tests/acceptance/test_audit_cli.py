@@ -4,7 +4,7 @@ Golden tests: the log of `audit_fixtures.HISTORY` is reconciled with a fixed
 clock, so every answer is the same on every run and is compared with the files
 in audit_golden/ (GITSCHED_UPDATE_GOLDEN=1 rewrites them after a deliberate
 change). Also: a view rebuilt from 0 equals one built incrementally, the same
-log always gives the same report, and a tampered log fails `audit verify`.
+log always gives the same report, and a tampered log fails `log verify`.
 """
 
 from __future__ import annotations
@@ -79,7 +79,7 @@ QUERIES: dict[str, tuple[str, ...]] = {
         "2025-11-16T15:30Z",
     ),
     "at-seq-30": ("at", "--seq", "30"),
-    "at-time": ("at", "2025-11-16T14:30:00Z"),
+    "at-time": ("at", "--at", "2025-11-16T14:30:00Z"),
     "usage-team": ("usage", "--by", "team", *PERIOD),
     "usage-user": ("usage", "--by", "user", *PERIOD),
     "usage-flavor": ("usage", "--by", "flavor", *PERIOD),
@@ -149,6 +149,9 @@ def test_a_view_built_incrementally_equals_one_rebuilt_from_zero(tmp_path: Path)
         commit_step(repo, step, EPOCH + i * STEP)
         gitsched_cli("reconcile", "--once", repo)
         gitsched_cli("audit", "history", "--team", "ml", "--repo", repo, "--db", incremental)
+    # Lookups fold without verifying; evidence verifies what they folded since (a rebuild
+    # verifies as it goes), so both views end verified to the head.
+    gitsched_cli("audit", "compliance", "--repo", repo, "--db", incremental, expect=1)
     rebuilt = tmp_path / "rebuilt.db"
     out = gitsched_cli("audit", "rebuild", "--repo", repo, "--db", rebuilt).stdout
     assert "rebuilt" in out and "events/s" in out
@@ -205,32 +208,53 @@ def tamper(log: Path, sql: str) -> None:
 
 def test_a_tampered_log_fails_verify_and_names_the_first_broken_event(audited: Path) -> None:
     log = audited / ".gitsched" / "log.db"
-    ok = gitsched_cli("audit", "verify", "--repo", audited, "--format", "json").json()
+    ok = gitsched_cli("log", "verify", "--repo", audited, "--format", "json").json()
     assert ok["ok"] and ok["broken"] is None
     gitsched_cli("audit", "history", "--team", "ml", "--repo", audited)  # the view reads it all
     tamper(
         log,
         "UPDATE events SET data = replace(data, '\"gpu_milli\":1000', '\"gpu_milli\":100') WHERE seq = 24",
     )
-    broken = gitsched_cli("audit", "verify", "--repo", audited, expect=1)
+    broken = gitsched_cli("log", "verify", "--repo", audited, expect=1)
     assert broken.stdout.startswith("BROKEN at seq 24 (PlacementDecided ")
     assert "content does not match its hash" in broken.stdout
-    data = gitsched_cli("audit", "verify", "--repo", audited, "--format", "json", expect=1).json()
+    data = gitsched_cli("log", "verify", "--repo", audited, "--format", "json", expect=1).json()
     assert data["broken"]["seq"] == 24 and data["broken"]["type"] and data["broken"]["id"]
+
+
+def test_evidence_verifies_only_the_tail_and_log_verify_the_whole_chain(audited: Path) -> None:
+    log = audited / ".gitsched" / "log.db"
+    gitsched_cli("audit", "changes", "--repo", audited)  # builds the view, verified to the head
+    with sqlite3.connect(audited / ".gitsched" / "audit.db") as view:
+        checked = dict(view.execute("SELECT key, value FROM meta WHERE key LIKE 'chain_checked%'"))
+        offset = dict(view.execute("SELECT key, value FROM meta WHERE key LIKE 'offset%'"))
+    assert checked == {
+        "chain_checked": offset["offset"],
+        "chain_checked_hash": offset["offset_hash"],
+    }
+    # A change before the verified offset: the tail verification does not re-read it...
+    tamper(log, "UPDATE events SET actor = actor || ' (edited)' WHERE seq = 5")
+    gitsched_cli("audit", "changes", "--repo", audited, expect=0)
+    # ...`log verify` reads it all, and finds it; its old name still works, and says so.
+    assert gitsched_cli("log", "verify", "--repo", audited, expect=1).stdout.startswith(
+        "BROKEN at seq 5"
+    )
+    moved = gitsched_cli("audit", "verify", "--repo", audited, expect=1)
+    assert moved.stdout.startswith("BROKEN at seq 5") and "log verify" in moved.stderr
 
 
 def test_a_deleted_event_is_a_gap_and_the_view_refuses_a_rewritten_log(audited: Path) -> None:
     log = audited / ".gitsched" / "log.db"
     tamper(log, "DELETE FROM events WHERE seq = 12")
-    broken = gitsched_cli("audit", "verify", "--repo", audited, expect=1)
+    broken = gitsched_cli("log", "verify", "--repo", audited, expect=1)
     assert "BROKEN at seq 12" in broken.stdout and "missing" in broken.stdout
     refused = gitsched_cli("audit", "history", "--team", "ml", "--repo", audited, expect=2)
-    assert "audit verify" in refused.stderr
+    assert "log verify" in refused.stderr
 
 
 def test_the_view_refuses_a_log_rewritten_after_it_was_read(audited: Path) -> None:
     gitsched_cli("audit", "changes", "--repo", audited)
-    last = gitsched_cli("audit", "verify", "--repo", audited, "--format", "json").json()["events"]
+    last = gitsched_cli("log", "verify", "--repo", audited, "--format", "json").json()["events"]
     tamper(audited / ".gitsched" / "log.db", f"UPDATE events SET hash = 'x' WHERE seq = {last}")
     refused = gitsched_cli("audit", "history", "--team", "ml", "--repo", audited, expect=2)
     assert "rewritten" in refused.stderr and "rebuild" in refused.stderr
@@ -243,8 +267,8 @@ def test_mistakes_get_one_line_and_exit_2(audited: Path) -> None:
     for args, says in (
         (("history",), "give one of --job"),
         (("history", "--job", "x", "--since", "yesterday"), "not an ISO-8601 time"),
-        (("at",), "give a TIME or --seq"),
-        (("at", "2025-11-16", "--seq", "3"), "give a TIME or --seq"),
+        (("at",), "give --at TIME or --seq N"),
+        (("at", "--at", "2025-11-16", "--seq", "3"), "give --at TIME or --seq N"),
         (("usage", "--since", "2025-11-17", "--until", "2025-11-16"), "--since is after --until"),
     ):
         run = gitsched_cli("audit", *args, "--repo", audited, expect=2)
@@ -273,7 +297,7 @@ def test_a_row_that_is_not_json_stops_the_view_with_one_line(audited: Path) -> N
     refused = gitsched_cli("audit", "history", "--team", "ml", "--repo", audited, expect=2)
     assert "seq 14: the stored data is not JSON" in refused.stderr
     assert not list((audited / ".gitsched").glob("audit.db*"))  # no half-built view left
-    broken = gitsched_cli("audit", "verify", "--repo", audited, expect=1)
+    broken = gitsched_cli("log", "verify", "--repo", audited, expect=1)
     assert broken.stdout.startswith("BROKEN at seq 14")
 
 

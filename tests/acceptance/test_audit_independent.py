@@ -326,7 +326,7 @@ def check(history: History, rng: random.Random) -> Fold:
     times.append(moments[-1] + 30 * DAY)
     for moment in times:
         want_at = placed_at(fold, moment)
-        at = cli.json("audit", "at", iso(moment))
+        at = cli.json("audit", "at", "--at", iso(moment))
         assert {p["job"]: sorted(p["nodes"]) for p in at["placements"]} == want_at, iso(moment)
         state = cli.json("state", "--at", iso(moment))
         assert {

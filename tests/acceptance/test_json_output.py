@@ -66,6 +66,8 @@ CASES: dict[str, tuple[tuple[str, ...], tuple[int, ...]]] = {
     ),
     "audit changes": (("audit", "changes", "--repo", "{repo}"), (0,)),
     "audit compliance": (("audit", "compliance", "--repo", "{repo}"), (0, 1)),
+    "log verify": (("log", "verify", "--repo", "{repo}"), (0,)),
+    # the old name, hidden: its note goes to stderr, stdout stays one document
     "audit verify": (("audit", "verify", "--repo", "{repo}"), (0,)),
     "log info": (("log", "info", "--repo", "{repo}"), (0,)),
     "log snapshot": (("log", "snapshot", "--repo", "{repo}"), (0,)),

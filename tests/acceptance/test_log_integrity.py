@@ -32,7 +32,7 @@ def execute(log_path: Path, sql: str, *params: object) -> None:
 
 def test_an_intact_log_verifies(reconciled: ClusterRepo) -> None:
     events = read_events(reconciled.log_path)
-    run = gitsched("audit", "verify", "--repo", reconciled.path, expect=0)
+    run = gitsched("log", "verify", "--repo", reconciled.path, expect=0)
     assert run.stdout.startswith(f"ok: {len(events)} events, chain intact")
     assert events[-1].hash in run.stdout
 
@@ -42,7 +42,7 @@ def test_a_changed_event_is_named_by_its_seq(reconciled: ClusterRepo) -> None:
     forged = {**fifth.data, "forged": True}
     execute(reconciled.log_path, "UPDATE events SET data = ? WHERE seq = 5", json.dumps(forged))
 
-    run = gitsched("audit", "verify", "--repo", reconciled.path, expect=1)
+    run = gitsched("log", "verify", "--repo", reconciled.path, expect=1)
 
     assert re.match(r"BROKEN at seq 5\b", run.stdout), run
     assert "content does not match its hash: the event was changed" in run.stdout
@@ -50,14 +50,14 @@ def test_a_changed_event_is_named_by_its_seq(reconciled: ClusterRepo) -> None:
 
 def test_a_changed_actor_is_detected(reconciled: ClusterRepo) -> None:
     execute(reconciled.log_path, "UPDATE events SET actor = 'mallory' WHERE seq = 3")
-    run = gitsched("audit", "verify", "--repo", reconciled.path, expect=1)
+    run = gitsched("log", "verify", "--repo", reconciled.path, expect=1)
     assert re.match(r"BROKEN at seq 3\b", run.stdout), run
 
 
 def test_a_deleted_event_is_reported_as_a_gap(reconciled: ClusterRepo) -> None:
     execute(reconciled.log_path, "DELETE FROM events WHERE seq = 5")
 
-    run = gitsched("audit", "verify", "--repo", reconciled.path, expect=1)
+    run = gitsched("log", "verify", "--repo", reconciled.path, expect=1)
 
     assert re.match(r"BROKEN at seq 5\b", run.stdout), run
     assert "expected seq 5, found 6: events are missing" in run.stdout
@@ -75,7 +75,7 @@ def test_a_truncated_log_is_refused_by_reconcile(reconciled: ClusterRepo) -> Non
 
 def test_a_row_that_is_not_json_is_reported_not_a_traceback(reconciled: ClusterRepo) -> None:
     execute(reconciled.log_path, "UPDATE events SET data = 'not json' WHERE seq = 5")
-    run = gitsched("audit", "verify", "--repo", reconciled.path)
+    run = gitsched("log", "verify", "--repo", reconciled.path)
     assert run.returncode == 1 and "seq 5" in run.stdout
 
 
@@ -131,6 +131,6 @@ def test_two_reconcilers_started_together_write_one_clean_log(
     events = read_events(repo.log_path)
     assert_chain_intact(events)
     assert [e.id for e in events] == clean_run_ids
-    gitsched("audit", "verify", "--repo", repo.path, expect=0)
+    gitsched("log", "verify", "--repo", repo.path, expect=0)
     again = gitsched("reconcile", "--once", repo.path, expect=0)
     assert "0 event(s) appended" in again.stdout

@@ -15,9 +15,10 @@ import pytest
 from audit import changes as changes_query
 from audit import compliance as compliance_query
 from audit import history, usage
+from audit.catchup import catch_up
 from audit.pointintime import cluster_at, seq_at_time
-from audit.projection import ProjectionState
-from audit.store import AuditError, AuditStore, EventList, catch_up
+from audit.projection.state import ProjectionState
+from audit.store import AuditError, AuditStore, EventList
 from engine import events as ev
 from engine.model import CommitInfo, Isolation, NodeState, Owner, Policy, ReplicaPlacement
 from eventlog.codec import decode_all, encode

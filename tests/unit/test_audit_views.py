@@ -20,14 +20,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from audit import history, usage
+from audit.catchup import catch_up, rebuild
 from audit.pointintime import cluster_at
-from audit.store import AuditStore, EventList, catch_up, rebuild
+from audit.store import AuditStore, EventList
 from engine.codec import to_data
 from engine.model import GPU_MILLI
 from engine.state import ClusterState, evolve
 from eventlog.codec import decode
 from eventlog.envelope import StoredEvent, verify_chain
-from gitsched.bench.audit import synthetic_events, synthetic_log
+from simulation.history import synthetic_events, synthetic_log
 
 
 @cache
@@ -103,9 +104,9 @@ def test_rebuild_replaces_the_view_and_reruns_skip_what_they_saw(tmp_path: Path)
     log = synthetic_log(path, 4000, 1)
     view = tmp_path / "audit.db"
     with AuditStore(view) as store:
-        first = catch_up(log, store, until_seq=2500)
-        again = catch_up(log, store, until_seq=2500)
-        rest = catch_up(log, store)
+        first = catch_up(log, store, until_seq=2500, verify=True)
+        again = catch_up(log, store, until_seq=2500, verify=True)
+        rest = catch_up(log, store, verify=True)
         assert (first.applied, again.applied, rest.applied) == (2500, 0, 1500)
         incremental = table_rows(store)
     result = rebuild(log, view)
@@ -119,7 +120,7 @@ def test_a_rebuild_in_a_writer_process_equals_one_folded_in_process(tmp_path: Pa
     # Days long, so usage rolls up over many days; small batches, so many frames.
     events = simulated(3000, 1, 300.0)
     with AuditStore(":memory:") as whole:
-        catch_up(EventList(events), whole)
+        catch_up(EventList(events), whole, verify=True)  # as a rebuild does
         expected_rows = table_rows(whole)
         view = tmp_path / "audit.db"
         result = rebuild(EventList(events), view, batch_events=400, writer_process=True)
@@ -129,7 +130,7 @@ def test_a_rebuild_in_a_writer_process_equals_one_folded_in_process(tmp_path: Pa
         # The state it saved carries on where the fold stopped, usage ledger included.
         rebuild(EventList(events[:1700]), view, batch_events=300, writer_process=True)
         with AuditStore(view) as store:
-            assert catch_up(EventList(events), store).applied == 1300
+            assert catch_up(EventList(events), store, verify=True).applied == 1300
             assert table_rows(store) == expected_rows
 
 
@@ -138,7 +139,7 @@ def test_a_rebuild_writes_in_process_when_its_writer_cannot_start(
 ) -> None:
     events = simulated(1200, 3)
     with AuditStore(":memory:") as whole:
-        catch_up(EventList(events), whole)
+        catch_up(EventList(events), whole, verify=True)  # as a rebuild does
         for broken in ("/nonexistent/python", shutil.which("false") or "/bin/false"):
             monkeypatch.setattr(sys, "executable", broken)
             view = tmp_path / "audit.db"

@@ -16,7 +16,7 @@ from engine.model import Policy, PreemptionScope
 from engine.placement.preemption import Party, Rule, judge
 
 if TYPE_CHECKING:
-    from audit.projection import ProjectionState, Running
+    from audit.projection.state import ProjectionState, Running
 
 
 def _policy(data: dict[str, Any]) -> Policy:

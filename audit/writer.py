@@ -1,6 +1,6 @@
 """A rebuild's writer process: usage accounting and SQLite's inserts on a second core.
 
-`audit.store.rebuild` reads and folds the log in its own process (the log may be any
+`audit.catchup.rebuild` reads and folds the log in its own process (the log may be any
 backend), with a `DeferredUsage` that records what usage accounting needs, and sends
 each batch here as a marshal frame on stdin. This process replays those calls into
 the `UsageLedger` and applies the batch to the rebuild's private file, offset
@@ -23,8 +23,10 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
 
-from audit.projection import Batch, DeferredUsage, ProjectionState, Usage, UsageLedger
-from audit.store import AuditError, AuditStore, offset_meta
+from audit.projection.ledger import DeferredUsage, Usage, UsageLedger
+from audit.projection.rows import Batch
+from audit.projection.state import ProjectionState
+from audit.store import AuditError, AuditStore, checked_meta, offset_meta
 
 # A batch on the wire: its lists and dicts in this order (marshal keeps tuples and dicts).
 _FIELDS = Batch.__slots__
@@ -50,6 +52,7 @@ class WriterProcess:
     def __init__(self, path: str | Path) -> None:
         self.path = str(path)
         self._offset: tuple[int, str | None] = (0, None)
+        self._checked = False  # whether the batches so far were verified as they were read
         self._started = False
         self._errors = tempfile.TemporaryFile()  # noqa: SIM115 (closed in __exit__)
         root = str(Path(__file__).resolve().parents[1])
@@ -57,7 +60,7 @@ class WriterProcess:
         env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
         try:
             self._proc = subprocess.Popen(
-                [sys.executable, "-m", "audit.loader", self.path],
+                [sys.executable, "-m", "audit.writer", self.path],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=self._errors,
@@ -91,18 +94,27 @@ class WriterProcess:
     def offset(self) -> tuple[int, str | None]:
         return self._offset
 
+    def chain_checked(self) -> tuple[int, str | None]:
+        return self._offset if self._checked else (0, None)
+
+    def mark_checked(self, seq: int, digest: str) -> None:
+        raise AuditError("a rebuild's file is verified batch by batch, never after the fact")
+
     def load_state(self) -> ProjectionState:
         return ProjectionState()
 
     def usage(self, state: ProjectionState) -> Usage:
         return DeferredUsage()
 
-    def apply(self, batch: Batch, state: ProjectionState, expected_offset: int) -> bool:
+    def apply(
+        self, batch: Batch, state: ProjectionState, expected_offset: int, *, chain_checked: bool
+    ) -> bool:
         self._wait_started()
         rows = tuple(getattr(batch, name) for name in _FIELDS)
         offset = (state.seq, state.hash, state.max_time, state.checked)
-        self._send(("batch", expected_offset, rows, offset))
+        self._send(("batch", expected_offset, rows, offset, chain_checked))
         self._offset = (state.seq, state.hash)
+        self._checked = chain_checked
         return True
 
     def finish(self, state: ProjectionState | None) -> None:
@@ -156,14 +168,19 @@ def main(path: str) -> int:
         sys.stdout.buffer.flush()
         for frame in _frames(sys.stdin.buffer):
             if frame[0] == "batch":
-                _, expected, rows, (view.seq, view.hash, view.max_time, view.checked) = frame
+                _, expected, rows, (view.seq, view.hash, view.max_time, view.checked), verified = (
+                    frame
+                )
                 batch = Batch()
                 for name, value in zip(_FIELDS, rows, strict=True):
                     setattr(batch, name, value)
                 ledger.replay(batch)
                 ledger.snapshot_open(batch)
                 view.take_usage(usage)
-                if not store.write(batch, offset_meta(view, with_state=False), expected):
+                meta = offset_meta(view, with_state=False)
+                if verified:
+                    meta += checked_meta(view.seq, view.hash)
+                if not store.write(batch, meta, expected):
                     raise AuditError(f"{path} was written by another process during its rebuild")
                 continue
             _, state = frame

@@ -1,0 +1,739 @@
+"""The audit views' fold: stored events in, row operations out (the `convert` of STYLE rule 3).
+
+`Projector.convert` does no I/O and reads no clock: it turns each event's (upcast)
+payload into rows appended to a `Batch`, which `audit.store` applies together with
+the offset in one SQLite transaction. What the fold must remember between events
+is `ProjectionState` (`audit.projection.state`); the compliance checks it runs on
+the way are `audit.projection.checks`, usage accounting `audit.projection.ledger`.
+
+Payloads are read as dicts rather than decoded into dataclasses: see
+docs/audit.md, "Why the fold reads dicts", for the measured cost of decoding.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from typing import Any
+
+from audit.projection.checks import ComplianceChecks
+from audit.projection.diffs import dict_diff, owners_diff, queue_diff, quotas_of
+from audit.projection.ledger import Usage, UsageLedger
+from audit.projection.rows import Batch
+from audit.projection.state import (
+    Envelope,
+    HeldEvent,
+    JobInfo,
+    NodeInfo,
+    ProjectionError,
+    ProjectionState,
+    QueueInfo,
+    Running,
+)
+from audit.projection.vocabulary import (
+    CHECKPOINT_MIN_EVENTS,
+    DAY,
+    END_FAILED,
+    END_FINISHED,
+    END_MOVED,
+    END_NODE_DRAINED,
+    END_NODE_FAILED,
+    END_NODE_REMOVED,
+    END_PREEMPTED,
+    END_STOPPED,
+    END_WITHDRAWN,
+    KIND_CLUSTER,
+    KIND_NODE,
+    KIND_PENDING,
+    KIND_POLICY,
+    KIND_QUEUE,
+    START_ADMITTED,
+    START_MOVED,
+    canonical_json,
+    epoch,
+    gpus,
+    person,
+)
+from engine.events import EVENT_TYPES
+from engine.model import utc_time
+from eventlog.codec import upcast
+from eventlog.timeline import COMMIT_EVENTS, Timeline
+
+_string = json.encoder.encode_basestring_ascii  # what canonical_json does to a str
+
+
+def _pending_data(reason: str, constraint: str) -> str:
+    """canonical_json({"reason": ..., "constraint": ...}), spelled out: one per pending job."""
+    return f'{{"constraint":{_string(constraint)},"reason":{_string(reason)}}}'
+
+
+def _who(name: str, email: str) -> str:
+    """`Name <email>`, or "" when git did not say (a commit logged before v2)."""
+    if not name and not email:
+        return ""
+    return f"{name} <{email}>"
+
+
+class Projector:
+    """Folds stored events into row operations; one instance per catch-up."""
+
+    def __init__(self, state: ProjectionState | None = None, usage: Usage | None = None) -> None:
+        """`usage`: where usage accounting goes; by default a `UsageLedger` on the same state."""
+        self.state = state if state is not None else ProjectionState()
+        self.usage: Usage = usage if usage is not None else UsageLedger(self.state)
+        s = self.state
+        # The fold's time: the last fact time it read.
+        self._time = s.max_time
+        self._ts = epoch(s.max_time) if s.max_time else 0.0
+        # Items: (stored event, upcast data, version), or a saved held event's plain values.
+        self._timeline: Timeline[Any] = Timeline(s.max_time, s.unit, s.held)
+        self._marked = s.max_time
+        self.checks = ComplianceChecks(self.state, self.usage)
+        self._node_jobs = self.checks.node_jobs
+        self._handlers = {
+            "CommitApplied": self._commit_applied,
+            "CommitRejected": self._commit_rejected,
+            "ClusterConfigured": self._cluster_configured,
+            "PolicyChanged": self._policy_changed,
+            "NodeRegistered": self._node_registered,
+            "NodeRemoved": self._node_removed,
+            "NodeStateChanged": self._node_state_changed,
+            "QueueConfigured": self._queue_configured,
+            "QueueRemoved": self._queue_removed,
+            "OwnersChanged": self._owners_changed,
+            "ApprovalChecked": self._approval_checked,
+            "JobSubmitted": self._job_submitted,
+            "JobChanged": self._job_changed,
+            "JobWithdrawn": self._job_withdrawn,
+            "JobFinished": self._job_finished,
+            "JobStarted": self._job_started,
+            "JobFailed": self._job_failed,
+            "JobInterrupted": self._job_interrupted,
+            "PlacementDecided": self._placement_decided,
+            "JobPreempted": self._job_preempted,
+            "JobPending": self._job_pending,
+            "SolveCompleted": self._solve_completed,
+            # Telemetry and idle flags: read by audit/fairshare.py from the log, no rows here
+            # (a reclaimed job's stop is its JobPreempted, with rule "idle").
+            "GpuUtilizationReported": self._not_projected,
+            "JobIdle": self._not_projected,
+            "JobIdleCleared": self._not_projected,
+        }
+        assert set(self._handlers) == set(EVENT_TYPES), "every event type needs a handler"
+        self._people: dict[str, str] = {}  # actor -> person(actor): a few authors submit every job
+        # type -> (handler, the schema version it reads): one look-up an event
+        self._dispatch = {
+            name: (handler, EVENT_TYPES[name].schema_version)
+            for name, handler in self._handlers.items()
+        }
+
+    # -- the fold --------------------------------------------------------------------------
+
+    def convert(self, stored: Envelope, batch: Batch) -> None:
+        self.convert_all((stored,), batch, batch.events + 1)
+
+    def convert_all(self, events: Iterable[Envelope], batch: Batch, limit: int) -> bool:
+        """Convert events until `batch` holds `limit` of them (True) or `events` runs out
+        (False); an iterator resumes where the last call stopped.
+
+        `convert` for a stream, its loop kept tight: a rebuild runs it a million times."""
+        s = self.state
+        dispatch = self._dispatch
+        timeline = self._timeline
+        unit = timeline.unit  # the append being read: its time, cause and fact time
+        seq, hash_ = s.seq, s.hash
+        checkpoint = s.next_checkpoint
+        count = batch.events
+        try:
+            for stored in events:
+                if stored.seq != seq + 1 or stored.prev_hash != hash_:
+                    self._refuse(stored)
+                entry = dispatch.get(stored.type)
+                if entry is None:
+                    raise ProjectionError(f"event {stored.seq} has unknown type {stored.type!r}")
+                version = entry[1]
+                data = stored.data
+                if stored.schema_version != version:
+                    data = upcast(stored.type, stored.schema_version, data)
+                seq = s.seq = stored.seq
+                hash_ = s.hash = stored.hash
+                type_ = stored.type
+                if (
+                    unit[2]
+                    and stored.time == unit[0]
+                    and stored.cause == unit[1]
+                    and type_ not in COMMIT_EVENTS
+                    and (type_ != "PlacementDecided" or data.get("at") == self._time)
+                ):
+                    # The rest of an append whose time is known, at that time: the common case.
+                    entry[0](stored, data, batch)
+                else:
+                    self._place_in_time(stored, data, version, batch)
+                count += 1
+                if seq >= checkpoint and not timeline.held:
+                    self.checkpoint(batch)
+                    checkpoint = s.next_checkpoint
+                if count >= limit:
+                    return True
+            return False
+        finally:
+            batch.events = count
+            s.held = timeline.held
+
+    def _place_in_time(
+        self, stored: Envelope, data: dict[str, Any], version: int, batch: Batch
+    ) -> None:
+        """Give an event its fact time (`eventlog.timeline`): fold it and whatever it releases,
+        or hold it until its commit states the time."""
+        timeline = self._timeline
+        dispatch = self._dispatch
+        for item, time in timeline.add(
+            (stored, data, version), stored.type, data, stored.time, stored.cause, stored.actor
+        ):
+            if item.__class__ is list:  # held, and saved with the fold's state
+                event: Envelope = HeldEvent(*item)
+                values = item[3]
+            else:
+                event, values, _ = item
+            if time != self._time:
+                self._time = time
+                self._ts = epoch(time)
+                if time > self._marked:
+                    self._marked = time
+                    batch.marks.append((event.seq, time))
+            dispatch[event.type][0](event, values, batch)
+        self.state.max_time = timeline.time
+
+    def _refuse(self, stored: Envelope) -> None:
+        s = self.state
+        if stored.seq != s.seq + 1:
+            raise ProjectionError(
+                f"expected seq {s.seq + 1}, read {stored.seq}: the log has a gap; run `gitsched log verify`"
+            )
+        raise ProjectionError(
+            f"event {stored.seq} does not link to event {s.seq} (prev_hash differs): "
+            "run `gitsched log verify`"
+        )
+
+    def snapshot_open(self, batch: Batch) -> None:
+        """The rows still open, for the sink to write with the offset."""
+        s = self.state
+        batch.open_placements = [
+            (*r.row(), None, None, None, None, None, None, r.queued) for r in s.running.values()
+        ]
+        batch.open_versions = [
+            (v[0], v[1], v[2], v[3], v[4], v[5], None, None, None, v[6])
+            for v in s.versions.values()
+        ]
+        self.usage.snapshot_open(batch)
+
+    def checkpoint(self, batch: Batch) -> None:
+        s = self.state
+        seq = s.seq
+        batch.checkpoints.extend((seq, 0, r.id) for r in s.running.values())
+        batch.checkpoints.extend((seq, 1, v[0]) for v in s.versions.values())
+        batch.checkpoint_marks.append((seq, s.next_placement - 1, s.next_version - 1))
+        s.next_checkpoint = seq + max(CHECKPOINT_MIN_EVENTS, 2 * (len(s.running) + len(s.versions)))
+
+    # -- versions --------------------------------------------------------------------------
+
+    def _open_version(
+        self, kind: str, key: str, stored: Envelope, data: dict[str, Any] | str, batch: Batch
+    ) -> None:
+        """`data`: a dict, or its canonical JSON already."""
+        self._close_version(kind, key, stored, batch)
+        s = self.state
+        vid = s.next_version
+        s.next_version += 1
+        s.versions[f"{kind}\x1f{key}"] = [
+            vid,
+            kind,
+            key,
+            stored.seq,
+            self._time,
+            self._ts,
+            data if isinstance(data, str) else canonical_json(data),
+        ]
+
+    def _close_version(self, kind: str, key: str, stored: Envelope, batch: Batch) -> None:
+        v = self.state.versions.pop(f"{kind}\x1f{key}", None)
+        if v is not None:
+            batch.versions.append(
+                (v[0], v[1], v[2], v[3], v[4], v[5], stored.seq, self._time, self._ts, v[6])
+            )
+
+    # -- placement intervals --------------------------------------------------------------
+
+    def _node_trouble(self, run: Running) -> tuple[str, str] | None:
+        """Why an interval ended if one of its nodes went away: failure beats removal beats drain."""
+        found: list[tuple[int, str, str]] = []
+        for name in run.nodes:
+            node = self.state.nodes.get(name)
+            if node is None:
+                found.append((1, END_NODE_REMOVED, f"node {name} was removed"))
+            elif node.state == "Failed":
+                found.append((0, END_NODE_FAILED, f"node {name} failed (seq {node.seq})"))
+            elif node.state != "Ready":
+                found.append((2, END_NODE_DRAINED, f"node {name} is {node.state} (seq {node.seq})"))
+        if not found:
+            return None
+        _, kind, why = min(found)
+        return kind, why
+
+    def _close_interval(
+        self, job: str, kind: str, reason: str, stored: Envelope, batch: Batch
+    ) -> Running | None:
+        run = self.state.running.pop(job, None)
+        if run is None:
+            return None
+        if kind not in (END_FINISHED, END_WITHDRAWN, END_FAILED):
+            trouble = self._node_trouble(run)
+            if trouble is not None:
+                kind, reason = trouble[0], f"{trouble[1]}; {reason}" if reason else trouble[1]
+        start, end, milli, nodes = run.ts, self._ts, run.gpu_milli, run.nodes
+        batch.placements.append(
+            (
+                run.id,
+                job,
+                run.name,
+                run.queue,
+                run.team,
+                run.user,
+                run.flavor,
+                run.replicas,
+                milli,
+                " ".join(nodes),
+                run.seq,
+                run.time,
+                start,
+                run.kind,
+                run.reason,
+                run.cause,
+                stored.seq,
+                self._time,
+                end,
+                kind,
+                reason,
+                stored.cause,
+                run.queued,
+            )
+        )
+        if milli:
+            # Its GPU-time by UTC day, for usage by user (integers: order-free sums).
+            days = batch.user_days
+            first, last = int(start // DAY), int(end // DAY)
+            if first == last:  # within one day: the common case
+                if end > start:
+                    key = (run.user, run.team, run.flavor or "", first)
+                    sums = days.get(key)
+                    if sums is None:
+                        sums = days[key] = [0, 0]
+                    sums[0] += milli * round((end - start) * 1e6)
+            else:
+                for day in range(first, last + 1):
+                    low, high = max(start, day * DAY), min(end, (day + 1) * DAY)
+                    if high > low:
+                        key = (run.user, run.team, run.flavor or "", day)
+                        sums = days.get(key)
+                        if sums is None:
+                            sums = days[key] = [0, 0]
+                        sums[0] += milli * round((high - low) * 1e6)
+            if run.flavor is not None:
+                self.usage.charge(stored.seq, end, run.queue, run.flavor, -milli, batch)
+        node_jobs = self._node_jobs
+        for node in nodes:
+            if node in node_jobs:
+                node_jobs[node].discard(job)
+        info = self.state.jobs.get(job)
+        if info is not None:
+            info.waiting_since = self._time  # placed again at once when it moves: no wait
+        return run
+
+    def _effect(self, stored: Envelope, job: str, detail: str, batch: Batch) -> None:
+        of = self.state.effects_of
+        if of is not None and stored.cause == of[0] and stored.actor == "solver":
+            batch.effects.append((of[1], stored.seq, stored.type, job, detail))
+
+    def _placement_decided(self, stored: Envelope, d: dict[str, Any], batch: Batch) -> None:
+        s = self.state
+        key: str = d["job"]
+        replicas = d["replicas"]
+        reason = d.get("reason", "")
+        old = (
+            self._close_interval(key, END_MOVED, reason, stored, batch)
+            if key in s.running
+            else None
+        )
+        job = s.jobs.get(key)
+        queue_name = job.queue if job else key.split("/", 1)[0]
+        queue = s.queues.get(queue_name)
+        milli = 0
+        nodes: list[str] = []
+        for r in replicas:
+            milli += r["gpu_milli"] * len(r["gpus"])
+            if r["node"] not in nodes:
+                nodes.append(r["node"])
+        nodes.sort()
+        pid = s.next_placement
+        s.next_placement += 1
+        action = d.get("action", START_ADMITTED)
+        flavor = d.get("flavor")
+        s.running[key] = Running(
+            pid,
+            key,
+            job.name if job else key.split("/", 1)[-1],
+            queue_name,
+            queue.team if queue else queue_name,
+            job.user if job else "",
+            flavor,
+            len(replicas),
+            milli,
+            nodes,
+            stored.seq,
+            self._time,
+            self._ts,
+            START_MOVED if old is not None or action == START_MOVED else START_ADMITTED,
+            reason,
+            stored.cause,
+            job.waiting_since if job is not None and job.waiting_since else self._time,
+        )
+        if milli:
+            day_key = (
+                job.user if job else "",
+                queue.team if queue else queue_name,
+                flavor or "",
+                int(self._ts // DAY),
+            )
+            started = batch.user_days.get(day_key)
+            if started is None:
+                started = batch.user_days[day_key] = [0, 0]
+            started[1] += 1
+        node_jobs = self._node_jobs
+        for n in nodes:
+            batch.placement_nodes.append((n, pid))
+            if n in node_jobs:
+                node_jobs[n].add(key)
+        self._close_version(KIND_PENDING, key, stored, batch)
+        if flavor is not None and milli:
+            self.usage.charge(stored.seq, self._ts, queue_name, flavor, milli, batch)
+        if s.effects_of is not None:
+            self._effect(
+                stored,
+                key,
+                f"{'moved' if old is not None else 'admitted'} to {','.join(nodes)} ({gpus(milli)} GPUs)",
+                batch,
+            )
+        if job is not None:
+            self.checks.placement(key, job, nodes, stored, self._time, batch)
+
+    def _job_preempted(self, stored: Envelope, d: dict[str, Any], batch: Batch) -> None:
+        s = self.state
+        key = d["job"]
+        reason = d.get("reason", "")
+        open_run = s.running.get(key)
+        if open_run is not None and key in s.jobs:
+            trouble = self._node_trouble(open_run) is not None
+            self.checks.preemption_rules(stored, key, d, open_run, trouble, self._time, batch)
+        run = self._close_interval(key, END_PREEMPTED, reason, stored, batch)
+        self._open_version(
+            KIND_PENDING,
+            key,
+            stored,
+            _pending_data(reason, "preempted"),
+            batch,
+        )
+        if s.effects_of is not None:
+            self._effect(stored, key, f"preempted: {reason}", batch)
+        job = s.jobs.get(key)
+        if job is None:
+            return
+        node_caused = run is not None and self._node_trouble(run) is not None
+        self.checks.non_preemptible(
+            stored, key, job, d, run, node_caused, reason, self._time, batch
+        )
+
+    def _job_pending(self, stored: Envelope, d: dict[str, Any], batch: Batch) -> None:
+        key = d["job"]
+        reason = d.get("reason", "")
+        self._close_interval(key, END_STOPPED, reason, stored, batch)
+        self._open_version(
+            KIND_PENDING,
+            key,
+            stored,
+            _pending_data(reason, d.get("constraint", "")),
+            batch,
+        )
+        if self.state.effects_of is not None:
+            self._effect(stored, key, f"pending: {reason}", batch)
+
+    def _job_gone(self, key: str, kind: str, reason: str, stored: Envelope, batch: Batch) -> None:
+        self._close_interval(key, kind, reason, stored, batch)
+        self._close_version(KIND_PENDING, key, stored, batch)
+        self.state.jobs.pop(key, None)
+
+    def _job_withdrawn(self, stored: Envelope, d: dict[str, Any], batch: Batch) -> None:
+        self._job_gone(d["job"], END_WITHDRAWN, f"withdrawn in {stored.cause[:12]}", stored, batch)
+
+    def _job_finished(self, stored: Envelope, d: dict[str, Any], batch: Batch) -> None:
+        # _job_gone, inlined: one job in seven finishes a step
+        key = d["job"]
+        self._close_interval(key, END_FINISHED, "finished", stored, batch)
+        s = self.state
+        v = s.versions.pop(f"{KIND_PENDING}\x1f{key}", None)
+        if v is not None:
+            batch.versions.append(
+                (v[0], v[1], v[2], v[3], v[4], v[5], stored.seq, self._time, self._ts, v[6])
+            )
+        s.jobs.pop(key, None)
+
+    def _job_started(self, stored: Envelope, d: dict[str, Any], batch: Batch) -> None:
+        # The cluster ran it: the interval starts now, not when the solver decided it.
+        run = self.state.running.get(d["job"])
+        if run is not None:
+            run.time, run.ts = self._time, self._ts
+
+    def _job_failed(self, stored: Envelope, d: dict[str, Any], batch: Batch) -> None:
+        code = d.get("exit_code")
+        reason = f"failed: {d['reason']}" + (f" (exit code {code})" if code is not None else "")
+        self._job_gone(d["job"], END_FAILED, reason, stored, batch)
+
+    def _job_interrupted(self, stored: Envelope, d: dict[str, Any], batch: Batch) -> None:
+        self._close_interval(d["job"], END_STOPPED, d["reason"], stored, batch)
+
+    def _job_info(
+        self, stored: Envelope, job: dict[str, Any], user: str, waiting_since: str
+    ) -> JobInfo:
+        return JobInfo(
+            job["queue"],
+            job["name"],
+            user,
+            bool(job.get("preemptible", True)),
+            job.get("isolation") == "dedicated",
+            list(job.get("residency", ())),
+            int(job.get("priority", 0)),
+            str(job.get("priority_class", "")),
+            stored.seq,
+            waiting_since,
+        )
+
+    def _job_submitted(self, stored: Envelope, d: dict[str, Any], batch: Batch) -> None:
+        job = d["job"]
+        key = f"{job['queue']}/{job['name']}"
+        actor = stored.actor
+        user = self._people.get(actor)
+        if user is None:
+            user = self._people[actor] = person(actor)
+        self.state.jobs[key] = self._job_info(stored, job, user, self._time)
+
+    def _job_changed(self, stored: Envelope, d: dict[str, Any], batch: Batch) -> None:
+        s = self.state
+        job = d["job"]
+        key = f"{job['queue']}/{job['name']}"
+        old = s.jobs.get(key)
+        info = self._job_info(
+            stored,
+            job,
+            old.user if old else person(stored.actor),
+            old.waiting_since if old else self._time,
+        )
+        s.jobs[key] = info
+        fields = d.get("fields", ())
+        if "priority" in fields or "priority_class" in fields:
+            before = f"{old.priority_class} ({old.priority})" if old else "?"
+            queue = s.queues.get(info.queue)
+            s.staged_changes.append(
+                [
+                    stored.seq,
+                    "priority",
+                    key,
+                    queue.team if queue else info.queue,
+                    f"job priority {before} -> {info.priority_class} ({info.priority})",
+                ]
+            )
+
+    # -- configuration --------------------------------------------------------------------
+
+    def _cluster_configured(self, stored: Envelope, d: dict[str, Any], batch: Batch) -> None:
+        s = self.state
+        cluster = d["cluster"]
+        classes = cluster.get("priority_classes", [])
+        if classes != s.priority_classes:
+            before = {c["name"]: c["value"] for c in s.priority_classes}
+            after = {c["name"]: c["value"] for c in classes}
+            s.staged_changes.append(
+                [stored.seq, "priorities", "cluster", None, dict_diff(before, after)]
+            )
+            s.priority_classes = classes
+        self._open_version(KIND_CLUSTER, "cluster", stored, cluster, batch)
+
+    def _policy_changed(self, stored: Envelope, d: dict[str, Any], batch: Batch) -> None:
+        s = self.state
+        policy = d["policy"]
+        s.staged_changes.append([stored.seq, "policy", "policy", None, dict_diff(s.policy, policy)])
+        if s.staged_signed_base is None:
+            s.staged_signed_base = bool(s.policy.get("require_signed_approval"))
+        s.policy = policy
+        self._open_version(KIND_POLICY, "policy", stored, policy, batch)
+
+    def _node_registered(self, stored: Envelope, d: dict[str, Any], batch: Batch) -> None:
+        s = self.state
+        node = d["node"]
+        name = node["name"]
+        s.nodes[name] = NodeInfo(
+            flavor=node.get("flavor"),
+            gpus=int(node.get("gpus", 0)),
+            region=node.get("region"),
+            dedicated=node.get("isolation") == "dedicated",
+            state=node.get("state", "Ready"),
+            seq=stored.seq,
+        )
+        self._open_version(
+            KIND_NODE,
+            name,
+            stored,
+            {
+                "flavor": node.get("flavor"),
+                "gpus": node.get("gpus", 0),
+                "region": node.get("region"),
+                "isolation": node.get("isolation", "shared"),
+                "state": node.get("state", "Ready"),
+                "topology": node.get("topology", {}),
+            },
+            batch,
+        )
+        # A node re-registered under running jobs (say, moved to another region) is re-checked.
+        holders = self.checks.jobs_on(name)
+        if s.nodes[name].dedicated:
+            self._node_jobs[name] = holders
+        else:
+            self._node_jobs.pop(name, None)
+        for job_key in sorted(holders):
+            job = s.jobs.get(job_key)
+            if job is not None:
+                self.checks.placement(job_key, job, [name], stored, self._time, batch)
+
+    def _node_removed(self, stored: Envelope, d: dict[str, Any], batch: Batch) -> None:
+        self.state.nodes.pop(d["node"], None)
+        self._close_version(KIND_NODE, d["node"], stored, batch)
+
+    def _node_state_changed(self, stored: Envelope, d: dict[str, Any], batch: Batch) -> None:
+        s = self.state
+        node = s.nodes.get(d["node"])
+        if node is None:
+            return
+        node.state = d["state"]
+        node.seq = stored.seq
+        vid = s.versions.get(f"{KIND_NODE}\x1f{d['node']}")
+        data: dict[str, Any] = {}
+        if vid is not None:
+            # The open version's data is not kept in memory: rebuild it from what is.
+            data = {
+                "flavor": node.flavor,
+                "gpus": node.gpus,
+                "region": node.region,
+                "isolation": "dedicated" if node.dedicated else "shared",
+                "state": node.state,
+            }
+        data["state"] = d["state"]
+        data["reason"] = d.get("reason", "")
+        self._open_version(KIND_NODE, d["node"], stored, data, batch)
+
+    def _queue_configured(self, stored: Envelope, d: dict[str, Any], batch: Batch) -> None:
+        s = self.state
+        queue = d["queue"]
+        name = queue["name"]
+        old = s.queues.get(name)
+        info = QueueInfo(
+            team=queue.get("team") or name,
+            cohort=queue.get("cohort"),
+            quotas=quotas_of(queue),
+            data=queue,
+            seq=stored.seq,
+        )
+        s.queues[name] = info
+        s.staged_changes.append(
+            [stored.seq, "queue", name, info.team, queue_diff(old.data if old else None, queue)]
+        )
+        self._open_version(KIND_QUEUE, name, stored, queue, batch)
+        self.usage.requota(
+            stored.seq, self._ts, name, (info.team, info.cohort, info.quotas, info.seq), batch
+        )
+
+    def _queue_removed(self, stored: Envelope, d: dict[str, Any], batch: Batch) -> None:
+        s = self.state
+        name = d["queue"]
+        old = s.queues.pop(name, None)
+        s.staged_changes.append(
+            [stored.seq, "queue", name, old.team if old else name, queue_diff(None, None)]
+        )
+        self._close_version(KIND_QUEUE, name, stored, batch)
+        self.usage.requota(stored.seq, self._ts, name, None, batch)
+
+    # -- commits and solves ----------------------------------------------------------------
+
+    def _commit_row(
+        self, stored: Envelope, commit: dict[str, Any], applied: bool, detail: int
+    ) -> tuple[Any, ...]:
+        return (
+            stored.seq,
+            commit["sha"],
+            1 if applied else 0,
+            commit.get("author", ""),
+            commit.get("author_email", ""),
+            "\n".join(commit.get("approvers", ())),
+            utc_time(commit.get("committed_at", "")),
+            stored.time,
+            commit.get("subject", ""),
+            detail,
+            utc_time(commit.get("authored_at", "")),
+            _who(commit.get("committer", ""), commit.get("committer_email", "")),
+        )
+
+    def _owners_changed(self, stored: Envelope, d: dict[str, Any], batch: Batch) -> None:
+        s = self.state
+        team = d["team"]
+        old = s.owners.get(team, [])
+        new = [[o["email"], o.get("key", "")] for o in d["owners"]]
+        s.staged_owners_base.setdefault(team, old)
+        if new:
+            s.owners[team] = new
+        else:
+            s.owners.pop(team, None)
+        s.staged_changes.append([stored.seq, "owners", team, team, owners_diff(old, new)])
+
+    def _approval_checked(self, stored: Envelope, d: dict[str, Any], batch: Batch) -> None:
+        self.state.staged_approvals.append(d)
+
+    def _commit_applied(self, stored: Envelope, d: dict[str, Any], batch: Batch) -> None:
+        s = self.state
+        commit = d["commit"]
+        batch.commits.append(self._commit_row(stored, commit, True, int(d.get("changes", 0))))
+        staged, s.staged_changes = s.staged_changes, []
+        records, s.staged_approvals = s.staged_approvals, []
+        owners_base, s.staged_owners_base = s.staged_owners_base, {}
+        signed_base, s.staged_signed_base = s.staged_signed_base, None
+        s.effects_of = [commit["sha"], stored.seq] if staged else None
+        for seq, kind, target, team, summary in staged:
+            batch.changes.append((s.next_change, stored.seq, seq, kind, target, team, summary))
+            s.next_change += 1
+        governed = [c for c in staged if c[1] in ("queue", "owners")]
+        if not governed:
+            return
+        self.checks.approvals(
+            stored, commit, governed, records, owners_base, signed_base, self._time, batch
+        )
+
+    def _commit_rejected(self, stored: Envelope, d: dict[str, Any], batch: Batch) -> None:
+        s = self.state
+        batch.commits.append(self._commit_row(stored, d["commit"], False, len(d.get("errors", ()))))
+        s.staged_changes = []
+        s.staged_approvals = []
+        s.staged_owners_base = {}
+        s.staged_signed_base = None
+        s.effects_of = None
+
+    def _solve_completed(self, stored: Envelope, d: dict[str, Any], batch: Batch) -> None:
+        self.usage.solve(stored.seq, self._time, batch)
+
+    def _not_projected(self, stored: Envelope, d: dict[str, Any], batch: Batch) -> None:
+        return None
