@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from cluster.api import KubeApi
-from engine.model import Policy
+from policies.policy import default_policy
+from reconciler.specs import policy_of
 from tests.acceptance.conftest import gitsched
 from tests.kube.conftest import ENV_VAR
 
@@ -26,7 +27,8 @@ def test_bench_kube_binds_every_pod_and_cleans_up(kube_api: KubeApi) -> None:
     assert run.returncode == 0, str(run)
     (result,) = run.json()
     assert (result["nodes"], result["pods"], result["gangs"], result["jobs"]) == (4, 4, 0, 4)
-    assert result["solver"] == Policy().solver  # no Policy in the repo: the product's default
+    # No Policy in the repo: the built-in one decides (the product's default, the MILP).
+    assert result["solver"] == policy_of(default_policy()).solver == "highs"
     assert result["commit_to_all_bound_s"] > 0 and result["pods_bound_per_s"] > 0
     # A solve of 4 jobs rounds to 0 ms; deciding (reading the files, appending) does not.
     assert 0 <= result["solve_s"] <= result["commit_to_decided_s"]
