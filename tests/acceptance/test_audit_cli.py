@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from tests.acceptance.audit_fixtures import (
+from tests.support.audit_fixtures import (
     ANA,
     EPOCH,
     HISTORY,
@@ -305,7 +305,7 @@ def test_usage_and_the_report_cover_the_same_default_period(audited: Path) -> No
     from datetime import datetime
 
     from eventlog.timeline import Timeline
-    from tests.acceptance.conftest import read_events
+    from tests.support.cluster_repo import read_events
 
     # The log's first and last facts, dated as every audit answer dates them.
     timeline: Timeline[object] = Timeline()

@@ -24,7 +24,7 @@ import pytest
 from click.testing import CliRunner
 
 from gitsched.cli import main
-from tests.acceptance.conftest import (
+from tests.support.cluster_repo import (
     CLUSTER_YAML,
     POLICY_YAML,
     ClusterRepo,

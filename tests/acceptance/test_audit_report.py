@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.acceptance.audit_fixtures import build_audit_log, gitsched_cli
+from tests.support.audit_fixtures import build_audit_log, gitsched_cli
 
 RENDER_TIMEOUT_S = 180
 

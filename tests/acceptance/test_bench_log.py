@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.acceptance.conftest import gitsched, read_events
-from tests.kafka_broker import admin_client, bootstrap_from_env, check_broker
+from tests.support.cluster_repo import gitsched, read_events
+from tests.support.kafka_broker import admin_client, bootstrap_from_env, check_broker
 
 
 def results(run_stdout: str) -> dict[str, dict[str, object]]:

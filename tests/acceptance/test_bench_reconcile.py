@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.acceptance.conftest import gitsched, read_events
+from tests.support.cluster_repo import gitsched, read_events
 
 
 def test_each_commit_of_new_jobs_is_one_append_placed_by_an_incremental_solve(

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import click
 
 from gitsched.cli import main
-from tests.acceptance.conftest import ClusterRepo, gitsched
+from tests.support.cluster_repo import ClusterRepo, gitsched
 
 FORMATS = {"text", "csv", "json", "markdown", "yaml"}
 

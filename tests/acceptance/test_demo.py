@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.acceptance.conftest import Run, assert_chain_intact, git, gitsched, read_events
+from tests.support.cluster_repo import Run, assert_chain_intact, git, gitsched, read_events
 
 
 @pytest.fixture(scope="module")

@@ -3,7 +3,7 @@ can never run, in `validate` and in `plan`."""
 
 from __future__ import annotations
 
-from tests.acceptance.conftest import (
+from tests.support.cluster_repo import (
     ANA,
     CLUSTER_YAML,
     ClusterRepo,

@@ -8,7 +8,7 @@ import sqlite3
 import pytest
 
 from gitsched.exit_codes import EXIT_INVALID, EXIT_NOT_FOUND, EXIT_OK
-from tests.acceptance.conftest import ANA, ClusterRepo, gitsched, job_yaml, read_events
+from tests.support.cluster_repo import ANA, ClusterRepo, gitsched, job_yaml, read_events
 
 
 def test_reconcile_exits_1_while_the_tip_stays_rejected(reconciled: ClusterRepo) -> None:

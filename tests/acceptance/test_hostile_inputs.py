@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.acceptance.conftest import (
+from tests.support.cluster_repo import (
     ClusterRepo,
     assert_chain_intact,
     gitsched,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.acceptance.conftest import (
+from tests.support.cluster_repo import (
     ANA,
     ClusterRepo,
     gitsched,

@@ -16,7 +16,7 @@ import click
 import pytest
 
 from gitsched.cli import main
-from tests.acceptance.conftest import (
+from tests.support.cluster_repo import (
     ANA,
     POLICY_YAML,
     ClusterRepo,
@@ -24,8 +24,8 @@ from tests.acceptance.conftest import (
     gitsched,
     job_yaml,
 )
-from tests.acceptance.test_bench_openb import write_trace
-from tests.kube.conftest import ENV_VAR as KUBE_ENV
+from tests.support.kube import ENV_VAR as KUBE_ENV
+from tests.support.openb import write_trace
 
 HIGHS_POLICY = POLICY_YAML.replace("{name: greedy}", "{name: highs}")
 DCGM_SCRAPE = str(Path(__file__).parents[1] / "unit" / "telemetry" / "dcgm_scrape.prom")

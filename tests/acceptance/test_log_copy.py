@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from gitsched.demo import build_demo_repo
-from tests.acceptance.conftest import gitsched
-from tests.acceptance.log_fixtures import read_log
-from tests.kafka_broker import bootstrap_from_env, check_broker, delete_topics, unique_topic
+from tests.support.cluster_repo import gitsched
+from tests.support.kafka_broker import bootstrap_from_env, check_broker, delete_topics, unique_topic
+from tests.support.log_fixtures import read_log
 
 
 @pytest.fixture(scope="module")

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from eventlog.envelope import verify_chain
-from tests.acceptance.conftest import finish, gitsched, start_gitsched
-from tests.acceptance.log_fixtures import (
+from tests.support.cluster_repo import finish, gitsched, start_gitsched
+from tests.support.log_fixtures import (
     LogFactory,
     Outcome,
     clean_outcome,

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.acceptance.conftest import (
+from tests.support.cluster_repo import (
     ANA,
     LI,
     ClusterRepo,

@@ -6,7 +6,7 @@ import csv
 import io
 
 from gitsched.exit_codes import EXIT_NOT_FOUND
-from tests.acceptance.conftest import (
+from tests.support.cluster_repo import (
     ANA,
     LI,
     ClusterRepo,

@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from tests.acceptance.conftest import (
+from tests.support.cluster_repo import (
     ANA,
     CLUSTER_YAML,
     LI,
@@ -26,9 +25,7 @@ from tests.acceptance.conftest import (
     queue_yaml,
     read_events,
 )
-
-PR = "pr/change"
-
+from tests.support.plan import PR, effects, open_pr, plan_json, reconcile
 
 # -- fixtures of this file -----------------------------------------------------------------
 
@@ -40,37 +37,6 @@ def cohort_queue(name: str, nominal: float, *, borrowing: float | None = None) -
         f"metadata:\n  name: {name}\nspec:\n  cohort: research\n  quotas:\n"
         f"    - {{flavor: h100-80g, nominal: {nominal:g}{limit}}}\n"
     )
-
-
-def open_pr(
-    repo: ClusterRepo,
-    files: dict[str, str],
-    message: str = "change",
-    *,
-    author: tuple[str, str] = PRIYA,
-    trailers: tuple[tuple[str, str], ...] = (),
-    remove: tuple[str, ...] = (),
-) -> str:
-    """A branch PR off main with one commit; main stays checked out and unchanged."""
-    git(repo.path, "checkout", "-q", "-b", PR)
-    repo.write_all(files)
-    for rel in remove:
-        repo.remove(rel)
-    sha = repo.commit(message, author=author, trailers=trailers)
-    git(repo.path, "checkout", "-q", "main")
-    return sha
-
-
-def reconcile(repo: ClusterRepo) -> None:
-    gitsched("reconcile", "--once", repo.path, expect=0)
-
-
-def plan_json(repo: ClusterRepo, revisions: str = f"main..{PR}", expect: int = 1) -> Any:
-    return gitsched("plan", repo.path, revisions, "--format", "json", expect=expect).json()
-
-
-def effects(plan: Any, action: str) -> list[dict[str, Any]]:
-    return [e for e in plan["effects"] if e["action"] == action]
 
 
 def log_fingerprint(repo: ClusterRepo) -> list[tuple[int, str, str]]:

@@ -25,7 +25,7 @@ from eventlog.sqlite import SQLiteEventLog
 from reconciler.git import GitRepo
 from reconciler.loop import Reconciler
 from reconciler.plan import plan_change
-from tests.acceptance.conftest import (
+from tests.support.cluster_repo import (
     CLUSTER_YAML,
     POLICY_YAML,
     POOL_YAML,

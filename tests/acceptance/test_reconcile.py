@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.acceptance.conftest import (
+from tests.support.cluster_repo import (
     ANA,
     LI,
     PRIYA,

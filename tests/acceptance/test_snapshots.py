@@ -8,8 +8,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.acceptance.conftest import ANA, ClusterRepo, gitsched, job_yaml, read_events
-from tests.kafka_broker import bootstrap_from_env, check_broker, delete_topics, unique_topic
+from tests.support.cluster_repo import ANA, ClusterRepo, gitsched, job_yaml, read_events
+from tests.support.kafka_broker import bootstrap_from_env, check_broker, delete_topics, unique_topic
 
 
 def _submit(repo: ClusterRepo, *names: str) -> None:

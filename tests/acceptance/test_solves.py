@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from tests.acceptance.conftest import ANA, POLICY_YAML, ClusterRepo, gitsched, job_yaml
+from tests.support.cluster_repo import ANA, POLICY_YAML, ClusterRepo, gitsched, job_yaml
 
 
 def test_the_builtin_policy_solves_with_the_milp_and_audit_lists_each_solve(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from engine.model import utc_time
-from tests.acceptance.conftest import ANA, ClusterRepo, gitsched, job_yaml, read_events
+from tests.support.cluster_repo import ANA, ClusterRepo, gitsched, job_yaml, read_events
 
 
 @pytest.fixture

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.acceptance.conftest import ClusterRepo, H, gitsched, queue_yaml
-from tests.acceptance.test_plan import PR, effects, open_pr, plan_json, reconcile
+from tests.support.cluster_repo import ClusterRepo, H, gitsched, queue_yaml
+from tests.support.plan import PR, effects, open_pr, plan_json, reconcile
 
 TREE_CLUSTER = (
     H

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.acceptance.conftest import (
+from tests.support.cluster_repo import (
     MINIMAL_CLUSTER,
     POOL_YAML,
     ClusterRepo,

@@ -20,24 +20,10 @@ from eventlog.envelope import (
     format_time,
     verify_chain,
 )
+from tests.support.logs import batch
 
 if TYPE_CHECKING:
-    from tests.contract.conftest import LogBackend
-
-
-def new_event(key: str, **data: Any) -> NewEvent:
-    return NewEvent(
-        id=f"commit-{key}",
-        type="JobSubmitted",
-        schema_version=1,
-        data={"job": f"job-{key}", "replicas": 2, **data},
-        actor="alice@example.com",
-        cause=f"sha-{key}",
-    )
-
-
-def batch(*keys: str) -> list[NewEvent]:
-    return [new_event(key) for key in keys]
+    from tests.support.logs import LogBackend
 
 
 def seqs(log: EventLog, after: int = 0, until: int | None = None) -> list[int]:

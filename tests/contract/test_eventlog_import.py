@@ -16,10 +16,10 @@ from eventlog.base import ConcurrencyConflict, DuplicateEvent, EventLog, LogCorr
 from eventlog.copy import CopyRefused, copy_log
 from eventlog.envelope import StoredEvent, verify_chain
 from eventlog.sqlite import SQLiteEventLog
-from tests.contract.test_eventlog_contract import batch
+from tests.support.logs import batch
 
 if TYPE_CHECKING:
-    from tests.contract.conftest import LogBackend
+    from tests.support.logs import LogBackend
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ import pytest
 from eventlog.base import LogConfigurationError, LogCorrupted, LogUnavailable, WriterFenced
 from eventlog.envelope import GENESIS_HASH, NewEvent, canonical_json, verify_chain
 from eventlog.kafka import KafkaEventLog
-from tests.kafka_broker import (
+from tests.support.kafka_broker import (
     broker_is_managed,
     check_broker,
     create_topic,
@@ -107,7 +107,7 @@ def test_a_created_topic_has_one_partition_and_keeps_everything(
 ) -> None:
     from kafka.admin import ConfigResource, ConfigResourceType  # type: ignore[import-untyped,unused-ignore]
 
-    from tests.kafka_broker import admin_client
+    from tests.support.kafka_broker import admin_client
 
     topic = topics.new()
     topics.open(topic)

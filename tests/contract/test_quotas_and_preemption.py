@@ -22,7 +22,7 @@ from engine.placement.milp import MilpPlacer, attribution
 from engine.placement.plan import OutcomeStatus, PlacementInstance, PlacementPlan
 from engine.placement.preemption import start_ledger
 from engine.placement.solvers import placer
-from tests.unit.factories import instance, job, node, queue
+from tests.support.factories import instance, job, node, queue
 
 SOLVERS = ["greedy", "highs", "cbc"]
 SPACINGS = [1, 200, 10_000]

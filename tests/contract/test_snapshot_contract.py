@@ -18,7 +18,7 @@ from eventlog.base import EventLog
 from eventlog.replay import Replayed, replay, snapshot
 from eventlog.snapshot import FileSnapshotStore, SnapshotStore
 from gitsched.bench.log import synthetic_commits
-from tests.contract.conftest import LogBackend
+from tests.support.logs import LogBackend
 
 
 def _store(event_log: EventLog, tmp_path: Path) -> SnapshotStore:

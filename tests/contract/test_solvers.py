@@ -18,8 +18,7 @@ from engine.placement.check import check_plan
 from engine.placement.greedy import GreedyPlacer
 from engine.placement.milp import MilpPlacer
 from engine.placement.plan import OutcomeStatus, PlacementInstance, PlacementPlan
-from tests.unit.factories import instance, job, node, queue
-from tests.unit.test_greedy import instances
+from tests.support.factories import instance, instances, job, node, queue
 
 BACKENDS = ["highs", "cbc"]
 EXACT = Policy(gap_tolerance=0.0, fragmentation_weight=0.0, time_limit_s=60.0)

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from cluster.api import KubeApi
-from tests.kube.conftest import ENV_VAR, KubeWorld
+from tests.support.kube import ENV_VAR, KubeWorld
 
 pytestmark = pytest.mark.kube
 

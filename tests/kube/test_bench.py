@@ -11,8 +11,8 @@ import pytest
 from cluster.api import KubeApi
 from policies.policy import default_policy
 from reconciler.specs import policy_of
-from tests.acceptance.conftest import gitsched
-from tests.kube.conftest import ENV_VAR
+from tests.support.cluster_repo import gitsched
+from tests.support.kube import ENV_VAR
 
 SCRIPTS_KUBE = Path(__file__).resolve().parents[2] / "scripts" / "kube"
 

@@ -12,9 +12,9 @@ from engine import events as ev
 from engine.model import NodeState
 from eventlog.envelope import StoredEvent
 from eventlog.sqlite import SQLiteEventLog
-from tests.acceptance.conftest import gitsched
-from tests.kafka_broker import bootstrap_from_env, check_broker, delete_topics, unique_topic
-from tests.kube.conftest import KubeWorld, run_until
+from tests.support.cluster_repo import gitsched
+from tests.support.kafka_broker import bootstrap_from_env, check_broker, delete_topics, unique_topic
+from tests.support.kube import KubeWorld, run_until
 
 pytestmark = pytest.mark.kube
 

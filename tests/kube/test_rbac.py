@@ -16,7 +16,7 @@ from kubernetes.client.exceptions import ApiException
 
 from cluster.api import KubeApi
 from cluster.lease import LeaderElector
-from tests.kube.conftest import KubeWorld, run_until
+from tests.support.kube import KubeWorld, run_until
 
 pytestmark = pytest.mark.kube
 

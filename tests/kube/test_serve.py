@@ -18,8 +18,8 @@ import pytest
 
 from cluster.api import Obj
 from engine import events as ev
-from tests.acceptance.conftest import PRIYA, git, start_gitsched
-from tests.kube.conftest import ENV_VAR, TEST_LABEL, KubeWorld, job_yaml, wait_for
+from tests.support.cluster_repo import PRIYA, git, start_gitsched
+from tests.support.kube import ENV_VAR, TEST_LABEL, KubeWorld, job_yaml, wait_for
 
 pytestmark = pytest.mark.kube
 

@@ -23,7 +23,7 @@ from engine import events as ev
 from engine.model import CommitInfo, Isolation, NodeState, Owner, Policy, ReplicaPlacement
 from eventlog.codec import decode_all, encode
 from eventlog.envelope import GENESIS_HASH, StoredEvent, format_time, seal_batch
-from tests.unit.factories import CLUSTER, job, node, queue
+from tests.support.factories import CLUSTER, job, node, queue
 
 T0 = datetime(2025, 11, 16, 9, 0, tzinfo=UTC)
 PRIYA = ("Priya Raman", "priya@platform.example")

@@ -16,15 +16,14 @@ from engine.placement.greedy import GreedyPlacer
 from engine.state import ClusterState, fold
 from eventlog.codec import decode
 from eventlog.envelope import StoredEvent
-from tests.unit.factories import CLUSTER, job, queue
-from tests.unit.test_core import commit, desired
+from tests.support.factories import CLUSTER, commit, desired, job, queue
 
 NOW = "2026-11-20T10:00:00+00:00"
 
 
 def _placed(jobs: list[Any], quota_gpus: float) -> ClusterState:
     """Jobs committed and placed on two 8-GPU nodes, the queue's quota `quota_gpus`."""
-    from tests.unit.factories import node
+    from tests.support.factories import node
 
     d = desired(
         jobs,
@@ -112,7 +111,7 @@ def test_a_job_stored_before_templates_existed_decodes_without_one() -> None:
 
 
 def test_a_commit_without_inventory_leaves_the_live_nodes_alone() -> None:
-    from tests.unit.factories import node
+    from tests.support.factories import node
 
     state = fold([ev.NodeRegistered(node("k8s-1"))])
     events = decide(state, ApplyCommit(commit(1), desired([], nodes=[])))

@@ -13,36 +13,17 @@ from engine.codec import from_data, to_data
 from engine.core import (
     ApplyCommit,
     ApplyPlan,
-    DesiredState,
     RejectCommit,
     decide,
     keep_waiting_reasons,
     placement_instance,
 )
-from engine.model import Approval, CommitInfo, Finding, NodeState, Owner, Policy
+from engine.model import Approval, Finding, NodeState, Owner, Policy
 from engine.placement.greedy import GreedyPlacer
 from engine.placement.plan import JobOutcome, OutcomeStatus
 from engine.placement.solvers import solve
 from engine.state import ClusterState, fold
-from tests.unit.factories import CLUSTER, job, node, queue
-
-
-def commit(n: int) -> CommitInfo:
-    return CommitInfo(
-        f"{n:040x}", "Ana", "ana@example.com", f"2026-11-20T10:{n % 60:02d}:00+00:00", f"commit {n}"
-    )
-
-
-def desired(jobs=(), nodes=None, queues=None, policy=None) -> DesiredState:  # type: ignore[no-untyped-def]
-    nodes = nodes if nodes is not None else [node("n1"), node("n2")]
-    queues = queues if queues is not None else [queue("q")]
-    return DesiredState(
-        cluster=CLUSTER,
-        policy=policy or Policy(),
-        nodes={n.name: n for n in nodes},
-        queues={q.name: q for q in queues},
-        jobs={j.key: j for j in jobs},
-    )
+from tests.support.factories import commit, desired, job, node
 
 
 def apply(state: ClusterState, intent) -> ClusterState:  # type: ignore[no-untyped-def]

@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def decide_in_a_process(seed: str) -> bytes:
     env = {**os.environ, "PYTHONHASHSEED": seed, "PYTHONPATH": str(ROOT)}
     done = subprocess.run(
-        [sys.executable, "-m", "tests.unit.decision_probe", "highs"],
+        [sys.executable, "-m", "tests.support.decision_probe", "highs"],
         cwd=ROOT,
         env=env,
         capture_output=True,

@@ -13,7 +13,7 @@ from engine.model import CommitInfo, Job, Policy
 from engine.placement.objective import instance_fair_targets, usage_weights
 from engine.placement.solvers import solve
 from engine.state import ClusterState, fold
-from tests.unit.factories import CLUSTER, job, node, queue
+from tests.support.factories import CLUSTER, job, node, queue
 
 POLICY = Policy(solver="highs", fairness_weight=1.0, usage_half_life_hours=24.0, gap_tolerance=0.0)
 DAY = "2026-11-20"

@@ -25,7 +25,7 @@ from engine.placement.greedy import GreedyPlacer
 from engine.placement.objective import workload_fragmentation
 from engine.placement.plan import JobShape, PlacementInstance, PlacementPlan
 from engine.state import fold
-from tests.unit.factories import CLUSTER, instance, job, node, queue
+from tests.support.factories import CLUSTER, instance, job, node, queue
 
 
 def _with_shapes(inst: PlacementInstance, *shapes: tuple[JobShape, int]) -> PlacementInstance:

@@ -9,7 +9,7 @@ from engine.model import Isolation, Placement, Policy, TopologyMode
 from engine.placement.check import check_plan
 from engine.placement.greedy import GreedyPlacer
 from engine.placement.plan import OutcomeStatus, PlacementPlan
-from tests.unit.factories import instance, job, node, queue
+from tests.support.factories import instance, instances, job, node, queue
 
 GREEDY = GreedyPlacer()
 
@@ -246,64 +246,6 @@ def test_elastic_gang_runs_with_fewer_replicas() -> None:
 
 
 # -- invariants over generated clusters --------------------------------------------------------
-
-flavors = st.sampled_from(["h100", "a100"])
-
-
-@st.composite
-def instances(draw: st.DrawFn):  # type: ignore[no-untyped-def]
-    n_nodes = draw(st.integers(1, 8))
-    nodes = [
-        node(
-            f"n{i}",
-            flavor=draw(flavors),
-            gpus=draw(st.sampled_from([1, 2, 4, 8])),
-            nvlink=f"d{i // 2}",
-            rack=f"r{i // 4}",
-            isolation=draw(
-                st.sampled_from([Isolation.SHARED, Isolation.SHARED, Isolation.DEDICATED])
-            ),
-            region=draw(st.sampled_from(["eu", "us"])),
-        )
-        for i in range(n_nodes)
-    ]
-    queues = [
-        queue(
-            name,
-            cohort=draw(st.sampled_from([None, "c"])),
-            quotas={
-                f: (
-                    draw(st.integers(0, 24)),
-                    draw(st.one_of(st.none(), st.integers(0, 16))),
-                    draw(st.one_of(st.none(), st.integers(0, 8))),
-                )
-                for f in ("h100", "a100")
-            },
-        )
-        for name in ("qa", "qb")
-    ]
-    jobs = []
-    for i in range(draw(st.integers(0, 12))):
-        replicas = draw(st.integers(1, 4))
-        jobs.append(
-            job(
-                f"j{i}",
-                queue=draw(st.sampled_from(["qa", "qb"])),
-                replicas=replicas,
-                min_replicas=draw(st.one_of(st.none(), st.integers(1, replicas))),
-                gpu=draw(st.sampled_from([0, 0.25, 0.5, 1, 2, 4, 8])),
-                priority=draw(st.sampled_from([100, 500, 900])),
-                flavors=tuple(draw(st.lists(flavors, max_size=2, unique=True))),
-                topology=draw(st.sampled_from([None, "node", "nvlink", "rack"])),
-                preemptible=draw(st.booleans()),
-                isolation=draw(
-                    st.sampled_from([Isolation.SHARED, Isolation.SHARED, Isolation.DEDICATED])
-                ),
-                residency=tuple(draw(st.lists(st.sampled_from(["eu", "us"]), max_size=1))),
-                submitted_at=str(i),
-            )
-        )
-    return instance(nodes, queues, jobs)
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -22,7 +22,7 @@ from engine.placement.plan import OutcomeStatus
 from engine.placement.solvers import solve
 from engine.state import ClusterState, fold
 from reconciler.telemetry import aggregate, parse_dcgm, parse_nvml_record, sample_nvml
-from tests.unit.factories import CLUSTER, job, node, queue
+from tests.support.factories import CLUSTER, job, node, queue
 
 DATA = Path(__file__).parent / "telemetry"
 SCRAPE_AT = 1795251600.0  # 2026-11-21T09:00:00Z, when the single scrape was taken

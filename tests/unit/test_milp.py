@@ -21,7 +21,7 @@ from engine.placement.preemption import Rights
 from engine.placement.solvers import placer
 from engine.placement.warmstart import warm_values
 from simulation.synth import SIZES, synth_instance, with_new_jobs
-from tests.unit.factories import instance, job, node, queue
+from tests.support.factories import instance, job, node, queue
 
 HIGHS = MilpPlacer("highs")
 

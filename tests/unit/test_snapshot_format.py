@@ -34,7 +34,7 @@ def test_a_state_with_nodes_jobs_and_a_pod_template_round_trips() -> None:
 
     from immutables import Map
 
-    from tests.unit.factories import job, node, queue
+    from tests.support.factories import job, node, queue
 
     template = {"spec": {"containers": [{"name": "main", "image": "train:1", "args": ["-x", 2]}]}}
     ml = dataclasses.replace(job("train", replicas=2, gpu=8), template=template)

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 ENV_VAR = "GITSCHED_TEST_KAFKA"
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = REPO_ROOT / "scripts" / "kafka"
 HOW_TO_START = (
     f"start the test broker with `scripts/kafka start` and run the tests with "

@@ -17,7 +17,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from tests.acceptance.conftest import git
+from tests.support.cluster_repo import git
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT_S = 120.0

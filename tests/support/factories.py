@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+from hypothesis import strategies as st
+
+from engine.core import (
+    DesiredState,
+)
 from engine.model import (
     GPU_MILLI,
     ClusterSpec,
+    CommitInfo,
     FlavorQuota,
     GpuFlavor,
     Isolation,
@@ -139,3 +145,80 @@ def instance(
         policy=policy or Policy(),
         now="2026-11-22T12:00:00+00:00",
     )
+
+
+@st.composite
+def instances(draw: st.DrawFn):  # type: ignore[no-untyped-def]
+    n_nodes = draw(st.integers(1, 8))
+    nodes = [
+        node(
+            f"n{i}",
+            flavor=draw(flavors),
+            gpus=draw(st.sampled_from([1, 2, 4, 8])),
+            nvlink=f"d{i // 2}",
+            rack=f"r{i // 4}",
+            isolation=draw(
+                st.sampled_from([Isolation.SHARED, Isolation.SHARED, Isolation.DEDICATED])
+            ),
+            region=draw(st.sampled_from(["eu", "us"])),
+        )
+        for i in range(n_nodes)
+    ]
+    queues = [
+        queue(
+            name,
+            cohort=draw(st.sampled_from([None, "c"])),
+            quotas={
+                f: (
+                    draw(st.integers(0, 24)),
+                    draw(st.one_of(st.none(), st.integers(0, 16))),
+                    draw(st.one_of(st.none(), st.integers(0, 8))),
+                )
+                for f in ("h100", "a100")
+            },
+        )
+        for name in ("qa", "qb")
+    ]
+    jobs = []
+    for i in range(draw(st.integers(0, 12))):
+        replicas = draw(st.integers(1, 4))
+        jobs.append(
+            job(
+                f"j{i}",
+                queue=draw(st.sampled_from(["qa", "qb"])),
+                replicas=replicas,
+                min_replicas=draw(st.one_of(st.none(), st.integers(1, replicas))),
+                gpu=draw(st.sampled_from([0, 0.25, 0.5, 1, 2, 4, 8])),
+                priority=draw(st.sampled_from([100, 500, 900])),
+                flavors=tuple(draw(st.lists(flavors, max_size=2, unique=True))),
+                topology=draw(st.sampled_from([None, "node", "nvlink", "rack"])),
+                preemptible=draw(st.booleans()),
+                isolation=draw(
+                    st.sampled_from([Isolation.SHARED, Isolation.SHARED, Isolation.DEDICATED])
+                ),
+                residency=tuple(draw(st.lists(st.sampled_from(["eu", "us"]), max_size=1))),
+                submitted_at=str(i),
+            )
+        )
+    return instance(nodes, queues, jobs)
+
+
+def commit(n: int) -> CommitInfo:
+    return CommitInfo(
+        f"{n:040x}", "Ana", "ana@example.com", f"2026-11-20T10:{n % 60:02d}:00+00:00", f"commit {n}"
+    )
+
+
+def desired(jobs=(), nodes=None, queues=None, policy=None) -> DesiredState:  # type: ignore[no-untyped-def]
+    nodes = nodes if nodes is not None else [node("n1"), node("n2")]
+    queues = queues if queues is not None else [queue("q")]
+    return DesiredState(
+        cluster=CLUSTER,
+        policy=policy or Policy(),
+        nodes={n.name: n for n in nodes},
+        queues={q.name: q for q in queues},
+        jobs={j.key: j for j in jobs},
+    )
+
+
+flavors = st.sampled_from(["h100", "a100"])

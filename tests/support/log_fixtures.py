@@ -3,7 +3,7 @@
 A reconciler is killed in two ways. From outside: a paced reconciler notes the
 last seq of each append in a progress file, and the test sends SIGKILL once it
 passes a mark (between transactions, or while the next one is being solved). From inside: run as
-`python -m tests.acceptance.log_fixtures reconcile ...` with GITSCHED_TEST_DIE
+`python -m tests.support.log_fixtures reconcile ...` with GITSCHED_TEST_DIE
 set, the process SIGKILLs itself at an exact point of its N-th write (with the
 batch written but not committed, or committed but not yet acknowledged), which
 no timing from outside can hit reliably. Either way nothing gets to clean up.
@@ -26,8 +26,8 @@ from typing import Any
 import pytest
 
 from eventlog.envelope import StoredEvent
-from tests.acceptance.conftest import COMMAND_TIMEOUT_S, Run, finish, gitsched, start_gitsched
-from tests.kafka_broker import bootstrap_from_env, check_broker, delete_topics, unique_topic
+from tests.support.cluster_repo import COMMAND_TIMEOUT_S, Run, finish, gitsched, start_gitsched
+from tests.support.kafka_broker import bootstrap_from_env, check_broker, delete_topics, unique_topic
 
 # GITSCHED_TEST_DIE="WHEN:N": WHEN is before-commit or after-commit, N counts writes from 1.
 DIE_ENV = "GITSCHED_TEST_DIE"
@@ -233,13 +233,13 @@ def start_dying(
     """A reconciler that SIGKILLs itself at `die` (see DIE_ENV), or with `pace:MS`
     one that pauses MS after each append and writes its last seq to `progress`,
     to be killed from outside."""
-    from tests.acceptance.conftest import gitsched_env
+    from tests.support.cluster_repo import gitsched_env
 
     extra = {DIE_ENV: die}
     if progress is not None:
         extra[PROGRESS_ENV] = str(progress)
     return subprocess.Popen(
-        [sys.executable, "-m", "tests.acceptance.log_fixtures", *reconcile_args(repo, url)],
+        [sys.executable, "-m", "tests.support.log_fixtures", *reconcile_args(repo, url)],
         cwd=Path(__file__).resolve().parents[2],
         env=gitsched_env(extra),
         stdout=subprocess.PIPE,

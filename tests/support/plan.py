@@ -1,0 +1,45 @@
+"""Pull requests on a real cluster repo and the plans gitsched makes of them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tests.support.cluster_repo import (
+    PRIYA,
+    ClusterRepo,
+    git,
+    gitsched,
+)
+
+PR = "pr/change"
+
+
+def open_pr(
+    repo: ClusterRepo,
+    files: dict[str, str],
+    message: str = "change",
+    *,
+    author: tuple[str, str] = PRIYA,
+    trailers: tuple[tuple[str, str], ...] = (),
+    remove: tuple[str, ...] = (),
+) -> str:
+    """A branch PR off main with one commit; main stays checked out and unchanged."""
+    git(repo.path, "checkout", "-q", "-b", PR)
+    repo.write_all(files)
+    for rel in remove:
+        repo.remove(rel)
+    sha = repo.commit(message, author=author, trailers=trailers)
+    git(repo.path, "checkout", "-q", "main")
+    return sha
+
+
+def reconcile(repo: ClusterRepo) -> None:
+    gitsched("reconcile", "--once", repo.path, expect=0)
+
+
+def plan_json(repo: ClusterRepo, revisions: str = f"main..{PR}", expect: int = 1) -> Any:
+    return gitsched("plan", repo.path, revisions, "--format", "json", expect=expect).json()
+
+
+def effects(plan: Any, action: str) -> list[dict[str, Any]]:
+    return [e for e in plan["effects"] if e["action"] == action]
