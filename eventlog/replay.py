@@ -104,7 +104,7 @@ def _fold(
             if broken is not None:
                 raise LogCorrupted(
                     f"the log was altered at seq {broken.seq}: {broken.reason}; "
-                    "run `gitsched audit verify`",
+                    "run `gitsched log verify`",
                     seq=broken.seq,
                 )
             if log.reads_checked:

@@ -299,7 +299,7 @@ class SQLiteEventLog(EventLog):
                     if broken is not None:
                         raise LogCorrupted(
                             f"the log was altered at seq {broken.seq}: {broken.reason}; "
-                            "run `gitsched audit verify`",
+                            "run `gitsched log verify`",
                             seq=broken.seq,
                         )
                 expected, link = event.seq + 1, event.hash

@@ -195,7 +195,7 @@ class Reconciler:
             raise LogCorrupted(
                 f"events {stored[0].id} ... are already in the log at seq {stored[0].seq}, "
                 f"but replaying the log up to seq {tip.last_seq} does not account for them: "
-                "the log was altered; run `gitsched audit verify`"
+                "the log was altered; run `gitsched log verify`"
             )
         if stored[0].seq != tip.last_seq + 1 or any(
             canonical_json(s.data) != canonical_json(b.data)
