@@ -18,7 +18,7 @@ import pytest
 
 from eventlog.base import LogConfigurationError, LogCorrupted, LogUnavailable, WriterFenced
 from eventlog.envelope import GENESIS_HASH, NewEvent, canonical_json, verify_chain
-from eventlog.kafka import KafkaEventLog
+from eventlog.kafka import KafkaEventLog, KafkaReader
 from tests.support.kafka_broker import (
     broker_is_managed,
     check_broker,
@@ -294,24 +294,24 @@ def test_first_event_of_a_topic_chains_from_genesis(topics: Topics) -> None:
 def small_windows(monkeypatch: pytest.MonkeyPatch) -> None:
     """A reader that holds a dozen events and finds the tail in eight offsets, so that
     a log of a few hundred events is read the way a log of millions is."""
-    import eventlog.kafka
+    import eventlog.kafka.reader
 
-    monkeypatch.setattr(eventlog.kafka, "LOCATE_WINDOW", 8)
-    monkeypatch.setattr(eventlog.kafka, "RECENT_EVENTS", 12)
-    monkeypatch.setattr(eventlog.kafka, "KNOWN_IDS", 40)
+    monkeypatch.setattr(eventlog.kafka.reader, "LOCATE_WINDOW", 8)
+    monkeypatch.setattr(eventlog.kafka.reader, "RECENT_EVENTS", 12)
+    monkeypatch.setattr(eventlog.kafka.reader, "KNOWN_IDS", 40)
 
 
 def records_handed_over(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Count every record a range read or the tail's location takes from the client."""
     counted: list[int] = []
-    real = KafkaEventLog._range_batch
+    real = KafkaReader._range_batch
 
-    def counting(self: KafkaEventLog, *args: Any, **kw: Any) -> Any:
+    def counting(self: KafkaReader, *args: Any, **kw: Any) -> Any:
         messages = real(self, *args, **kw)
         counted.append(len(messages))
         return messages
 
-    monkeypatch.setattr(KafkaEventLog, "_range_batch", counting)
+    monkeypatch.setattr(KafkaReader, "_range_batch", counting)
     return counted
 
 
@@ -411,7 +411,7 @@ def test_a_forged_tail_is_caught_by_a_verified_restart_from_a_snapshot(
 ) -> None:
     from kafka import KafkaProducer  # type: ignore[import-untyped,unused-ignore]
 
-    import eventlog.kafka
+    import eventlog.kafka.reader
     from eventlog.envelope import event_hash
     from eventlog.replay import replay, snapshot
     from eventlog.snapshot import FileSnapshotStore
@@ -433,7 +433,7 @@ def test_a_forged_tail_is_caught_by_a_verified_restart_from_a_snapshot(
         producer.close()
 
     # Found from the end, the forged record alone is the tail it finds...
-    monkeypatch.setattr(eventlog.kafka, "LOCATE_WINDOW", 1)
+    monkeypatch.setattr(eventlog.kafka.reader, "LOCATE_WINDOW", 1)
     reader = topics.open(topic)
     reader.snapshot_store = FileSnapshotStore(tmp_path)
     assert reader.last_seq() == forged.seq

@@ -314,7 +314,7 @@ def _die_at(when: str, n: int) -> None:
     def die() -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
-    real_commit = eventlog.kafka.KafkaEventLog._commit
+    real_commit = eventlog.kafka.KafkaWriter._commit
 
     def commit(self: Any, producer: Any, deadline: float) -> None:
         # The batch has been produced and flushed to the broker, inside a transaction.
@@ -324,7 +324,7 @@ def _die_at(when: str, n: int) -> None:
         if writes == n and when == "after-commit":
             die()
 
-    eventlog.kafka.KafkaEventLog._commit = commit  # type: ignore[method-assign]
+    eventlog.kafka.KafkaWriter._commit = commit  # type: ignore[method-assign]
 
     class DyingConnection:
         """The SQLite connection, dying at the n-th COMMIT (rows inserted, not committed)."""
