@@ -18,7 +18,7 @@ import pytest
 
 from eventlog.base import LogConfigurationError, LogCorrupted, LogUnavailable, WriterFenced
 from eventlog.envelope import GENESIS_HASH, NewEvent, canonical_json, verify_chain
-from eventlog.kafka import KafkaEventLog, KafkaReader
+from eventlog.kafka import KafkaEventLog, KafkaReader, KafkaWriter
 from tests.support.kafka_broker import (
     broker_is_managed,
     check_broker,
@@ -559,13 +559,13 @@ def test_a_broker_lost_between_produce_and_commit_leaves_the_batch_out_until_ret
     writer.append(batch("a"), expected_last_seq=0)
 
     # The records of the next batch reach the broker, then it stops before the commit.
-    real_commit = KafkaEventLog._commit
+    real_commit = KafkaWriter._commit
 
-    def stop_then_commit(self: KafkaEventLog, producer: Any, deadline: float) -> None:
+    def stop_then_commit(self: KafkaWriter, producer: Any, deadline: float) -> None:
         run_script(bootstrap, "stop")
         real_commit(self, producer, deadline)
 
-    monkeypatch.setattr(KafkaEventLog, "_commit", stop_then_commit)
+    monkeypatch.setattr(KafkaWriter, "_commit", stop_then_commit)
     try:
         started = time.monotonic()
         with pytest.raises(LogUnavailable):
