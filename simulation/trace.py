@@ -48,7 +48,6 @@ from engine.placement.plan import (
     PlacementPlan,
     SolveStats,
 )
-from engine.placement.solvers import solve
 from engine.state import ClusterState, fold
 from reconciler.step import place
 
@@ -165,14 +164,15 @@ class TraceLog:
         instance = placement_instance(self.state, NOW)
         return instance if self.learn else dataclasses.replace(instance, shapes=())
 
-    def step(self, changed: Collection[str]) -> PlacementPlan:
+    def step(self, changed: Collection[str] | None) -> PlacementPlan:
         """The reconciler's solve after a commit that changed `changed` (its own step,
         reconciler.step.place: incremental when something runs and the commit is a small
-        part of the jobs, else a full solve), applied through decide and fold."""
+        part of the jobs, else a full solve; None: a full solve), applied through decide
+        and fold."""
         state = self.state
         if not self.learn:
             state = dataclasses.replace(state, shapes=Map())
-        plan = place(state, NOW, frozenset(changed))
+        plan = place(state, NOW, None if changed is None else frozenset(changed))
         self.apply(plan)
         return plan
 
@@ -325,8 +325,7 @@ def reoptimise(run: TraceRun, solver: str, budget_s: float) -> TraceRun:
     started = time.perf_counter()
     log = run.log
     log.set_policy(trace_policy(solver, budget_s))
-    plan = solve(log.instance())
-    log.apply(plan)
+    plan = log.step(None)
     moved = plan.counts()[OutcomeStatus.MOVED]
     return dataclasses.replace(
         run, moves=run.moves + moved, seconds=run.seconds + time.perf_counter() - started
