@@ -32,7 +32,7 @@ class GpuInfo:
     name: str
     uuid: str
     memory_bytes: int
-    nvlinks_active: int
+    nvlinks_active: int | None  # None: NVML cannot tell (no NVLink, or a VM that hides it)
     fabric_domain: str | None
 
 
@@ -128,13 +128,18 @@ class UtilizationReader:
         self._nvml.nvmlShutdown()
 
 
-def _active_nvlinks(pynvml: Any, handle: Any) -> int:
+def _active_nvlinks(pynvml: Any, handle: Any) -> int | None:
+    """Active NVLink links; None where NVML cannot tell. A PCIe card, and an SXM GPU passed
+    through to a VM (seen on an H100 80GB HBM3 VM, driver 580), answer NotSupported for
+    link 0: that is "unknown", not "no links"."""
     active = 0
     for link in range(int(getattr(pynvml, "NVML_NVLINK_MAX_LINKS", 18))):
         try:
             if pynvml.nvmlDeviceGetNvLinkState(handle, link) == pynvml.NVML_FEATURE_ENABLED:
                 active += 1
         except pynvml.NVMLError:
+            if link == 0:
+                return None
             break
     return active
 
@@ -191,7 +196,9 @@ def node_document(
         model = models.pop()
         spec["flavor"] = flavor_name(model, min(g.memory_bytes for g in gpus))
         labels["gpu.model"] = model
-        labels["nvlink.active-links"] = str(min(g.nvlinks_active for g in gpus))
+        links = [g.nvlinks_active for g in gpus]
+        if all(n is not None for n in links):
+            labels["nvlink.active-links"] = str(min(n for n in links if n is not None))
     domains = {g.fabric_domain for g in gpus if g.fabric_domain}
     node_topology = dict(topology or {})
     if len(domains) == 1:

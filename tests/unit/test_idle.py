@@ -4,6 +4,7 @@ and the NVML node agent's samples (tests/unit/telemetry/)."""
 from __future__ import annotations
 
 import dataclasses
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -223,3 +224,20 @@ def test_replaying_the_telemetry_gives_the_same_flags() -> None:
     first = decide(state, ApplyTelemetry(series()))
     again = decide(cluster(policy()), ApplyTelemetry(tuple(reversed(series()))))
     assert first == again
+
+
+def test_samples_recorded_on_a_real_h100_tell_a_load_from_idle() -> None:
+    """`scripts/gpu-check` on an NVIDIA H100 80GB HBM3 (a VM, driver 580.159.04,
+    nvidia-ml-py 13.610.43): `telemetry sample --interval 0.5` while a bf16 matmul loop
+    ran from 07:33:43.02 to 07:33:55.04 UTC; nvidia-smi read the same percentages."""
+    samples = parse_nvml_record((DATA / "nvml_h100_vm.jsonl").read_text())
+    load_start = datetime(2026, 11, 27, 7, 33, 43, 20000, UTC).timestamp()
+    load_end = datetime(2026, 11, 27, 7, 33, 55, 40000, UTC).timestamp()
+    before = [s.percent for s in samples if s.at < load_start]
+    during = [s.percent for s in samples if load_start + 1 < s.at < load_end]
+    after = [s.percent for s in samples if s.at > load_end + 1]
+    assert len(before) >= 10 and len(during) >= 20 and len(after) >= 10
+    assert max(before) == 0.0 and max(after) == 0.0 and min(during) >= 95.0
+    reports = aggregate(samples, 6.0)
+    means = [r.gpus[0].mean_percent for r in reports]
+    assert means[0] == 0.0 and max(means) >= 95.0 and means[-1] == 0.0

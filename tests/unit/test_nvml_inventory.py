@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 
@@ -60,6 +61,16 @@ def test_an_hgx_host_is_a_valid_node_and_its_own_nvlink_domain() -> None:
 def test_a_multi_node_nvlink_fabric_becomes_the_nvlink_domain() -> None:
     doc = node_document([gpu(i, fabric="nvl-abc-3") for i in range(4)], name="gb200-1")
     assert doc["spec"]["topology"]["nvlink"] == "nvl-abc-3"
+
+
+def test_nvlink_links_nvml_cannot_report_are_not_claimed_as_none() -> None:
+    """An H100 SXM passed through to a VM answers NotSupported for NVLink state (seen with
+    scripts/gpu-check): the label says nothing rather than "0 active links"."""
+    unknown = node_document([dataclasses.replace(gpu(0), nvlinks_active=None)], name="vm")
+    assert "nvlink.active-links" not in unknown["metadata"]["labels"]
+    assert validate_document(Document("<nvml>", 0, unknown, {})) == ()
+    known = node_document([gpu(i) for i in range(8)], name="hgx")
+    assert known["metadata"]["labels"]["nvlink.active-links"] == "18"
 
 
 def test_mixed_gpu_models_are_refused() -> None:
