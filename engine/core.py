@@ -25,10 +25,10 @@ from engine.model import (
     Queue,
     utc_time,
 )
-from engine.placement.fragmentation import learned_shapes
 from engine.placement.objective import lost_gpu_seconds
 from engine.placement.plan import OutcomeStatus, PlacementInstance, PlacementPlan
 from engine.placement.preemption import Rule
+from engine.shapes import learned_shapes
 from engine.state import ClusterState, fold
 
 
