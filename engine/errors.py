@@ -24,3 +24,9 @@ class TemporaryError(GitschedError):
 
 class UsageError(PermanentError):
     """The command line or configuration asks for something that cannot be done."""
+
+
+class SolverFailed(GitschedError):
+    """A MILP solver library failed outright (not installed, crashed, could not run): the
+    plan falls back to greedy's and says why. Raised only where we call the library, so a
+    bug in our own formulation is never mistaken for one."""
