@@ -16,7 +16,6 @@ from engine.idle import idle_reason, is_idle, job_utilization
 from engine.model import (
     ClusterSpec,
     CommitInfo,
-    Finding,
     IdleAction,
     Job,
     Node,
@@ -30,6 +29,7 @@ from engine.placement.plan import OutcomeStatus, PlacementInstance, PlacementPla
 from engine.placement.preemption import Rule
 from engine.shapes import learned_shapes
 from engine.state import ClusterState, fold
+from findings import Finding
 
 
 @dataclass(frozen=True, slots=True)

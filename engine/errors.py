@@ -4,7 +4,7 @@ above may derive from it (the event log's errors, the cluster boundary's, audit'
 Adapters wrap library errors in these (`raise ... from e`), so the reconciler
 can tell a bad commit (record it, move on) from an outage (retry with backoff).
 `schemas`, beside the engine, raises nothing: a spec's problems are values
-(`schemas.SpecError`, recorded as `engine.model.Finding`), never exceptions.
+(`findings.Finding`, which CommitRejected records as they are), never exceptions.
 """
 
 from __future__ import annotations

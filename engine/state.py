@@ -19,7 +19,6 @@ from engine.idle import IdleStreak, observe
 from engine.model import (
     ClusterSpec,
     CommitInfo,
-    Finding,
     IdleAction,
     Job,
     Node,
@@ -29,6 +28,7 @@ from engine.model import (
     Queue,
 )
 from engine.shapes import remember_shape
+from findings import Finding
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,13 +25,13 @@ from engine.state import ClusterState, evolve, fold
 from eventlog.base import EventLog
 from eventlog.codec import decode
 from eventlog.replay import replay
+from findings import Finding
 from policies.approval import TeamApproval
 from reconciler.approval import team_approvals
 from reconciler.git import GitRepo, change_commits
 from reconciler.plan_fairness import FairShareView, fair_share_view
 from reconciler.specs import SpecCache, load_commit
 from reconciler.step import EventGroup, commit_steps, owed_solve
-from schemas import SpecError
 
 # Policy fields as the Policy YAML spells them, so a reviewer can find the line.
 POLICY_FIELD_NAMES = {
@@ -164,8 +164,8 @@ class PullRequestPlan:
     log_seq: int
     stale: str | None = None
     notes: tuple[str, ...] = ()
-    errors: tuple[SpecError, ...] = ()
-    warnings: tuple[SpecError, ...] = ()  # HEAD is valid, but some of it can never run
+    errors: tuple[Finding, ...] = ()
+    warnings: tuple[Finding, ...] = ()  # HEAD is valid, but some of it can never run
     spec_changes: tuple[SpecChange, ...] = ()
     queue_changes: tuple[QueueChange, ...] = ()
     policy_changes: tuple[FieldChange, ...] = ()

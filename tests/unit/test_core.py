@@ -18,11 +18,12 @@ from engine.core import (
     keep_waiting_reasons,
     placement_instance,
 )
-from engine.model import Approval, Finding, NodeState, Owner, Policy
+from engine.model import Approval, NodeState, Owner, Policy
 from engine.placement.greedy import GreedyPlacer
 from engine.placement.plan import JobOutcome, OutcomeStatus
 from engine.placement.solvers import solve
 from engine.state import ClusterState, fold
+from findings import Finding
 from tests.support.factories import commit, desired, job, node
 
 
