@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
 
-from engine.units import GPU_MILLI as GPU_MILLI  # re-exported: simulation/ still imports it here
+from engine.units import GPU_MILLI
 
 NODE_LEVEL = "node"
 

@@ -19,9 +19,10 @@ from enum import StrEnum
 from engine import events as ev
 from engine.core import ApplyCommit, RejectCommit, decide, decision_time
 from engine.errors import UsageError
-from engine.model import GPU_MILLI, CommitInfo, Placement, Policy, Queue
+from engine.model import CommitInfo, Placement, Policy, Queue
 from engine.placement.plan import SolveStats
 from engine.state import ClusterState, evolve, fold
+from engine.units import milli_from_gpus
 from eventlog.base import EventLog
 from eventlog.codec import decode
 from eventlog.replay import replay
@@ -596,7 +597,7 @@ def _share(queue: Queue, used: Mapping[str, int], state: ClusterState) -> float:
     capacity: dict[str, int] = defaultdict(int)
     for node in state.nodes.values():
         if node.flavor is not None and node.schedulable:
-            capacity[node.flavor] += node.gpus * GPU_MILLI
+            capacity[node.flavor] += milli_from_gpus(node.gpus)
     dominant = max(
         (amount / capacity[flavor] for flavor, amount in used.items() if capacity[flavor]),
         default=0.0,

@@ -11,7 +11,6 @@ import random
 from dataclasses import dataclass, replace
 
 from engine.model import (
-    GPU_MILLI,
     ClusterSpec,
     FlavorQuota,
     GpuFlavor,
@@ -27,6 +26,7 @@ from engine.model import (
     TopologyRequirement,
 )
 from engine.placement.plan import PlacementInstance
+from engine.units import GPU_MILLI
 
 NOW = "2026-11-22T12:00:00+00:00"
 NODE_GPUS = 8

@@ -17,11 +17,11 @@ import bisect
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from engine.model import GPU_MILLI
 from engine.placement.constraints import NodeFree
 from engine.placement.objective import WorkloadShape, stranded_gpu, workload_fragmentation
 from engine.placement.plan import PlacementInstance
 from engine.shapes import JobShape
+from engine.units import GPU_MILLI
 
 # -- scoring nodes -----------------------------------------------------------------------------
 
