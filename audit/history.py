@@ -30,7 +30,7 @@ from audit.projection.vocabulary import (
 from audit.store import AuditStore, EventList
 from audit.window import placement_window
 from engine import events as ev
-from engine.model import GPU_MILLI
+from engine.units import gpus_from_milli
 from eventlog.envelope import StoredEvent
 
 # sacct's State column, from why the interval ended.
@@ -140,7 +140,7 @@ def _interval(r: tuple[Any, ...]) -> Interval:
     (_, job, queue, team, user, flavor, nodes, replicas, milli, start, start_seq, start_kind,
      start_reason, end, end_seq, end_kind, end_reason, cause, end_cause, start_ts, end_ts,
      queued) = r  # fmt: skip
-    gpus = milli / GPU_MILLI
+    gpus = gpus_from_milli(milli)
     return Interval(
         job,
         queue,

@@ -21,7 +21,7 @@ from audit.projection.vocabulary import (
     epoch,
 )
 from audit.store import AuditStore, rows
-from engine.model import GPU_MILLI
+from engine.units import gpus_from_milli, gpus_or_none
 
 
 def seq_at_time(store: AuditStore, time_text: str) -> int:
@@ -68,13 +68,10 @@ def _live(store: AuditStore, table: str, tbl: int, start: str, end: str, seq: in
 
 
 def _quota_dict(quota: dict[str, Any]) -> dict[str, float | None]:
-    def g(v: int | None) -> float | None:
-        return None if v is None else v / GPU_MILLI
-
     return {
-        "nominal": g(quota.get("nominal")),
-        "borrowingLimit": g(quota.get("borrowing_limit")),
-        "lendingLimit": g(quota.get("lending_limit")),
+        "nominal": gpus_or_none(quota.get("nominal")),
+        "borrowingLimit": gpus_or_none(quota.get("borrowing_limit")),
+        "lendingLimit": gpus_or_none(quota.get("lending_limit")),
     }
 
 
@@ -137,14 +134,14 @@ def cluster_at(store: AuditStore, seq: int) -> dict[str, Any]:
             "applied": bool(commit[5]),
         },
         "gpus_total": sum(n["gpus"] or 0 for n in nodes),
-        "gpus_used": used / GPU_MILLI,
+        "gpus_used": gpus_from_milli(used),
         "placements": [
             {
                 "job": p["job"],
                 "queue": p["queue"],
                 "flavor": p["flavor"],
                 "nodes": p["nodes"].split(),
-                "gpus": p["gpu_milli"] / GPU_MILLI,
+                "gpus": gpus_from_milli(p["gpu_milli"]),
                 "replicas": p["replicas"],
                 "since": p["start_time"],
                 "since_seq": p["start_seq"],

@@ -15,8 +15,11 @@ from typing import Any
 from audit.projection.vocabulary import DAY
 from audit.store import AuditStore, rows
 from audit.window import first_id_from, placement_window
+from engine.units import GPU_MILLI
 
-MILLI_HOURS = 1000.0 * 3600.0
+MILLI_HOURS = GPU_MILLI * 3600.0  # milli-GPU-seconds in a GPU-hour
+# GPUs -> milli-GPU inside SQL, a float literal (1000.0) so SQLite multiplies in floating point.
+_GPU_MILLI_SQL = repr(float(GPU_MILLI))
 BY = ("team", "user", "flavor")
 
 HEADERS = {
@@ -362,9 +365,9 @@ def by_flavor(store: AuditStore, since: float, until: float) -> list[dict[str, A
         for r in rows(
             store,
             f"SELECT json_extract(data, '$.flavor') AS flavor, "
-            f"SUM(json_extract(data, '$.gpus') * 1000.0 * {node_ov}) AS total, "
+            f"SUM(json_extract(data, '$.gpus') * {_GPU_MILLI_SQL} * {node_ov}) AS total, "
             f"SUM(CASE WHEN json_extract(data, '$.state') = 'Ready' THEN 0 "
-            f"ELSE json_extract(data, '$.gpus') * 1000.0 * {node_ov} END) AS down "
+            f"ELSE json_extract(data, '$.gpus') * {_GPU_MILLI_SQL} * {node_ov} END) AS down "
             f"FROM {table} WHERE kind = 'node' AND from_ts < :until "
             f"AND (to_ts IS NULL OR to_ts > :since) GROUP BY flavor",
             {"since": since, "until": until},
@@ -432,5 +435,5 @@ def over_time(
             overlap = min(b, hi) - max(a, lo)
             if overlap > 0:
                 line[i] += r["used"] * overlap
-    scale = 1000.0 * width
+    scale = GPU_MILLI * width  # milli-GPU-seconds per bucket -> GPUs
     return starts, {team: [v / scale for v in line] for team, line in sorted(series.items())}

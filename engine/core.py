@@ -16,7 +16,6 @@ from engine.idle import idle_reason, is_idle, job_utilization
 from engine.model import (
     ClusterSpec,
     CommitInfo,
-    Finding,
     IdleAction,
     Job,
     Node,
@@ -25,11 +24,12 @@ from engine.model import (
     Queue,
     utc_time,
 )
-from engine.placement.fragmentation import learned_shapes
 from engine.placement.objective import lost_gpu_seconds
 from engine.placement.plan import OutcomeStatus, PlacementInstance, PlacementPlan
 from engine.placement.preemption import Rule
+from engine.shapes import learned_shapes
 from engine.state import ClusterState, fold
+from findings import Finding
 
 
 @dataclass(frozen=True, slots=True)

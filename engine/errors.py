@@ -4,7 +4,7 @@ above may derive from it (the event log's errors, the cluster boundary's, audit'
 Adapters wrap library errors in these (`raise ... from e`), so the reconciler
 can tell a bad commit (record it, move on) from an outage (retry with backoff).
 `schemas`, beside the engine, raises nothing: a spec's problems are values
-(`schemas.SpecError`, recorded as `engine.model.Finding`), never exceptions.
+(`findings.Finding`, which CommitRejected records as they are), never exceptions.
 """
 
 from __future__ import annotations
@@ -24,3 +24,9 @@ class TemporaryError(GitschedError):
 
 class UsageError(PermanentError):
     """The command line or configuration asks for something that cannot be done."""
+
+
+class SolverFailed(GitschedError):
+    """A MILP solver library failed outright (not installed, crashed, could not run): the
+    plan falls back to greedy's and says why. Raised only where we call the library, so a
+    bug in our own formulation is never mistaken for one."""

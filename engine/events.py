@@ -13,7 +13,6 @@ from engine.model import (
     Approval,
     ClusterSpec,
     CommitInfo,
-    Finding,
     Job,
     Node,
     NodeState,
@@ -22,6 +21,7 @@ from engine.model import (
     Queue,
     ReplicaPlacement,
 )
+from findings import Finding
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,7 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
-from engine.model import GPU_MILLI, Node, Queue
+from engine.model import Node, Queue
+from engine.units import gpus_from_milli
 
 HOUR_S = 3600.0
 
@@ -59,7 +60,7 @@ def advance(usage: QueueUsage, at: float, half_life_hours: float) -> QueueUsage:
         return QueueUsage(usage.gpu_seconds, at, usage.running_gpu_milli)
     window = decay_window_s(half_life_hours)
     kept = 2.0 ** (-(at - usage.as_of) / (half_life_hours * HOUR_S))
-    gpus = usage.running_gpu_milli / GPU_MILLI
+    gpus = gpus_from_milli(usage.running_gpu_milli)
     return QueueUsage(
         usage.gpu_seconds * kept + gpus * window * (1.0 - kept), at, usage.running_gpu_milli
     )

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
 
-from engine.units import GPU_MILLI as GPU_MILLI  # re-exported: simulation/ still imports it here
+from engine.units import GPU_MILLI
 
 NODE_LEVEL = "node"
 
@@ -339,24 +339,3 @@ class CommitInfo:
         if self.approvers:
             return f"{who} (approved by {', '.join(self.approvers)})"
         return who
-
-
-@dataclass(frozen=True, slots=True)
-class Finding:
-    """One validation or policy error of a commit, located in the repo: what CommitRejected
-    records. Field for field a `schemas.SpecError` (which the engine may not import)."""
-
-    file: str
-    line: int | None
-    column: int | None
-    path: str
-    message: str
-    code: str
-
-    def format(self) -> str:
-        where = self.file
-        if self.line is not None:
-            where += f":{self.line}"
-            if self.column is not None:
-                where += f":{self.column}"
-        return f"{where}: {self.path}: {self.message} [{self.code}]"

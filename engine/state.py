@@ -19,7 +19,6 @@ from engine.idle import IdleStreak, observe
 from engine.model import (
     ClusterSpec,
     CommitInfo,
-    Finding,
     IdleAction,
     Job,
     Node,
@@ -28,7 +27,8 @@ from engine.model import (
     Policy,
     Queue,
 )
-from engine.placement.fragmentation import remember_shape
+from engine.shapes import remember_shape
+from findings import Finding
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,7 +65,7 @@ class ClusterState:
     # job -> the JobIdle that flagged it, until it runs anew, is changed or uses its GPUs.
     idle_streaks: Map[str, IdleStreak] = field(default_factory=Map)
     idle: Map[str, ev.JobIdle] = field(default_factory=Map)
-    # The job shapes submitted so far, as engine.placement.fragmentation summarises them:
+    # The job shapes submitted so far, as engine.shapes summarises them:
     # shape -> weight as published to the solver, the current window's counts, its jobs.
     shapes: Map[str, int] = field(default_factory=Map)
     shapes_window: Map[str, int] = field(default_factory=Map)

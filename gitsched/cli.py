@@ -17,6 +17,7 @@ from eventlog import open_log
 from eventlog.base import LogCorrupted, LogUnavailable
 from eventlog.envelope import format_time
 from eventlog.replay import replay
+from findings import Finding
 from gitsched import __version__
 from gitsched.cli_audit import audit
 from gitsched.config import resolve_log_url, snapshot_dir
@@ -37,7 +38,6 @@ from gitsched.render import state_text, state_to_dict
 from reconciler.git import GitRepo
 from reconciler.loop import SNAPSHOT_EVERY, Reconciler, ReconcileReport
 from reconciler.specs import load_commit, load_worktree
-from schemas import SpecError
 
 
 @click.group(
@@ -76,7 +76,7 @@ def main(verbose: int) -> None:
 # -- validate -------------------------------------------------------------------------------
 
 
-def _errors_text(errors: tuple[SpecError, ...]) -> str:
+def _errors_text(errors: tuple[Finding, ...]) -> str:
     files = len({e.file for e in errors})
     lines = [e.format() for e in errors]
     lines.append(f"{len(errors)} error(s) in {files} file(s)")

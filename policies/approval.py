@@ -17,8 +17,9 @@ from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import PurePosixPath
 
-from engine.model import Approval, Finding, FlavorQuota, Owner, Queue
+from engine.model import Approval, FlavorQuota, Owner, Queue
 from engine.units import gpus_text
+from findings import Finding
 from policies.rules import place_of
 from schemas import Document
 

@@ -17,15 +17,16 @@ from engine.core import DesiredState
 from engine.model import Job, Node, NodeState
 from engine.placement.constraints import eligible_flavors, node_rejection
 from engine.units import gpus_text, milli_from_gpus
-from schemas import Document, JsonPath, SpecError
+from findings import Finding
+from schemas import Document, JsonPath
 
 NEVER_FITS = "never-fits"
 QUOTA_OVER_CLUSTER = "quota-over-cluster"
 
 
-def fit_warnings(docs: Sequence[Document], desired: DesiredState) -> tuple[SpecError, ...]:
+def fit_warnings(docs: Sequence[Document], desired: DesiredState) -> tuple[Finding, ...]:
     """Jobs that can never be placed and quotas larger than the cluster, sorted by file and line."""
-    warnings: list[SpecError] = []
+    warnings: list[Finding] = []
     # Drained or failed nodes come back: "never" is judged on every node as if Ready.
     nodes = [dataclasses.replace(n, state=NodeState.READY) for n in desired.nodes.values()]
     capacity: dict[str, int] = defaultdict(int)
@@ -90,9 +91,9 @@ def _never_fits(
     return None
 
 
-def _quota_over_cluster(doc: Document, capacity: Mapping[str, int]) -> list[SpecError]:
+def _quota_over_cluster(doc: Document, capacity: Mapping[str, int]) -> list[Finding]:
     spec = doc.data.get("spec") or {}
-    out: list[SpecError] = []
+    out: list[Finding] = []
     for index, quota in enumerate(spec.get("quotas", ())):
         flavor, nominal = quota["flavor"], quota["nominal"]
         has = capacity.get(flavor, 0)

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Any
 
-from schemas import Document, JsonPath, SpecError
+from findings import Finding
+from schemas import Document, JsonPath
 
 CLUSTER_FILE = "cluster.yaml"
 _YAML_SUFFIXES = (".yaml", ".yml")
@@ -79,7 +80,7 @@ def check_repository(
     *,
     unchecked: Sequence[Document] = (),
     broken_files: Collection[str] = (),
-) -> tuple[SpecError, ...]:
+) -> tuple[Finding, ...]:
     """Every cross-document problem of one commit's valid documents, sorted by file and line.
 
     `unchecked` are documents that parsed but broke their schema: their references
@@ -88,7 +89,7 @@ def check_repository(
     job whose queue lives in one is not also told that its queue is missing.
     """
     ordered = sorted(docs, key=lambda d: (d.file, d.index))
-    errors: list[SpecError] = list(_layout(ordered))
+    errors: list[Finding] = list(_layout(ordered))
     by_kind: dict[str, list[Document]] = defaultdict(list)
     for doc in ordered:
         by_kind[doc.kind or ""].append(doc)
@@ -144,7 +145,7 @@ def check_repository(
 # --- layout and names ---
 
 
-def _layout(docs: Iterable[Document]) -> Iterator[SpecError]:
+def _layout(docs: Iterable[Document]) -> Iterator[Finding]:
     queue_files: set[str] = set()
     for doc in docs:
         kind = doc.kind or ""
@@ -169,10 +170,10 @@ def _layout(docs: Iterable[Document]) -> Iterator[SpecError]:
             queue_files.add(doc.file)
 
 
-def _the_cluster(clusters: list[Document], errors: list[SpecError]) -> _Cluster | None:
+def _the_cluster(clusters: list[Document], errors: list[Finding]) -> _Cluster | None:
     if not clusters:
         errors.append(
-            SpecError(
+            Finding(
                 CLUSTER_FILE,
                 None,
                 None,
@@ -207,7 +208,7 @@ def _the_cluster(clusters: list[Document], errors: list[SpecError]) -> _Cluster 
     )
 
 
-def _check_cluster(cluster: _Cluster) -> Iterator[SpecError]:
+def _check_cluster(cluster: _Cluster) -> Iterator[Finding]:
     doc, spec = cluster.doc, _spec(cluster.doc)
     for field, what in (("gpuFlavors", "GPU flavor"), ("priorityClasses", "priority class")):
         seen: dict[str, int] = {}
@@ -231,7 +232,7 @@ def _check_cluster(cluster: _Cluster) -> Iterator[SpecError]:
         )
 
 
-def _duplicate_names(docs: Sequence[Document], kind: str, scope: str = "") -> Iterator[SpecError]:
+def _duplicate_names(docs: Sequence[Document], kind: str, scope: str = "") -> Iterator[Finding]:
     groups: dict[str, list[Document]] = defaultdict(list)
     for doc in docs:
         groups[_name(doc)].append(doc)
@@ -255,7 +256,7 @@ def _pool_node_names(doc: Document) -> list[str]:
     return [f"{prefix}{i:0{width}d}" for i in range(1, count + 1)]
 
 
-def _node_names(nodes: Sequence[Document], pools: Sequence[Document]) -> Iterator[SpecError]:
+def _node_names(nodes: Sequence[Document], pools: Sequence[Document]) -> Iterator[Finding]:
     yield from _duplicate_names(nodes, "Node")
     owner: dict[str, Document] = {}
     for doc in nodes:
@@ -292,7 +293,7 @@ def _node_names(nodes: Sequence[Document], pools: Sequence[Document]) -> Iterato
 
 def _check_node_spec(
     doc: Document, spec: Mapping[str, Any], at: JsonPath, cluster: _Cluster | None
-) -> Iterator[SpecError]:
+) -> Iterator[Finding]:
     flavor = spec.get("flavor")
     gpus = spec.get("gpus", 0)
     what = "node" if doc.kind == "Node" else "node pool"
@@ -315,7 +316,7 @@ def _check_node_spec(
         )
 
 
-def _check_labels(doc: Document, at: JsonPath, cluster: _Cluster | None) -> Iterator[SpecError]:
+def _check_labels(doc: Document, at: JsonPath, cluster: _Cluster | None) -> Iterator[Finding]:
     labels = _get(doc.data, at)
     if cluster is None or not isinstance(labels, Mapping):
         return
@@ -324,7 +325,7 @@ def _check_labels(doc: Document, at: JsonPath, cluster: _Cluster | None) -> Iter
             yield _unknown(doc, (*at, level), "topology level", level, cluster.levels)
 
 
-def _check_pool(doc: Document, cluster: _Cluster | None) -> Iterator[SpecError]:
+def _check_pool(doc: Document, cluster: _Cluster | None) -> Iterator[Finding]:
     spec = _spec(doc)
     yield from _check_node_spec(doc, spec["template"], ("spec", "template"), cluster)
     yield from _check_labels(doc, ("spec", "topology"), cluster)
@@ -352,7 +353,7 @@ def _check_pool(doc: Document, cluster: _Cluster | None) -> Iterator[SpecError]:
 
 def _queue_references(
     doc: Document, spec: Mapping[str, Any], cluster: _Cluster
-) -> Iterator[SpecError]:
+) -> Iterator[Finding]:
     top = spec.get("maxPriorityClass")
     if isinstance(top, str) and top not in cluster.classes:
         yield _unknown(doc, ("spec", "maxPriorityClass"), "priority class", top, cluster.classes)
@@ -364,7 +365,7 @@ def _queue_references(
             yield _unknown(doc, path, "GPU flavor", flavor, cluster.flavors)
 
 
-def _check_queue(doc: Document, cluster: _Cluster | None) -> Iterator[SpecError]:
+def _check_queue(doc: Document, cluster: _Cluster | None) -> Iterator[Finding]:
     spec = _spec(doc)
     name = _name(doc)
     place = place_of(doc.file)
@@ -427,7 +428,7 @@ def _job_queue(
     queues: Mapping[str, Document],
     team_queues: Mapping[str, Document],
     broken: QueuesInBrokenFiles,
-    errors: list[SpecError],
+    errors: list[Finding],
 ) -> Document | None:
     """The Queue document a job goes to, reporting a missing one."""
     spec = _spec(doc)
@@ -466,7 +467,7 @@ def _job_queue(
     return found
 
 
-def _unknown_queue(doc: Document, named: str, queues: Mapping[str, Document]) -> SpecError:
+def _unknown_queue(doc: Document, named: str, queues: Mapping[str, Document]) -> Finding:
     return doc.error(
         ("spec", "queue"),
         f"job '{_name(doc)}' names queue '{named}', which no"
@@ -481,14 +482,14 @@ def _unchecked_references(
     queues: Mapping[str, Document],
     team_queues: Mapping[str, Document],
     broken: QueuesInBrokenFiles,
-) -> Iterator[SpecError]:
+) -> Iterator[Finding]:
     """The reference errors of a document that broke its schema: only the fields that
     still have the shape the schema asks for are looked at."""
     spec = _spec(doc)
     if doc.kind == "Job":
         if cluster is not None:
             yield from _check_job_references(doc, spec, cluster)
-        errors: list[SpecError] = []
+        errors: list[Finding] = []
         _job_queue(doc, queues, team_queues, broken, errors)
         yield from errors
     elif doc.kind == "Queue" and cluster is not None:
@@ -503,7 +504,7 @@ def _unchecked_references(
 
 def _flavor_reference(
     doc: Document, spec: Mapping[str, Any], at: JsonPath, cluster: _Cluster
-) -> Iterator[SpecError]:
+) -> Iterator[Finding]:
     flavor = spec.get("flavor")
     if isinstance(flavor, str) and flavor not in cluster.flavors:
         yield _unknown(doc, (*at, "flavor"), "GPU flavor", flavor, cluster.flavors)
@@ -514,7 +515,7 @@ def _check_job(
     queue: Document | None,
     cluster: _Cluster | None,
     limits: Mapping[str, Any],
-) -> Iterator[SpecError]:
+) -> Iterator[Finding]:
     spec = _spec(doc)
     name = _name(doc)
     if cluster is not None:
@@ -565,7 +566,7 @@ def _check_job(
 
 def _check_job_references(
     doc: Document, spec: Mapping[str, Any], cluster: _Cluster
-) -> Iterator[SpecError]:
+) -> Iterator[Finding]:
     # Shapes are checked as well as names: a document that broke its schema comes here too.
     flavors = spec.get("gpuFlavors", [])
     for index, flavor in enumerate(flavors if isinstance(flavors, list) else []):
@@ -582,7 +583,7 @@ def _check_job_references(
 
 def _check_job_topology(
     doc: Document, spec: Mapping[str, Any], topology: Mapping[str, Any], levels: tuple[str, ...]
-) -> Iterator[SpecError]:
+) -> Iterator[Finding]:
     """Levels the cluster has; slices below the level, and a whole number of them."""
     at: JsonPath = ("spec", "topology")
     level = topology.get("level")
@@ -628,7 +629,7 @@ def _check_job_topology(
 
 def _check_job_priority(
     doc: Document, spec: Mapping[str, Any], queue: Document, cluster: _Cluster
-) -> Iterator[SpecError]:
+) -> Iterator[Finding]:
     ceiling = _spec(queue).get("maxPriorityClass")
     explicit = spec.get("priorityClass")
     wanted = explicit if explicit is not None else cluster.default_class
@@ -690,9 +691,7 @@ def _choices(word: str, known: Iterable[str]) -> str:
     return f"{hint} (known: {', '.join(names)})"
 
 
-def _unknown(
-    doc: Document, path: JsonPath, what: str, name: str, known: Iterable[str]
-) -> SpecError:
+def _unknown(doc: Document, path: JsonPath, what: str, name: str, known: Iterable[str]) -> Finding:
     return doc.error(
         path, f"{what} '{name}' is not defined in the cluster{_choices(name, known)}", "reference"
     )

@@ -15,8 +15,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from engine.events import ApprovalChecked
-from engine.model import CommitInfo, Finding, Owner, Queue
+from engine.model import CommitInfo, Owner, Queue
 from engine.state import ClusterState
+from findings import Finding
 from policies.approval import (
     Signature,
     SignatureStatus,

@@ -14,7 +14,7 @@ import logging
 from dataclasses import dataclass, field, replace
 
 from engine.core import RejectCommit
-from engine.model import CommitInfo, Finding
+from engine.model import CommitInfo
 from engine.placement.plan import PlacementPlan
 from engine.state import ClusterState
 from eventlog.base import (
@@ -27,6 +27,7 @@ from eventlog.base import (
 from eventlog.codec import encode
 from eventlog.envelope import canonical_json
 from eventlog.replay import Replayed, replay, snapshot
+from findings import Finding
 from reconciler.git import GitRepo
 from reconciler.specs import SpecCache
 from reconciler.step import Step, cluster_solve, commit_steps, owed_solve

@@ -19,19 +19,20 @@ from enum import StrEnum
 from engine import events as ev
 from engine.core import ApplyCommit, RejectCommit, decide, decision_time
 from engine.errors import UsageError
-from engine.model import GPU_MILLI, CommitInfo, Placement, Policy, Queue
+from engine.model import CommitInfo, Placement, Policy, Queue
 from engine.placement.plan import SolveStats
 from engine.state import ClusterState, evolve, fold
+from engine.units import milli_from_gpus
 from eventlog.base import EventLog
 from eventlog.codec import decode
 from eventlog.replay import replay
+from findings import Finding
 from policies.approval import TeamApproval
 from reconciler.approval import team_approvals
 from reconciler.git import GitRepo, change_commits
 from reconciler.plan_fairness import FairShareView, fair_share_view
 from reconciler.specs import SpecCache, load_commit
 from reconciler.step import EventGroup, commit_steps, owed_solve
-from schemas import SpecError
 
 # Policy fields as the Policy YAML spells them, so a reviewer can find the line.
 POLICY_FIELD_NAMES = {
@@ -164,8 +165,8 @@ class PullRequestPlan:
     log_seq: int
     stale: str | None = None
     notes: tuple[str, ...] = ()
-    errors: tuple[SpecError, ...] = ()
-    warnings: tuple[SpecError, ...] = ()  # HEAD is valid, but some of it can never run
+    errors: tuple[Finding, ...] = ()
+    warnings: tuple[Finding, ...] = ()  # HEAD is valid, but some of it can never run
     spec_changes: tuple[SpecChange, ...] = ()
     queue_changes: tuple[QueueChange, ...] = ()
     policy_changes: tuple[FieldChange, ...] = ()
@@ -596,7 +597,7 @@ def _share(queue: Queue, used: Mapping[str, int], state: ClusterState) -> float:
     capacity: dict[str, int] = defaultdict(int)
     for node in state.nodes.values():
         if node.flavor is not None and node.schedulable:
-            capacity[node.flavor] += node.gpus * GPU_MILLI
+            capacity[node.flavor] += milli_from_gpus(node.gpus)
     dominant = max(
         (amount / capacity[flavor] for flavor, amount in used.items() if capacity[flavor]),
         default=0.0,

@@ -18,7 +18,6 @@ import schemas
 from engine.core import DesiredState
 from engine.model import (
     ClusterSpec,
-    Finding,
     FlavorQuota,
     GpuFlavor,
     IdleAction,
@@ -38,10 +37,11 @@ from engine.model import (
     job_key,
 )
 from engine.units import mib_from_gib, milli_from_cores, milli_from_gpus
+from findings import Finding
 from policies.approval import parse_owners
 from policies.fit import fit_warnings
 from reconciler.git import GitRepo
-from schemas import Document, Limits, SpecError
+from schemas import Document, Limits
 
 YAML_SUFFIXES = (".yaml", ".yml")
 IGNORED_DIRS = (".git", ".gitsched")
@@ -54,18 +54,18 @@ class SourceFile:
 
     path: str
     content: bytes | None
-    problem: SpecError | None = None
+    problem: Finding | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class LoadedSpecs:
     desired: DesiredState | None
-    errors: tuple[SpecError, ...]
+    errors: tuple[Finding, ...]
     documents: tuple[Document, ...] = ()
     owners: Mapping[str, tuple[Owner, ...]] | None = None
 
     @property
-    def warnings(self) -> tuple[SpecError, ...]:
+    def warnings(self) -> tuple[Finding, ...]:
         """Valid, but can never run as written (policies.fit): what `validate` and `plan`
         show, never a reason to reject; worked out when asked, off the reconcile path."""
         if self.desired is None:
@@ -109,7 +109,7 @@ def read_commit(
                 SourceFile(
                     entry.path,
                     None,
-                    SpecError(
+                    Finding(
                         entry.path,
                         None,
                         None,
@@ -155,7 +155,7 @@ def read_worktree(root: Path, limits: Limits = DEFAULT_LIMITS) -> list[SourceFil
                         SourceFile(
                             rel,
                             None,
-                            SpecError(rel, None, None, "$", "not a regular file", "layout"),
+                            Finding(rel, None, None, "$", "not a regular file", "layout"),
                         )
                     )
                     continue
@@ -166,7 +166,7 @@ def read_worktree(root: Path, limits: Limits = DEFAULT_LIMITS) -> list[SourceFil
                     SourceFile(
                         rel,
                         None,
-                        SpecError(rel, None, None, "$", f"cannot read: {e.strerror}", "io"),
+                        Finding(rel, None, None, "$", f"cannot read: {e.strerror}", "io"),
                     )
                 )
     return files
@@ -174,7 +174,7 @@ def read_worktree(root: Path, limits: Limits = DEFAULT_LIMITS) -> list[SourceFil
 
 def _symlink_error(
     path: str, target: str, root: Path | None = None, full: Path | None = None
-) -> SpecError:
+) -> Finding:
     outside = False
     if root is not None and full is not None:
         # realpath, unlike Path.resolve, does not raise on a link loop.
@@ -184,7 +184,7 @@ def _symlink_error(
         normalised = os.path.normpath(os.path.join(os.path.dirname(path), target))
         outside = os.path.isabs(target) or normalised.startswith("..")
     where = "outside the repository" if outside else "inside the repository"
-    return SpecError(
+    return Finding(
         path,
         None,
         None,
@@ -194,8 +194,8 @@ def _symlink_error(
     )
 
 
-def _too_large(path: str, size: int, limits: Limits) -> SpecError:
-    return SpecError(
+def _too_large(path: str, size: int, limits: Limits) -> Finding:
+    return Finding(
         path,
         None,
         None,
@@ -210,7 +210,7 @@ V = TypeVar("V")
 
 # One file's documents that passed their schema, those that did not (their references
 # are still checked), and every error of the file itself.
-_Parsed = tuple[tuple[Document, ...], tuple[Document, ...], tuple[SpecError, ...]]
+_Parsed = tuple[tuple[Document, ...], tuple[Document, ...], tuple[Finding, ...]]
 
 
 def _parse_file(path: str, content: bytes, limits: Limits) -> _Parsed:
@@ -221,7 +221,7 @@ def _parse_file(path: str, content: bytes, limits: Limits) -> _Parsed:
             (),
             (),
             (
-                SpecError(
+                Finding(
                     path,
                     None,
                     None,
@@ -304,7 +304,7 @@ class SpecCache:
 def parse_files(
     files: Sequence[SourceFile], limits: Limits = DEFAULT_LIMITS, cache: SpecCache | None = None
 ) -> LoadedSpecs:
-    errors: list[SpecError] = []
+    errors: list[Finding] = []
     valid: list[Document] = []
     owners: dict[str, tuple[Owner, ...]] = {}
     specs: list[tuple[str, bytes]] = []
@@ -317,11 +317,11 @@ def parse_files(
             team = PurePosixPath(f.path).parts[1]
             listed, problems = parse_owners(f.content.decode("utf-8", "replace"))
             owners[team] = listed
-            errors.extend(SpecError(f.path, n, None, "$", m, "owners") for n, m in problems)
+            errors.extend(Finding(f.path, n, None, "$", m, "owners") for n, m in problems)
             continue
         if policies.place_of(f.path).area == "elsewhere":
             errors.append(
-                SpecError(
+                Finding(
                     f.path,
                     None,
                     None,
@@ -361,18 +361,14 @@ def parse_files(
     return LoadedSpecs(None, tuple(sorted(errors, key=_error_order)), tuple(valid), owners)
 
 
-def _error_order(e: SpecError) -> tuple[str, int, int, str]:
+def _error_order(e: Finding) -> tuple[str, int, int, str]:
     return (e.file, e.line or 0, e.column or 0, e.message)
 
 
 class _ModelError(Exception):
-    def __init__(self, error: SpecError) -> None:
+    def __init__(self, error: Finding) -> None:
         super().__init__(error.message)
         self.error = error
-
-
-def to_finding(e: SpecError) -> Finding:
-    return Finding(e.file, e.line, e.column, e.path, e.message, e.code)
 
 
 # -- documents -> domain model ------------------------------------------------------------
@@ -620,5 +616,4 @@ __all__ = [
     "parse_files",
     "read_commit",
     "read_worktree",
-    "to_finding",
 ]

@@ -34,7 +34,7 @@ from engine.placement.solvers import solve, solve_changed
 from engine.state import ClusterState, fold
 from reconciler.approval import CommitApproval, commit_approval
 from reconciler.git import GitRepo
-from reconciler.specs import LoadedSpecs, SpecCache, load_commit, to_finding
+from reconciler.specs import LoadedSpecs, SpecCache, load_commit
 
 SOLVER_ACTOR = "solver"
 # A commit that only adds or edits jobs, at most this share of them, is placed by an
@@ -138,7 +138,7 @@ def commit_intent(
     """Apply the commit, or reject it: its files are invalid, or an owner's approval
     the Policy requires is missing."""
     if loaded.desired is None:
-        return RejectCommit(commit, tuple(to_finding(e) for e in loaded.errors))
+        return RejectCommit(commit, loaded.errors)
     if unapproved := approval.findings:
         return RejectCommit(commit, unapproved)
     return ApplyCommit(commit, loaded.desired, approval.records)

@@ -1,10 +1,10 @@
-"""Spec files in, JSON-compatible documents and located errors out.
+"""Spec files in, JSON-compatible documents and located errors (`findings.Finding`) out.
 
 Everything a commit's YAML must satisfy on its own (syntax, safety limits, the JSON
 Schema of its kind) lives here; rules across documents live in `policies`.
 """
 
-from schemas.loader import Document, JsonPath, Limits, SpecError, format_json_path, parse_documents
+from schemas.loader import Document, JsonPath, Limits, format_json_path, parse_documents
 from schemas.validator import (
     API_VERSION,
     ENVELOPE,
@@ -21,7 +21,6 @@ __all__ = [
     "Document",
     "JsonPath",
     "Limits",
-    "SpecError",
     "format_json_path",
     "parse_documents",
     "schema_for",

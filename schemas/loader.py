@@ -20,6 +20,8 @@ import yaml.events
 import yaml.nodes
 import yaml.resolver
 
+from findings import Finding
+
 JsonPath = tuple[str | int, ...]
 
 _YAML_TAG = "tag:yaml.org,2002:"
@@ -56,40 +58,6 @@ def format_json_path(path: Sequence[str | int]) -> str:
             escaped = step.replace("\\", "\\\\").replace("'", "\\'")
             parts.append(f"['{escaped}']")
     return "".join(parts)
-
-
-@dataclass(frozen=True, slots=True)
-class SpecError:
-    """One problem in one file, with enough location for an editor to jump to it.
-
-    The same thing as `engine.model.Finding`, field for field: schemas and the engine each
-    stand alone, so each declares it; `reconciler.specs.to_finding` is where one becomes
-    the other, and tests/unit/test_findings.py keeps them alike."""
-
-    file: str
-    line: int | None
-    column: int | None
-    path: str
-    message: str
-    code: str
-
-    def format(self) -> str:
-        where = self.file
-        if self.line is not None:
-            where += f":{self.line}"
-            if self.column is not None:
-                where += f":{self.column}"
-        return f"{where}: {self.path}: {self.message} [{self.code}]"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "file": self.file,
-            "line": self.line,
-            "column": self.column,
-            "path": self.path,
-            "message": self.message,
-            "code": self.code,
-        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,9 +109,9 @@ class Document:
                 return found
         return (1, 1)
 
-    def error(self, path: Sequence[str | int], message: str, code: str) -> SpecError:
+    def error(self, path: Sequence[str | int], message: str, code: str) -> Finding:
         line, column = self.position(path)
-        return SpecError(self.file, line, column, format_json_path(path), message, code)
+        return Finding(self.file, line, column, format_json_path(path), message, code)
 
 
 # --- composition: events -> a small node graph, with limits enforced as it grows ---
@@ -355,11 +323,11 @@ class _Builder:
     def __init__(self, file: str) -> None:
         self.file = file
         self.positions: dict[JsonPath, tuple[int, int]] = {}
-        self.errors: list[SpecError] = []
+        self.errors: list[Finding] = []
 
     def fail(self, node: _Node, path: JsonPath, message: str, code: str = "yaml") -> None:
         self.errors.append(
-            SpecError(self.file, node.line, node.column, format_json_path(path), message, code)
+            Finding(self.file, node.line, node.column, format_json_path(path), message, code)
         )
 
     def value(self, node: _Node, path: JsonPath) -> Any:
@@ -521,9 +489,9 @@ def _scalar_tag(node: _Scalar) -> str:
 # --- the whole file ---
 
 
-def _check_bytes(content: bytes, file: str, limits: Limits) -> SpecError | None:
+def _check_bytes(content: bytes, file: str, limits: Limits) -> Finding | None:
     if len(content) > limits.max_bytes:
-        return SpecError(
+        return Finding(
             file,
             None,
             None,
@@ -532,11 +500,11 @@ def _check_bytes(content: bytes, file: str, limits: Limits) -> SpecError | None:
             "too-large",
         )
     if content.startswith((b"\xff\xfe", b"\xfe\xff")):
-        return SpecError(file, 1, 1, "$", "file is UTF-16 text; save it as UTF-8", "encoding")
+        return Finding(file, 1, 1, "$", "file is UTF-16 text; save it as UTF-8", "encoding")
     nul = content.find(b"\x00")
     if nul >= 0:
         line = content.count(b"\n", 0, nul) + 1
-        return SpecError(
+        return Finding(
             file,
             line,
             nul - (content.rfind(b"\n", 0, nul) + 1) + 1,
@@ -549,7 +517,7 @@ def _check_bytes(content: bytes, file: str, limits: Limits) -> SpecError | None:
     except UnicodeDecodeError as exc:
         line = content.count(b"\n", 0, exc.start) + 1
         column = exc.start - (content.rfind(b"\n", 0, exc.start) + 1) + 1
-        return SpecError(
+        return Finding(
             file,
             line,
             column,
@@ -561,14 +529,14 @@ def _check_bytes(content: bytes, file: str, limits: Limits) -> SpecError | None:
     return None
 
 
-def _check_characters(text: str, file: str) -> SpecError | None:
+def _check_characters(text: str, file: str) -> Finding | None:
     found = _NON_PRINTABLE.search(text)
     if found is None:
         return None
     start = found.start()
     line = text.count("\n", 0, start) + 1
     column = start - (text.rfind("\n", 0, start) + 1) + 1
-    return SpecError(
+    return Finding(
         file,
         line,
         column,
@@ -578,7 +546,7 @@ def _check_characters(text: str, file: str) -> SpecError | None:
     )
 
 
-def _yaml_error(file: str, text: str, exc: yaml.YAMLError, max_depth: int) -> SpecError:
+def _yaml_error(file: str, text: str, exc: yaml.YAMLError, max_depth: int) -> Finding:
     if isinstance(exc, yaml.MarkedYAMLError):
         mark = exc.problem_mark or exc.context_mark
         problem = exc.problem or exc.context or "invalid YAML"
@@ -586,7 +554,7 @@ def _yaml_error(file: str, text: str, exc: yaml.YAMLError, max_depth: int) -> Sp
             # libyaml (PyYAML >= 6.0.3 bundles one with a limit) refuses deep flow
             # nesting while scanning ahead, before our own limit sees the level.
             line = mark.line + 1 if mark is not None else None
-            return SpecError(
+            return Finding(
                 file, line, None, "$", f"nesting deeper than {max_depth} levels", "too-deep"
             )
         if exc.context and exc.problem:
@@ -597,9 +565,9 @@ def _yaml_error(file: str, text: str, exc: yaml.YAMLError, max_depth: int) -> Sp
         if mark is not None and _char_at(text, mark.line, mark.column) == "\t":
             problem += "; indent with spaces, not tabs"
         if mark is not None:
-            return SpecError(file, mark.line + 1, mark.column + 1, "$", problem, "yaml")
-        return SpecError(file, None, None, "$", problem, "yaml")
-    return SpecError(file, None, None, "$", f"invalid YAML: {exc}", "yaml")
+            return Finding(file, mark.line + 1, mark.column + 1, "$", problem, "yaml")
+        return Finding(file, None, None, "$", problem, "yaml")
+    return Finding(file, None, None, "$", f"invalid YAML: {exc}", "yaml")
 
 
 def _char_at(text: str, line: int, column: int) -> str:
@@ -617,7 +585,7 @@ def _is_empty(root: _Node | None) -> bool:
 
 def parse_documents(
     content: bytes, file: str, limits: Limits = Limits()
-) -> tuple[tuple[Document, ...], tuple[SpecError, ...]]:
+) -> tuple[tuple[Document, ...], tuple[Finding, ...]]:
     """Every document of a file that parsed cleanly, and every problem found.
 
     A document with any problem is left out, so later checks never see a guess at what
@@ -632,7 +600,7 @@ def parse_documents(
         return (), (early,)
 
     documents: list[Document] = []
-    errors: list[SpecError] = []
+    errors: list[Finding] = []
     loader = _Loader(text)
     try:
         for index, root in enumerate(_Composer(limits).documents(loader)):
@@ -641,7 +609,7 @@ def parse_documents(
             if not isinstance(root, _Mapping):
                 kind = "a list" if isinstance(root, _Sequence) else "a single value"
                 errors.append(
-                    SpecError(
+                    Finding(
                         file,
                         root.line,
                         root.column,
@@ -660,12 +628,12 @@ def parse_documents(
                 continue
             documents.append(Document(file, index, data, MappingProxyType(builder.positions)))
     except _Stop as stop:
-        errors.append(SpecError(file, stop.line, stop.column, "$", stop.message, stop.code))
+        errors.append(Finding(file, stop.line, stop.column, "$", stop.message, stop.code))
     except yaml.YAMLError as exc:
         errors.append(_yaml_error(file, text, exc, limits.max_depth))
     except Exception as exc:  # a parser bug must still not reach the user as a traceback
         errors.append(
-            SpecError(file, None, None, "$", f"could not parse YAML: {type(exc).__name__}", "yaml")
+            Finding(file, None, None, "$", f"could not parse YAML: {type(exc).__name__}", "yaml")
         )
     finally:
         loader.dispose()

@@ -20,7 +20,8 @@ import fastjsonschema
 from jsonschema import Draft202012Validator, FormatChecker
 from jsonschema.exceptions import ValidationError
 
-from schemas.loader import Document, JsonPath, SpecError
+from findings import Finding
+from schemas.loader import Document, JsonPath
 
 API_VERSION = "gitsched.io/v1"
 KINDS: tuple[str, ...] = ("Cluster", "Node", "NodePool", "Queue", "Job", "Policy")
@@ -116,10 +117,10 @@ def schema_for(kind: str) -> dict[str, Any]:
     return copy.deepcopy(_load(kind))
 
 
-def validate_document(doc: Document) -> tuple[SpecError, ...]:
+def validate_document(doc: Document) -> tuple[Finding, ...]:
     """Every schema violation of one document, sorted by line."""
     data = doc.data
-    errors: list[SpecError] = []
+    errors: list[Finding] = []
     api_version = data.get("apiVersion")
     if "apiVersion" not in data:
         errors.append(
@@ -159,22 +160,22 @@ def validate_envelope(record: Mapping[str, Any]) -> tuple[str, ...]:
     return tuple(f"{e.path}: {e.message}" for e in _sorted(_envelope_errors(doc)))
 
 
-def _envelope_errors(doc: Document) -> list[SpecError]:
+def _envelope_errors(doc: Document) -> list[Finding]:
     seen: set[tuple[JsonPath, int]] = set()
-    found: list[SpecError] = []
+    found: list[Finding] = []
     for error in _validator(ENVELOPE).iter_errors(doc.data):
         found.extend(_explain(doc, error, seen))
     return found
 
 
-def _sorted(errors: list[SpecError]) -> tuple[SpecError, ...]:
+def _sorted(errors: list[Finding]) -> tuple[Finding, ...]:
     return tuple(sorted(errors, key=lambda e: (e.line or 0, e.column or 0, e.path, e.message)))
 
 
 def _explain(
     doc: Document, error: ValidationError, seen_required: set[tuple[JsonPath, int]]
-) -> list[SpecError]:
-    """One jsonschema error as SpecErrors in words that do not assume JSON Schema."""
+) -> list[Finding]:
+    """One jsonschema error as Findings in words that do not assume JSON Schema."""
     path: JsonPath = tuple(error.absolute_path)
     keyword = error.validator
     expected: Any = error.validator_value

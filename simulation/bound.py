@@ -11,8 +11,9 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 
-from engine.model import GPU_MILLI, Node
+from engine.model import Node
 from engine.placement.linear import LinearModel, SolveLimits, solve
+from engine.units import GPU_MILLI
 from simulation.trace import ShapeKey, TracePod
 
 

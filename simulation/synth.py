@@ -10,8 +10,8 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, replace
 
+from engine import events as ev
 from engine.model import (
-    GPU_MILLI,
     ClusterSpec,
     FlavorQuota,
     GpuFlavor,
@@ -27,6 +27,8 @@ from engine.model import (
     TopologyRequirement,
 )
 from engine.placement.plan import PlacementInstance
+from engine.state import ClusterState, fold
+from engine.units import GPU_MILLI
 
 NOW = "2026-11-22T12:00:00+00:00"
 NODE_GPUS = 8
@@ -246,6 +248,24 @@ def synth_instance(size: str, seed: int, policy: Policy | None = None) -> Placem
         policy=policy,
         now=NOW,
     )
+
+
+def folded_state(instance: PlacementInstance) -> ClusterState:
+    """The cluster `instance` describes, as the reconciler's folded state: the events that
+    would have configured it (policy, cluster, nodes, queues, jobs, the running jobs'
+    placements as solve "synth") folded from an empty state. The one way a synthetic
+    instance becomes state, so the bench and the determinism probe decide on the same."""
+    setup: list[ev.Event] = [ev.PolicyChanged(instance.policy)]
+    if instance.cluster is not None:
+        setup.append(ev.ClusterConfigured(instance.cluster))
+    setup += [ev.NodeRegistered(n) for n in instance.nodes]
+    setup += [ev.QueueConfigured(q) for q in instance.queues]
+    setup += [ev.JobSubmitted(j) for j in instance.jobs]
+    setup += [
+        ev.PlacementDecided(k, p.flavor, p.replicas, "admitted", "admitted", "synth", p.started_at)
+        for k, p in sorted(instance.current.items())
+    ]
+    return fold(setup, ClusterState())
 
 
 def with_new_jobs(instance: PlacementInstance, count: int, seed: int) -> PlacementInstance:

@@ -29,7 +29,6 @@ from immutables import Map
 from engine import events as ev
 from engine.core import ApplyPlan, decide, placement_instance
 from engine.model import (
-    GPU_MILLI,
     ClusterSpec,
     FlavorQuota,
     GpuFlavor,
@@ -49,6 +48,7 @@ from engine.placement.plan import (
     SolveStats,
 )
 from engine.state import ClusterState, fold
+from engine.units import GPU_MILLI
 from reconciler.step import place
 
 QUEUE = "trace"

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from audit.projection.vocabulary import gpus
+from engine.units import gpus_text as gpus
 
 
 def quotas_of(queue: dict[str, Any]) -> dict[str, list[int | None]]:

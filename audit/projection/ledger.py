@@ -12,7 +12,8 @@ from typing import Protocol
 
 from audit.projection.rows import Batch
 from audit.projection.state import Account, Pool, ProjectionState
-from audit.projection.vocabulary import CHECK_LIMITS, DAY, compact_json, gpus
+from audit.projection.vocabulary import CHECK_LIMITS, DAY, compact_json
+from engine.units import gpus_text as gpus
 
 # A queue in force, as the usage ledger sees it: team, cohort, quotas (flavor -> [nominal,
 # borrowing limit, lending limit] in milli-GPU) and the seq of the event that configured it.

@@ -51,11 +51,11 @@ from audit.projection.vocabulary import (
     START_MOVED,
     canonical_json,
     epoch,
-    gpus,
     person,
 )
 from engine.events import EVENT_TYPES
 from engine.model import utc_time
+from engine.units import gpus_text as gpus
 from eventlog.codec import upcast
 from eventlog.timeline import COMMIT_EVENTS, Timeline
 

@@ -10,8 +10,6 @@ from __future__ import annotations
 import json
 from datetime import datetime
 
-from engine.model import GPU_MILLI
-
 FORMAT_VERSION = "5"
 
 # How a placement interval started and ended; `history` shows them like sacct's State.
@@ -64,11 +62,6 @@ def email_of(who: str) -> str:
     if 0 <= start < end:
         return who[start + 1 : end].strip().lower()
     return who.strip().lower()
-
-
-def gpus(milli: int | float) -> str:
-    value = milli / GPU_MILLI
-    return f"{value:g}"
 
 
 def epoch(text: str) -> float:

@@ -41,7 +41,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
 from multiprocessing import get_context
 
-from engine.model import GPU_MILLI, FlavorQuota, Isolation, Job, Node, Placement, Queue
+from engine.model import FlavorQuota, Isolation, Job, Node, Placement, Queue
 from engine.placement.constraints import QuotaLedger, node_rejection
 from engine.placement.greedy import GreedyPlacer
 from engine.placement.linear import LinearModel, SolveLimits, solve
@@ -55,6 +55,7 @@ from engine.placement.plan import (
     SolveStats,
 )
 from engine.placement.topology import Tree
+from engine.units import GPU_MILLI, gpus_from_milli
 
 # Instances with more schedulable nodes than this are decomposed (L, 1,250 nodes, is not).
 DECOMPOSE_NODES = 4000
@@ -516,13 +517,13 @@ def fluid_bound(instance: PlacementInstance, time_limit_s: float = 30.0) -> floa
             m = lp.var(
                 f"innominal__{qname}__{f}__{priority}",
                 0.0,
-                fq.nominal / GPU_MILLI,
+                gpus_from_milli(fq.nominal),
                 rate,
                 integer=False,
             )
             lp.row(
                 f"fill__{qname}__{f}__{priority}",
-                [*((c, v / GPU_MILLI) for c, v in above), (m, -1.0)],
+                [*((c, gpus_from_milli(v)) for c, v in above), (m, -1.0)],
                 lower=0.0,
             )
     for q in instance.queues:

@@ -4,9 +4,8 @@ Best fit on free GPU packs well only when every job looks alike. Over a real wor
 (the openb trace: shares of 50 to 950 milli-GPU beside whole-GPU pods, CPU-heavy pods
 beside GPU-heavy ones) what matters is whether what a node has left is still usable by
 the jobs that come. So the log keeps a bounded summary of the job shapes submitted
-(`remember_shape`, folded by engine.state on every JobSubmitted; deterministic on
-replay: windows and decay count submissions, never the clock), the solver's instance
-carries it (`learned_shapes`), and a replica goes where the node's *workload
+(engine.shapes, folded by engine.state on every JobSubmitted; this module only reads
+it), the solver's instance carries it (`learned_shapes`), and a replica goes where the node's *workload
 fragmentation* (FGD, USENIX ATC'23: milli-GPU the seen shapes could not use) plus its
 *stranded GPU* (free GPU the node's free CPU and memory cannot feed at the workload's own
 ratios) grows least, then best fit. `NodeScorer` is that rule; greedy.Packing asks it.
@@ -18,73 +17,11 @@ import bisect
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from immutables import Map
-
-from engine.model import GPU_MILLI, Job
 from engine.placement.constraints import NodeFree
 from engine.placement.objective import WorkloadShape, stranded_gpu, workload_fragmentation
-from engine.placement.plan import JobShape, PlacementInstance
-
-# The summary: at most SHAPE_LIMIT shapes, weights in SHAPE_UNIT per replica submitted.
-# Submissions are counted in windows of SHAPE_WINDOW_JOBS; when one closes its counts are
-# added to the published summary, which first loses SHAPE_DECAY_EIGHTHS/8 of its weight
-# (a half-life of about five windows). The solver reads only the published summary, so it
-# changes once a window, the same on every replay.
-SHAPE_LIMIT = 64
-SHAPE_WINDOW_JOBS = 128
-SHAPE_DECAY_EIGHTHS = 1
-SHAPE_UNIT = 1000
-
-
-def shape_key(shape: JobShape) -> str:
-    """The summary's key for a shape (a string: the folded state's maps are keyed by text)."""
-    return f"{shape.gpu_milli}/{shape.cpu_milli}/{shape.memory_mib}/{','.join(shape.flavors)}"
-
-
-def parse_shape(key: str) -> JobShape:
-    gpu, cpu, memory, flavors = key.split("/", 3)
-    return JobShape(int(gpu), int(cpu), int(memory), tuple(f for f in flavors.split(",") if f))
-
-
-def job_shape(job: Job) -> JobShape:
-    r = job.resources
-    return JobShape(r.gpu_milli, r.cpu_milli, r.memory_mib, tuple(sorted(job.gpu_flavors)))
-
-
-ShapeCounts = tuple[Map[str, int], Map[str, int], int]  # published, this window, its jobs
-
-
-def remember_shape(counts: ShapeCounts, job: Job) -> ShapeCounts:
-    """The state's summary of submitted shapes after `job` was submitted: (published, the
-    window's counts not yet published, the jobs in the window). CPU-only jobs take no GPU:
-    they are not counted (fragmentation is measured in GPU)."""
-    published, window, jobs = counts
-    if job.resources.gpu_milli <= 0:
-        return counts
-    key = shape_key(job_shape(job))
-    window = window.set(key, window.get(key, 0) + SHAPE_UNIT * job.replicas)
-    if jobs + 1 < SHAPE_WINDOW_JOBS:
-        return published, window, jobs + 1
-    return _publish(published, window), Map(), 0
-
-
-def _publish(published: Map[str, int], window: Map[str, int]) -> Map[str, int]:
-    merged: dict[str, int] = {}
-    for key, weight in published.items():
-        kept = weight - weight * SHAPE_DECAY_EIGHTHS // 8
-        if kept > 0:
-            merged[key] = kept
-    for key, weight in window.items():
-        merged[key] = merged.get(key, 0) + weight
-    # The heaviest shapes, ties by key: bounded and independent of any map's order.
-    kept_keys = sorted(merged, key=lambda k: (-merged[k], k))[:SHAPE_LIMIT]
-    return Map({k: merged[k] for k in sorted(kept_keys)})
-
-
-def learned_shapes(published: Map[str, int]) -> tuple[tuple[JobShape, int], ...]:
-    """The published summary as the instance carries it, in key order."""
-    return tuple((parse_shape(k), published[k]) for k in sorted(published))
-
+from engine.placement.plan import PlacementInstance
+from engine.shapes import JobShape
+from engine.units import GPU_MILLI
 
 # -- scoring nodes -----------------------------------------------------------------------------
 

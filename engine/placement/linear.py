@@ -2,7 +2,9 @@
 
 The placement model is built once, as plain rows and columns with names, and
 handed to HiGHS (through highspy) or CBC (through PuLP). Neither library is
-typed; everything untyped stays inside `_solve_highs` and `_solve_cbc`.
+typed; everything untyped stays inside `_solve_highs` and `_solve_cbc`. What the libraries
+raise when they fail is wrapped here, where they are called, as `SolverFailed`; a solve
+that ends without a plan is a status ("error", "infeasible"), not an exception.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ import warnings
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from engine.errors import SolverFailed
 
 INF = math.inf
 
@@ -212,8 +216,20 @@ def _new_highs(highspy: Any) -> Any:
     return h
 
 
+def _highs_errors(highspy: Any) -> tuple[type[Exception], ...]:
+    """What highspy raises when HiGHS itself fails: pybind11 turns a C++ exception into
+    RuntimeError (std::bad_alloc into MemoryError, which solvers.solve catches anywhere);
+    highspy >= 1.8's Python layer raises HighsError. A TypeError or ValueError means we
+    handed it something wrong, and is not caught."""
+    own = getattr(highspy, "HighsError", None)
+    return (RuntimeError, own) if isinstance(own, type) else (RuntimeError,)
+
+
 def _solve_highs(model: LinearModel, limits: SolveLimits, warm: Sequence[float] | None) -> _Result:
-    import highspy
+    try:
+        import highspy
+    except ImportError as e:
+        raise SolverFailed(f"highspy is not installed: {e}") from e
     import numpy as np
 
     lower = np.asarray(model.col_lower, dtype=np.float64)
@@ -254,13 +270,6 @@ def _solve_highs(model: LinearModel, limits: SolveLimits, warm: Sequence[float] 
         lower, upper, cost, integer = lower[free], upper[free], cost[free], integer[free]
         if len(free) == 0:  # nothing left to decide: the constant is the optimum
             return "optimal", tuple(model.col_lower), offset, offset
-    h = _new_highs(highspy)
-    h.setOptionValue("time_limit", max(0.05, float(limits.time_limit_s)))
-    h.setOptionValue("mip_rel_gap", float(limits.gap))
-    h.setOptionValue("threads", int(limits.threads))
-    h.setOptionValue("random_seed", 0)
-    for option, setting in limits.extra:
-        h.setOptionValue(option, setting)
     inf = highspy.kHighsInf
     lp: Any = highspy.HighsLp()
     lp.num_col_ = len(lower)
@@ -284,20 +293,33 @@ def _solve_highs(model: LinearModel, limits: SolveLimits, warm: Sequence[float] 
             highspy.HighsVarType.kInteger if i else highspy.HighsVarType.kContinuous
             for i in integer.tolist()
         ]
-    h.passModel(lp)
+    start: Any = None
     if warm is not None and not limits.relax:
-        start: Any = highspy.HighsSolution()
+        start = highspy.HighsSolution()
         start.col_value = list(np.asarray(warm, dtype=np.float64)[free] if reduced else warm)
         start.value_valid = True
-        h.setSolution(start)
-    h.run()
-    status: Any = h.getModelStatus()
-    info: Any = h.getInfo()
+    try:
+        h = _new_highs(highspy)
+        h.setOptionValue("time_limit", max(0.05, float(limits.time_limit_s)))
+        h.setOptionValue("mip_rel_gap", float(limits.gap))
+        h.setOptionValue("threads", int(limits.threads))
+        h.setOptionValue("random_seed", 0)
+        for option, setting in limits.extra:
+            h.setOptionValue(option, setting)
+        h.passModel(lp)
+        if start is not None:
+            h.setSolution(start)
+        h.run()
+        status: Any = h.getModelStatus()
+        info: Any = h.getInfo()
+        has_values = int(info.primal_solution_status) == 2  # kSolutionStatusFeasible
+        col_value = h.getSolution().col_value if has_values else None
+    except _highs_errors(highspy) as e:
+        raise SolverFailed(f"HiGHS failed: {e}") from e
     ms = highspy.HighsModelStatus
-    has_values = int(info.primal_solution_status) == 2  # kSolutionStatusFeasible
     values: tuple[float, ...] | None = None
     if has_values:
-        solved = np.asarray(h.getSolution().col_value, dtype=np.float64)
+        solved = np.asarray(col_value, dtype=np.float64)
         if reduced:
             full = np.asarray(model.col_lower, dtype=np.float64)
             full[free] = solved
@@ -329,7 +351,10 @@ def _solve_highs(model: LinearModel, limits: SolveLimits, warm: Sequence[float] 
 
 
 def _solve_cbc(model: LinearModel, limits: SolveLimits, warm: Sequence[float] | None) -> _Result:
-    import pulp
+    try:
+        import pulp
+    except ImportError as e:
+        raise SolverFailed(f"PuLP is not installed: {e}") from e
 
     prob: Any = pulp.LpProblem("placement", pulp.LpMaximize)
     cols: list[Any] = []
@@ -377,8 +402,10 @@ def _run_cbc(
     )
     try:
         prob.solve(cmd)
-    except pulp.PulpSolverError:
+    except pulp.PulpSolverError:  # CBC could not run or wrote no solution: a status
         return "error", None, None, None
+    except OSError as e:  # PuLP's temporary files and its CBC process, unwrapped by PuLP
+        raise SolverFailed(f"CBC could not run: {e}") from e
     sol_status = int(prob.sol_status)
     values_raw = [var.varValue for var in cols]
     has_values = sol_status in (1, 2) and all(v is not None for v in values_raw)

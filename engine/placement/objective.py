@@ -34,7 +34,7 @@ from engine.model import (
 )
 from engine.placement.plan import JobOutcome, OutcomeStatus, PlacementInstance
 from engine.placement.topology import Span, Tree, gang_topology, span_of
-from engine.units import GPU_MILLI
+from engine.units import GPU_MILLI, gpus_from_milli, milli_from_gpus
 
 CPU_JOB_VALUE_MILLI = 100
 PREFERRED_TOPOLOGY_SHARE = 0.05  # a preferred-topology gang that spreads loses 5% of its GPUs
@@ -48,7 +48,7 @@ RESOURCES = ("gpu", "cpu", "memory")
 def gpu_value(job: Job, replicas: int) -> float:
     """Running `replicas` replicas of `job`, in GPUs (a CPU-only replica: a tenth of one)."""
     milli = job.resources.gpu_milli or CPU_JOB_VALUE_MILLI
-    return replicas * milli / GPU_MILLI
+    return gpus_from_milli(replicas * milli)
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,7 +116,9 @@ def weights(instance: PlacementInstance) -> Weights:
     for p in sorted(total):
         running[p] = MARGIN * below / step[p]
         below += running[p] * min(total[p], capacity)
-    gpu_steps = [j.resources.gpu_milli / GPU_MILLI for j in instance.jobs if j.resources.gpu_milli]
+    gpu_steps = [
+        gpus_from_milli(j.resources.gpu_milli) for j in instance.jobs if j.resources.gpu_milli
+    ]
     scale = MARGIN * below / (min(gpu_steps) if gpu_steps else 1.0)
     base = min(running.values(), default=1.0)
     nominal = {p: scale * w / base for p, w in running.items()}
@@ -134,13 +136,8 @@ def weights(instance: PlacementInstance) -> Weights:
 
 
 def move_penalty(job: Job, policy: Policy) -> float:
-    return (
-        policy.move_cost
-        * job.replicas
-        * max(job.resources.gpu_milli, CPU_JOB_VALUE_MILLI)
-        / GPU_MILLI
-        * 0.1
-    )
+    milli = policy.move_cost * job.replicas * max(job.resources.gpu_milli, CPU_JOB_VALUE_MILLI)
+    return gpus_from_milli(milli) * 0.1
 
 
 def lost_gpu_seconds(job: Job, placement: Placement, now: str) -> float:
@@ -156,7 +153,7 @@ def lost_gpu_seconds(job: Job, placement: Placement, now: str) -> float:
     elapsed = max(0.0, elapsed)
     if job.checkpoint_interval_minutes is not None:
         elapsed = min(elapsed, job.checkpoint_interval_minutes * 60.0)
-    return elapsed * placement.gpu_milli / GPU_MILLI
+    return gpus_from_milli(elapsed * placement.gpu_milli)
 
 
 def preemption_penalty(job: Job, lost_seconds: float, policy: Policy) -> float:
@@ -224,7 +221,7 @@ def capacity_vector(nodes: Iterable[Node]) -> dict[str, int]:
     cap = {"gpu": 0, "cpu": 0, "memory": 0}
     for n in nodes:
         if n.schedulable:
-            cap["gpu"] += n.gpus * GPU_MILLI
+            cap["gpu"] += milli_from_gpus(n.gpus)
             cap["cpu"] += n.cpu_milli
             cap["memory"] += n.memory_mib
     return cap
@@ -307,7 +304,7 @@ def fairness_penalty_per_share(instance: PlacementInstance) -> float:
     weighs the same and fairness orders queues whatever their jobs' priorities."""
     if not instance.policy.fairness_weight:
         return 0.0
-    gpus = capacity_vector(instance.nodes)["gpu"] / GPU_MILLI
+    gpus = gpus_from_milli(capacity_vector(instance.nodes)["gpu"])
     return instance.policy.fairness_weight * max(gpus, 1.0)
 
 
@@ -419,13 +416,13 @@ def objective_terms(instance: PlacementInstance, outcomes: Sequence[JobOutcome])
         above = 0
         for priority, rate in w.nominal_steps(by_priority):
             above += by_priority[priority]
-            bonus += rate * min(above, fq.nominal) / GPU_MILLI
+            bonus += gpus_from_milli(rate * min(above, fq.nominal))
     fragmentation = 0.0
     if policy.fragmentation_weight:
         for name, used in node_used.items():
             node = nodes.get(name)
             if node is not None:
-                fragmentation += node_fragmentation(node.gpus * GPU_MILLI, used)
+                fragmentation += node_fragmentation(milli_from_gpus(node.gpus), used)
         fragmentation *= policy.fragmentation_weight
     fairness = 0.0
     if policy.fairness_weight:

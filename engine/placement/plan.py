@@ -9,18 +9,7 @@ from enum import StrEnum
 from typing import Protocol
 
 from engine.model import ClusterSpec, Job, Node, Placement, Policy, Queue, ReplicaPlacement
-
-
-@dataclass(frozen=True, slots=True, order=True)
-class JobShape:
-    """What one replica of a job asks for, as the workload's history counts it: milli-GPU
-    (whole GPUs as multiples of 1000, or a share of one), CPU, memory, and the GPU flavors
-    it may run on (empty: any). engine.placement.fragmentation scores nodes over these."""
-
-    gpu_milli: int
-    cpu_milli: int
-    memory_mib: int
-    flavors: tuple[str, ...] = ()
+from engine.shapes import JobShape
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,7 +30,7 @@ class PlacementInstance:
     # over the decay window (engine/fairshare.py): lowers the fair share of a queue that
     # used much lately. Empty: no history.
     usage: Mapping[str, float] = field(default_factory=dict)
-    # The job shapes the cluster has seen (engine.placement.fragmentation.learned_shapes of
+    # The job shapes the cluster has seen (engine.shapes.learned_shapes of
     # the folded state) with their weights: node choice keeps room for them. Empty: unknown.
     shapes: tuple[tuple[JobShape, int], ...] = ()
 

@@ -1,7 +1,9 @@
 """Solver selection by name. The one module that knows every solver.
 
-A MILP that fails outright (its library missing or raising) is answered with the greedy
-plan, and the plan says so (SolveStats.fallback): a commit is always decided.
+A MILP that fails outright (its library missing or failing, out of memory, or one of our
+typed errors) is answered with the greedy plan, and the plan says so (SolveStats.fallback):
+a commit is always decided. Anything else (a KeyError or TypeError in our formulation) is a
+bug in gitsched and propagates: it must not hide behind a plan that looks merely greedy.
 """
 
 from __future__ import annotations
@@ -9,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Collection
 
-from engine.errors import UsageError
+from engine.errors import PermanentError, SolverFailed, TemporaryError, UsageError
 from engine.placement.decompose import DecomposedPlacer, should_decompose
 from engine.placement.greedy import GreedyPlacer
 from engine.placement.milp import MilpPlacer
@@ -26,6 +28,17 @@ DECOMPOSED: dict[str, DecomposedPlacer] = {
     "highs": DecomposedPlacer("highs"),
     "cbc": DecomposedPlacer("cbc"),
 }
+
+# What a MILP solve may legitimately fail with. The libraries' own errors reach us as
+# SolverFailed (engine.placement.linear wraps them where it calls highspy and PuLP); a
+# MemoryError may come from the solver (pybind11's std::bad_alloc) or from building a
+# model too large; Permanent/TemporaryError are our typed errors, raised on purpose.
+SOLVER_FAILURES: tuple[type[Exception], ...] = (
+    SolverFailed,
+    MemoryError,
+    PermanentError,
+    TemporaryError,
+)
 
 
 def placer(name: str) -> Placer:
@@ -45,7 +58,7 @@ def solve(instance: PlacementInstance, solver: str | None = None) -> PlacementPl
         if should_decompose(instance):
             return DECOMPOSED[chosen.backend].solve(instance)
         return chosen.solve(instance)
-    except Exception as e:  # any solver failure: the commit is still decided
+    except SOLVER_FAILURES as e:  # the commit is still decided
         return greedy_fallback(instance, chosen.name, e)
 
 
@@ -61,7 +74,7 @@ def solve_changed(
             if should_decompose(instance):
                 return DECOMPOSED[chosen.backend].solve_incremental(instance, changed)
             return chosen.solve_incremental(instance, changed)
-        except Exception as e:  # any solver failure: the commit is still decided
+        except SOLVER_FAILURES as e:  # the commit is still decided
             return greedy_fallback(instance, chosen.name, e)
     return None
 

@@ -20,7 +20,6 @@ from typing import Any
 
 import click
 
-from engine import events as ev
 from engine.core import placement_instance
 from engine.model import Policy
 from engine.placement import solvers
@@ -32,14 +31,13 @@ from engine.placement.objective import plan_objective
 from engine.placement.plan import OutcomeStatus, PlacementInstance, PlacementPlan, SolveStats
 from engine.placement.solvers import placer
 from engine.placement.topology import GangSpan, gang_spans
-from engine.state import ClusterState, fold
 from engine.units import gpus_from_milli
 from gitsched.options import fail, format_option
 from gitsched.render import table
 from policies.policy import default_policy
 from reconciler.specs import policy_of
 from reconciler.step import place
-from simulation.synth import NOW, SIZES, synth_instance, with_new_jobs
+from simulation.synth import NOW, SIZES, folded_state, synth_instance, with_new_jobs
 
 GOALS = {  # gap, time limit
     "S": (0.0, 60.0),
@@ -50,21 +48,6 @@ GOALS = {  # gap, time limit
 }
 NEW_JOBS = 50
 BUILTIN = policy_of(default_policy())
-
-
-def _state_of(instance: PlacementInstance) -> ClusterState:
-    """The cluster `instance` describes, as the reconciler's folded state."""
-    setup: list[ev.Event] = [ev.PolicyChanged(instance.policy)]
-    if instance.cluster is not None:
-        setup.append(ev.ClusterConfigured(instance.cluster))
-    setup += [ev.NodeRegistered(n) for n in instance.nodes]
-    setup += [ev.QueueConfigured(q) for q in instance.queues]
-    setup += [ev.JobSubmitted(j) for j in instance.jobs]
-    setup += [
-        ev.PlacementDecided(k, p.flavor, p.replicas, "admitted", "admitted", "synth", p.started_at)
-        for k, p in sorted(instance.current.items())
-    ]
-    return fold(setup, ClusterState())
 
 
 def _decomposed_placer(instance: PlacementInstance, solver: str) -> DecomposedPlacer | None:
@@ -166,7 +149,7 @@ def command(
         fairness_weight=BUILTIN.fairness_weight if fairness_weight is None else fairness_weight,
     )
     started = time.perf_counter()
-    state = _state_of(synth_instance(size, seed, policy))
+    state = folded_state(synth_instance(size, seed, policy))
     instance = placement_instance(state, NOW)  # what the step's solvers see
     built = time.perf_counter() - started
     decomposed = _decomposed_placer(instance, solver)
@@ -291,7 +274,7 @@ def _incremental(
     later = with_new_jobs(replace(instance, current=running), NEW_JOBS, seed)
     later = replace(later, policy=replace(later.policy, time_limit_s=1.0))
     new = frozenset(j.key for j in later.jobs[len(instance.jobs) :])
-    state = _state_of(later)
+    state = folded_state(later)
     later = placement_instance(state, instance.now)
     t = time.perf_counter()
     again = place(state, instance.now, new, solver)

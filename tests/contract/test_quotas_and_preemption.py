@@ -16,12 +16,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from engine.model import GPU_MILLI, Job, Placement, Policy, PreemptionScope, ReplicaPlacement
+from engine.model import Job, Placement, Policy, PreemptionScope, ReplicaPlacement
 from engine.placement.check import check_plan
 from engine.placement.milp import MilpPlacer, attribution
 from engine.placement.plan import OutcomeStatus, PlacementInstance, PlacementPlan
 from engine.placement.preemption import start_ledger
 from engine.placement.solvers import placer
+from engine.units import GPU_MILLI
 from tests.support.factories import instance, job, node, queue
 
 SOLVERS = ["greedy", "highs", "cbc"]

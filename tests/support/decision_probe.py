@@ -11,24 +11,13 @@ from engine import events as ev
 from engine.codec import to_data
 from engine.core import ApplyPlan, decide, placement_instance
 from engine.placement.solvers import solve
-from engine.state import ClusterState, fold
-from simulation.synth import synth_instance
+from simulation.synth import folded_state, synth_instance
 
 
 def main(solver: str) -> None:
     inst = synth_instance("S", 1)
     policy = dataclasses.replace(inst.policy, solver=solver, gap_tolerance=0.0, time_limit_s=120)
-    setup: list[ev.Event] = [ev.PolicyChanged(policy)]
-    if inst.cluster is not None:
-        setup.append(ev.ClusterConfigured(inst.cluster))
-    setup += [ev.NodeRegistered(n) for n in inst.nodes]
-    setup += [ev.QueueConfigured(q) for q in inst.queues]
-    setup += [ev.JobSubmitted(j) for j in inst.jobs]
-    setup += [
-        ev.PlacementDecided(k, p.flavor, p.replicas, "admitted", "admitted", "s0", p.started_at)
-        for k, p in sorted(inst.current.items())
-    ]
-    state = fold(setup, ClusterState())
+    state = folded_state(dataclasses.replace(inst, policy=policy))
     instance = placement_instance(state, inst.now)
     plan = solve(instance)
     events = decide(state, ApplyPlan(plan, "s1", inst.now))

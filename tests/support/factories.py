@@ -8,7 +8,6 @@ from engine.core import (
     DesiredState,
 )
 from engine.model import (
-    GPU_MILLI,
     ClusterSpec,
     CommitInfo,
     FlavorQuota,
@@ -25,6 +24,7 @@ from engine.model import (
     TopologyRequirement,
 )
 from engine.placement.plan import PlacementInstance
+from engine.units import GPU_MILLI
 
 CLUSTER = ClusterSpec(
     name="test",

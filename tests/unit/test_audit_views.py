@@ -24,8 +24,8 @@ from audit.catchup import catch_up, rebuild
 from audit.pointintime import cluster_at
 from audit.store import AuditStore, EventList
 from engine.codec import to_data
-from engine.model import GPU_MILLI
 from engine.state import ClusterState, evolve
+from engine.units import GPU_MILLI
 from eventlog.codec import decode
 from eventlog.envelope import StoredEvent, verify_chain
 from simulation.history import synthetic_events, synthetic_log

@@ -18,11 +18,12 @@ from engine.core import (
     keep_waiting_reasons,
     placement_instance,
 )
-from engine.model import Approval, Finding, NodeState, Owner, Policy
+from engine.model import Approval, NodeState, Owner, Policy
 from engine.placement.greedy import GreedyPlacer
 from engine.placement.plan import JobOutcome, OutcomeStatus
 from engine.placement.solvers import solve
 from engine.state import ClusterState, fold
+from findings import Finding
 from tests.support.factories import commit, desired, job, node
 
 
@@ -233,10 +234,11 @@ def test_the_builtin_policy_places_with_the_milp_and_fairness_on() -> None:
 def test_a_failing_milp_falls_back_to_greedy_and_the_solve_event_says_why(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    from engine.errors import SolverFailed
     from engine.placement import solvers
 
     def broken(self: object, instance: object) -> None:
-        raise RuntimeError("HiGHS crashed")
+        raise SolverFailed("HiGHS crashed")
 
     monkeypatch.setattr(solvers.MilpPlacer, "solve", broken)
     state = apply(
@@ -247,7 +249,7 @@ def test_a_failing_milp_falls_back_to_greedy_and_the_solve_event_says_why(
     events = decide(state, ApplyPlan(plan, solve_id="s", at="2026-11-20T10:01:00+00:00"))
     (done,) = [e for e in events if isinstance(e, ev.SolveCompleted)]
     assert (done.solver, done.plan_source) == ("highs", "greedy")
-    assert done.fallback == "the highs solver failed: RuntimeError: HiGHS crashed"
+    assert done.fallback == "the highs solver failed: SolverFailed: HiGHS crashed"
 
 
 def test_with_the_builtin_policy_the_job_that_loses_least_since_its_checkpoint_stops() -> None:

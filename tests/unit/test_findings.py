@@ -1,27 +1,22 @@
-"""A spec's problem is one thing with two names: `schemas.SpecError` (schemas imports
-nothing of ours) and `engine.model.Finding` (what CommitRejected records; the engine
-imports nothing of ours). The reconciler turns one into the other in one place; these
-tests keep the two from drifting apart."""
+"""A spec's problem is one type, `findings.Finding`: schemas finds it, policies and the
+reconciler add to it, and CommitRejected records it as it is (issue #13). What still needs
+guarding: that the log keeps every finding exactly, located as the author saw it."""
 
 from __future__ import annotations
-
-import dataclasses
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from engine.model import Finding
-from reconciler.specs import to_finding
-from schemas import SpecError
+from engine import events as ev
+from engine.codec import from_data, to_data
+from engine.core import RejectCommit, decide
+from engine.state import ClusterState, fold
+from findings import Finding
+from schemas import parse_documents
+from tests.support.factories import commit
 
-
-def test_the_two_have_the_same_fields_in_the_same_order() -> None:
-    spec = [(f.name, str(f.type)) for f in dataclasses.fields(SpecError)]
-    finding = [(f.name, str(f.type)) for f in dataclasses.fields(Finding)]
-    assert spec == finding
-
-
-@given(
+findings_ = st.builds(
+    Finding,
     file=st.text(min_size=1, max_size=20),
     line=st.one_of(st.none(), st.integers(1, 10_000)),
     column=st.one_of(st.none(), st.integers(1, 200)),
@@ -29,10 +24,22 @@ def test_the_two_have_the_same_fields_in_the_same_order() -> None:
     message=st.text(max_size=40),
     code=st.text(min_size=1, max_size=20),
 )
-def test_a_finding_reads_as_the_spec_error_it_records(
-    file: str, line: int | None, column: int | None, path: str, message: str, code: str
-) -> None:
-    error = SpecError(file, line, column, path, message, code)
-    finding = to_finding(error)
-    assert dataclasses.astuple(finding) == dataclasses.astuple(error)
-    assert finding.format() == error.format()
+
+
+@given(st.lists(findings_, min_size=1, max_size=4))
+def test_a_rejected_commit_keeps_every_finding_through_the_log(found: list[Finding]) -> None:
+    (rejected,) = decide(ClusterState(), RejectCommit(commit(1), tuple(found)))
+    assert isinstance(rejected, ev.CommitRejected)
+    stored = from_data(ev.CommitRejected, to_data(rejected))
+    assert stored.errors == tuple(found)
+    assert [f.format() for f in stored.errors] == [f.format() for f in found]
+    assert fold([stored], ClusterState()).last_rejection == tuple(found)
+
+
+def test_what_schemas_finds_is_what_the_rejection_records() -> None:
+    _, found = parse_documents(b"kind: Job\nspec: [unclosed\n", "teams/q/jobs/a.yaml")
+    assert found and all(type(f) is Finding for f in found)
+    (rejected,) = decide(ClusterState(), RejectCommit(commit(1), found))
+    assert isinstance(rejected, ev.CommitRejected)
+    assert rejected.errors == found
+    assert rejected.errors[0].format().startswith("teams/q/jobs/a.yaml:")

@@ -1,5 +1,6 @@
-"""Learned job shapes (engine.placement.fragmentation): the log's summary of what jobs look
-like, and greedy's node choice over it (workload fragmentation plus stranded GPU)."""
+"""Learned job shapes (engine.shapes): the log's summary of what jobs look like, and
+greedy's node choice over it (engine.placement.fragmentation: workload fragmentation plus
+stranded GPU)."""
 
 from __future__ import annotations
 
@@ -11,19 +12,20 @@ from engine import events as ev
 from engine.core import placement_instance
 from engine.model import Job, Placement, ReplicaPlacement
 from engine.placement.constraints import NodeFree
-from engine.placement.fragmentation import (
+from engine.placement.fragmentation import NodeScorer
+from engine.placement.greedy import GreedyPlacer
+from engine.placement.objective import workload_fragmentation
+from engine.placement.plan import PlacementInstance, PlacementPlan
+from engine.shapes import (
     SHAPE_LIMIT,
     SHAPE_UNIT,
     SHAPE_WINDOW_JOBS,
-    NodeScorer,
+    JobShape,
     job_shape,
     learned_shapes,
     remember_shape,
     shape_key,
 )
-from engine.placement.greedy import GreedyPlacer
-from engine.placement.objective import workload_fragmentation
-from engine.placement.plan import JobShape, PlacementInstance, PlacementPlan
 from engine.state import fold
 from tests.support.factories import CLUSTER, instance, job, node, queue
 

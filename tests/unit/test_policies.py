@@ -8,8 +8,9 @@ from typing import Any
 
 import pytest
 
+from findings import Finding
 from policies import check_repository, default_policy, merge_policies, place_of
-from schemas import Document, SpecError, parse_documents, validate_document
+from schemas import Document, parse_documents, validate_document
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "cluster-repo.md"
 
@@ -101,12 +102,12 @@ def load(files: dict[str, str]) -> list[Document]:
     return docs
 
 
-def check(files: dict[str, str]) -> list[SpecError]:
+def check(files: dict[str, str]) -> list[Finding]:
     docs = load(files)
     return list(check_repository(docs, merge_policies(docs)))
 
 
-def where(errors: list[SpecError]) -> list[tuple[str, int | None, str, str]]:
+def where(errors: list[Finding]) -> list[tuple[str, int | None, str, str]]:
     return [(e.file, e.line, e.path, e.code) for e in errors]
 
 
@@ -121,7 +122,7 @@ def job(spec: str, name: str = "train") -> str:
     return JOB.format(name=name, spec=spec)
 
 
-def check_job(spec: str) -> list[SpecError]:
+def check_job(spec: str) -> list[Finding]:
     files = base_repo()
     files["teams/vision/jobs/train.yaml"] = job(spec)
     return check(files)

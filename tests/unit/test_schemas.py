@@ -13,10 +13,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 
+from findings import Finding
 from schemas import (
     KINDS,
     Document,
-    SpecError,
     parse_documents,
     schema_for,
     validate_document,
@@ -37,14 +37,14 @@ def load(text: str, file: str = "teams/vision/jobs/train.yaml") -> Document:
     return doc
 
 
-def check(text: str) -> list[SpecError]:
+def check(text: str) -> list[Finding]:
     return list(validate_document(load(text)))
 
 
 JOB_HEAD = "apiVersion: gitsched.io/v1\nkind: Job\nmetadata:\n  name: train\nspec:\n"
 
 
-def job(spec_lines: str) -> list[SpecError]:
+def job(spec_lines: str) -> list[Finding]:
     return check(JOB_HEAD + spec_lines)
 
 

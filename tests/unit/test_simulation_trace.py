@@ -10,9 +10,9 @@ from hypothesis import strategies as st
 
 from engine.model import Node
 from engine.placement.check import check_plan
-from engine.placement.fragmentation import SHAPE_WINDOW_JOBS
 from engine.placement.greedy import GreedyPlacer
 from engine.placement.plan import OutcomeStatus
+from engine.shapes import SHAPE_WINDOW_JOBS
 from simulation.bound import allocation_bound, gpu_configurations, packing_functions
 from simulation.trace import (
     TraceLog,

@@ -13,7 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import schemas.loader
-from schemas import Document, Limits, SpecError, format_json_path, parse_documents
+from findings import Finding
+from schemas import Document, Limits, format_json_path, parse_documents
 
 FILE = "teams/vision/jobs/train.yaml"
 
@@ -29,15 +30,13 @@ def parser(request: pytest.FixtureRequest) -> Iterator[str]:
         yield request.param
 
 
-def parse(
-    text: str | bytes, limits: Limits | None = None
-) -> tuple[list[Document], list[SpecError]]:
+def parse(text: str | bytes, limits: Limits | None = None) -> tuple[list[Document], list[Finding]]:
     content = text.encode("utf-8") if isinstance(text, str) else text
     docs, errors = parse_documents(content, FILE, limits or Limits())
     return list(docs), list(errors)
 
 
-def codes(errors: list[SpecError]) -> list[str]:
+def codes(errors: list[Finding]) -> list[str]:
     return [e.code for e in errors]
 
 
@@ -317,7 +316,7 @@ def test_random_binary_junk_is_an_error_not_a_crash() -> None:
     for _ in range(200):
         junk = bytes(rng.randrange(256) for _ in range(rng.randrange(1, 400)))
         _docs, errors = parse(junk)
-        assert all(isinstance(e, SpecError) for e in errors)
+        assert all(isinstance(e, Finding) for e in errors)
         if b"\x00" in junk:
             assert codes(errors) == ["binary"]
 
@@ -382,7 +381,7 @@ def test_depth_limit_is_exact() -> None:
 @given(st.binary(max_size=300))
 def test_arbitrary_bytes_never_raise(content: bytes) -> None:
     docs, errors = parse_documents(content, FILE)
-    assert all(isinstance(e, SpecError) for e in errors)
+    assert all(isinstance(e, Finding) for e in errors)
     assert all(isinstance(d, Document) for d in docs)
 
 
