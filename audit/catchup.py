@@ -76,13 +76,6 @@ class Sink(Protocol):
     def usage(self, state: ProjectionState) -> Usage: ...
 
 
-# Events whose payload no view reads: the log need not parse them (unless their hash is
-# to be recomputed).
-_UNREAD_PAYLOADS = frozenset(
-    {"SolveCompleted", "GpuUtilizationReported", "JobIdle", "JobIdleCleared"}
-)
-
-
 def _check_offset(log: LogReader, store: Sink, offset: int, offset_hash: str | None) -> None:
     if offset == 0:
         return
@@ -212,8 +205,8 @@ def _catch_up(
         moved = False
         checker = _checker(log, offset, offset_hash) if verify else None
         try:
-            skip = () if checker is not None and checker.recompute else _UNREAD_PAYLOADS
-            events = log.read(offset, until_seq=head, skip_data_of=skip, check_content=verify)
+            # Every payload is read: the engine's fold (fair share, solves) reads them all.
+            events = log.read(offset, until_seq=head, check_content=verify)
             if checker is not None:
                 events = _checked(iter(events), checker)
             more = True

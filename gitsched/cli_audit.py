@@ -437,10 +437,10 @@ def fairshare(
     fmt: str,
 ) -> None:
     """Each queue's decayed GPU usage against its fair share, over time."""
-    with view(log_url, repo, db_path) as (event_log, store):
+    with view(log_url, repo, db_path) as (_, store):
         start, end = _period(store, since, until)
         times = fairshare_query.sample_times(start, end, every_hours * 3600.0)
-        rows = fairshare_query.fair_share_over_time(event_log.read(0), times)
+        rows = fairshare_query.fair_share_over_time(store, times)
     if fmt == "json":
         click.echo(json.dumps({"since": _iso(start), "until": _iso(end), "rows": rows}, indent=2))
         return
@@ -455,14 +455,17 @@ def fairshare(
 @audit.command("solves")
 @log_option
 @repo_opt
+@db_option
 @click.option(
     "--fallbacks", is_flag=True, help="Only the solves where greedy's plan replaced the MILP's."
 )
 @format_option("text", "csv", "json")
-def solves_command(log_url: str | None, repo: str, fallbacks: bool, fmt: str) -> None:
+def solves_command(
+    log_url: str | None, repo: str, db_path: str | None, fallbacks: bool, fmt: str
+) -> None:
     """Every solve: solver, status, whose plan was applied and why, gap and bound."""
-    with user_errors(), open_event_log(log_url, repo) as event_log:
-        rows = solves_query.solves(event_log.read(0), fallbacks_only=fallbacks)
+    with view(log_url, repo, db_path) as (_, store):
+        rows = solves_query.solves(store, fallbacks_only=fallbacks)
     if fmt == "json":
         click.echo(json.dumps({"rows": rows}, indent=2))
         return

@@ -12,7 +12,7 @@ from datetime import datetime
 
 from engine.model import GPU_MILLI
 
-FORMAT_VERSION = "5"
+FORMAT_VERSION = "6"  # 6: fair share and solves, folded by the engine
 
 # How a placement interval started and ended; `history` shows them like sacct's State.
 START_ADMITTED, START_MOVED = "admitted", "moved"

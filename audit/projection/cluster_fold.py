@@ -1,0 +1,147 @@
+"""The engine's own fold, run by the audit views: rows for `audit fairshare` and `audit solves`.
+
+Fair share is what the solver weighed: the usage `engine.state.evolve` keeps, decayed by
+`engine.fairshare`. Rather than re-derive it, the view folds every event through the
+engine and writes a row whenever an input of fair share changes (a queue's usage,
+weight, cohort or idle jobs; the cluster's capacity or the policy's half-life), and one
+whenever the fold's clock moves, so a query reads the inputs at any time by index seeks.
+The engine's state is saved with the view's offset (`engine.snapshot`), so a catch-up
+folds only the new events.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+
+from audit.projection.rows import Batch
+from audit.projection.state import Envelope, ProjectionError
+from engine.codec import from_data
+from engine.events import EVENT_TYPES, SolveCompleted
+from engine.fairshare import QueueUsage, capacity_gpus
+from engine.snapshot import SnapshotDecodeError, decode_state, encode_state
+from engine.state import ClusterState, evolve
+
+_sorted_encoder = msgspec.msgpack.Encoder(order="sorted")
+
+
+@dataclass(frozen=True, slots=True)
+class QueueInputs:
+    """What fair share reads of one queue: its config, its usage and its idle jobs."""
+
+    cohort: str | None
+    weight: float
+    usage: QueueUsage
+    idle_jobs: int
+
+
+def queue_inputs(state: ClusterState) -> dict[str, QueueInputs]:
+    """Every queue's fair-share inputs in `state` (a job's queue is its key's first part)."""
+    idle: dict[str, int] = {}
+    for key in state.idle:
+        queue = key.partition("/")[0]
+        idle[queue] = idle.get(queue, 0) + 1
+    empty = QueueUsage()
+    return {
+        name: QueueInputs(q.cohort, q.weight, state.usage.get(name, empty), idle.get(name, 0))
+        for name, q in state.queues.items()
+    }
+
+
+def global_inputs(state: ClusterState) -> tuple[float, int]:
+    """(the policy's usage half-life in hours, the schedulable GPUs)."""
+    return state.policy.usage_half_life_hours, capacity_gpus(state.nodes)
+
+
+def queue_row(seq: int, name: str, q: QueueInputs | None) -> tuple[Any, ...]:
+    """A `fairshare_queues` row: `q` from `seq` on; None: the queue is gone."""
+    if q is None:
+        return (name, seq, 0, None, 0.0, 0.0, 0.0, 0, 0)
+    u = q.usage
+    return (
+        name,
+        seq,
+        1,
+        q.cohort,
+        q.weight,
+        u.gpu_seconds,
+        u.as_of,
+        u.running_gpu_milli,
+        q.idle_jobs,
+    )
+
+
+class ClusterFold:
+    """`engine.state.evolve` over the log, in log order, writing fair-share and solve rows."""
+
+    def __init__(self, saved: str = "") -> None:
+        try:
+            self.state = decode_state(base64.b64decode(saved)) if saved else ClusterState()
+        except (SnapshotDecodeError, ValueError) as e:
+            raise ProjectionError(f"the view's saved cluster state cannot be read: {e}") from e
+        self._queues = queue_inputs(self.state)
+        self._globals = global_inputs(self.state) if saved else None
+
+    def save(self) -> str:
+        """The state as text, the same bytes in every process: the snapshot's maps follow
+        the persistent maps' order, which follows str hashes, salted per process; sorted
+        here, so a view built in steps equals one rebuilt from 0, byte for byte."""
+        canonical = _sorted_encoder.encode(msgspec.msgpack.decode(encode_state(self.state)))
+        return base64.b64encode(canonical).decode("ascii")
+
+    def convert(self, stored: Envelope, data: dict[str, Any], batch: Batch) -> None:
+        """Fold one event (its `data` upcast to the version this gitsched reads)."""
+        type_ = stored.type
+        try:
+            event = from_data(EVENT_TYPES[type_], data)
+        except (KeyError, TypeError, ValueError) as e:
+            raise ProjectionError(f"event {stored.seq} ({type_}) cannot be decoded: {e}") from e
+        before = self.state
+        after = self.state = evolve(before, event)
+        seq = stored.seq
+        if after.clock != before.clock:
+            batch.fairshare_clock.append((after.clock, seq))
+        if (
+            after.nodes is not before.nodes
+            or after.policy is not before.policy
+            or (self._globals is None)
+        ):
+            now = global_inputs(after)
+            if now != self._globals:
+                self._globals = now
+                batch.fairshare_globals.append((seq, *now))
+        if (
+            after.queues is not before.queues
+            or after.usage is not before.usage
+            or after.idle is not before.idle
+        ):
+            self._changed(seq, queue_inputs(after), batch)
+        if type_ == "SolveCompleted":
+            assert isinstance(event, SolveCompleted)
+            batch.solves.append(
+                (
+                    seq,
+                    stored.time,
+                    stored.cause,
+                    event.solver,
+                    event.status,
+                    event.plan_source,
+                    event.fallback,
+                    event.objective,
+                    event.bound,
+                    event.gap,
+                    event.seconds,
+                )
+            )
+
+    def _changed(self, seq: int, now: Mapping[str, QueueInputs], batch: Batch) -> None:
+        old = self._queues
+        for name in sorted(now.keys() | old.keys()):
+            q = now.get(name)
+            if q != old.get(name):
+                batch.fairshare_queues.append(queue_row(seq, name, q))
+        self._queues = dict(now)
