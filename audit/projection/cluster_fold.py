@@ -52,6 +52,10 @@ def queue_inputs(state: ClusterState) -> dict[str, QueueInputs]:
     }
 
 
+def _idle_jobs(state: ClusterState, queue: str) -> int:
+    return sum(1 for key in state.idle if key.partition("/")[0] == queue)
+
+
 def global_inputs(state: ClusterState) -> tuple[float, int]:
     """(the policy's usage half-life in hours, the schedulable GPUs)."""
     return state.policy.usage_half_life_hours, capacity_gpus(state.nodes)
@@ -114,12 +118,15 @@ class ClusterFold:
             if now != self._globals:
                 self._globals = now
                 batch.fairshare_globals.append((seq, *now))
-        if (
-            after.queues is not before.queues
-            or after.usage is not before.usage
-            or after.idle is not before.idle
-        ):
+        if after.queues is not before.queues:
             self._changed(seq, queue_inputs(after), batch)
+        elif after.usage is not before.usage or after.idle is not before.idle:
+            job = getattr(event, "job", None)
+            key = job if isinstance(job, str) else getattr(job, "key", None)
+            if key is None:
+                self._changed(seq, queue_inputs(after), batch)
+            else:
+                self._job_changed(seq, before, after, key, batch)
         if type_ == "SolveCompleted":
             assert isinstance(event, SolveCompleted)
             batch.solves.append(
@@ -137,6 +144,30 @@ class ClusterFold:
                     event.seconds,
                 )
             )
+
+    def _job_changed(
+        self, seq: int, before: ClusterState, after: ClusterState, key: str, batch: Batch
+    ) -> None:
+        """An event about job `key` moved usage or idle flags: only its queue's inputs (the
+        engine charges the job's queue, and counts idle jobs by their key's queue) can have
+        changed, so only they are compared; comparing every queue cost most of the fold."""
+        names = {key.partition("/")[0]}
+        for state in (before, after):
+            known = state.jobs.get(key)
+            if known is not None:
+                names.add(known.queue)
+        idle_moved = after.idle is not before.idle
+        empty = QueueUsage()
+        for name in sorted(names):
+            config = after.queues.get(name)
+            old = self._queues.get(name)
+            if config is None or old is None:
+                continue  # a queue absent stays absent: its rows change with `queues`
+            idle = _idle_jobs(after, name) if idle_moved else old.idle_jobs
+            now = QueueInputs(config.cohort, config.weight, after.usage.get(name, empty), idle)
+            if now != old:
+                self._queues[name] = now
+                batch.fairshare_queues.append(queue_row(seq, name, now))
 
     def _changed(self, seq: int, now: Mapping[str, QueueInputs], batch: Batch) -> None:
         old = self._queues
