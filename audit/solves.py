@@ -27,11 +27,25 @@ HEADERS = [
 ]
 
 
-def solves(store: AuditStore, *, fallbacks_only: bool = False) -> list[dict[str, Any]]:
-    where = " WHERE fallback != ''" if fallbacks_only else ""
+def solves(
+    store: AuditStore,
+    *,
+    fallbacks_only: bool = False,
+    after_seq: int = 0,
+    until_seq: int | None = None,
+    limit: int | None = None,
+) -> list[dict[str, Any]]:
+    """The solves logged at seqs `after_seq < seq <= until_seq`, the first `limit` of them
+    (all by default): a page costs its rows (a range of the primary key)."""
+    where = " AND fallback != ''" if fallbacks_only else ""
+    params: list[Any] = [after_seq, until_seq if until_seq is not None else 2**62]
+    if limit is not None:
+        params.append(limit)
     cursor = store.db.execute(
         "SELECT seq, time, cause, solver, status, plan_source, fallback, objective, bound, gap, "
-        f"seconds FROM solves{where} ORDER BY seq"
+        f"seconds FROM solves WHERE seq > ? AND seq <= ?{where} ORDER BY seq"
+        + (" LIMIT ?" if limit is not None else ""),
+        params,
     )
     return [
         {

@@ -453,29 +453,6 @@ def fairshare(
     emit_rows(rows, fairshare_query.HEADERS, fmt)
 
 
-@audit.command("solves")
-@log_option
-@repo_opt
-@db_option
-@click.option(
-    "--fallbacks", is_flag=True, help="Only the solves where greedy's plan replaced the MILP's."
-)
-@format_option("text", "csv", "json")
-def solves_command(
-    log_url: str | None, repo: str, db_path: str | None, fallbacks: bool, fmt: str
-) -> None:
-    """Every solve: solver, status, whose plan was applied and why, gap and bound."""
-    with view(log_url, repo, db_path) as (_, store):
-        rows = solves_query.solves(store, fallbacks_only=fallbacks)
-    if fmt == "json":
-        click.echo(json.dumps({"rows": rows}, indent=2))
-        return
-    emit_rows(rows, solves_query.HEADERS, fmt)
-
-
-# -- changes --------------------------------------------------------------------------------
-
-
 def paging(f: Callable[..., Any]) -> Callable[..., Any]:
     """--since/--until (fact times), --after-seq and --limit: a page of a whole-log listing."""
     f = click.option(
@@ -510,6 +487,58 @@ def _more_note(what: str, shown: int, last_seq: int) -> None:
         f"rerun with --after-seq {last_seq}",
         err=True,
     )
+
+
+@audit.command("solves")
+@log_option
+@repo_opt
+@db_option
+@click.option(
+    "--fallbacks", is_flag=True, help="Only the solves where greedy's plan replaced the MILP's."
+)
+@paging
+@format_option("text", "csv", "json")
+def solves_command(
+    log_url: str | None,
+    repo: str,
+    db_path: str | None,
+    fallbacks: bool,
+    since: str | None,
+    until: str | None,
+    after_seq: int,
+    limit: int | None,
+    fmt: str,
+) -> None:
+    """Every solve: solver, status, whose plan was applied and why, gap and bound.
+
+    All of them by default; --since/--until (when decided), --after-seq and --limit read
+    a page, at the cost of the page."""
+    with view(log_url, repo, db_path) as (_, store):
+        after, upto = _seq_range(store, since, until, after_seq)
+        rows = solves_query.solves(
+            store,
+            fallbacks_only=fallbacks,
+            after_seq=after,
+            until_seq=upto,
+            limit=None if limit is None else limit + 1,
+        )
+    more = False
+    if limit is not None:
+        page = cut_page(rows, limit, lambda r: int(r["seq"]))
+        assert page is not None  # one solve a seq
+        rows, more = page
+    if fmt == "json":
+        doc: dict[str, Any] = {"rows": rows}
+        if limit is not None:
+            doc["truncated"] = more
+        click.echo(json.dumps(doc, indent=2))
+    else:
+        emit_rows(rows, solves_query.HEADERS, fmt)
+    if more:
+        _more_note("solves", len(rows), rows[-1]["seq"])
+
+
+# -- changes --------------------------------------------------------------------------------
 
 
 @audit.command()

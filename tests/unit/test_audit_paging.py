@@ -1,4 +1,4 @@
-"""`audit changes` and `audit compliance` read a page at the cost of the page.
+"""`audit changes`, `audit compliance` and `audit solves` read a page at the cost of the page.
 
 - without paging options the listing is complete, and says nothing on stderr;
 - pages of any --limit, each started with the --after-seq the last one's note named,
@@ -49,10 +49,11 @@ def paged(logdir: Path, command: str, limit: int) -> tuple[list[Any], int]:
     while True:
         doc, err = run(logdir, command, "--limit", str(limit), "--after-seq", str(after))
         pages += 1
-        listed = doc if command == "changes" else doc["violations"]
+        key = {"compliance": "violations", "solves": "rows"}.get(command)
+        listed = doc if key is None else doc[key]
         out += listed
         note = re.search(r"rerun with --after-seq (\d+)", err)
-        if command == "compliance":
+        if command != "changes":
             assert doc["truncated"] == (note is not None)
         if note is None:
             return out, pages
@@ -84,6 +85,20 @@ def test_pages_add_up_to_the_complete_violations(logdir: Path, limit: int) -> No
     first, _ = run(logdir, "compliance", "--limit", str(limit))
     # the checks count every violation, listed or not
     assert first["checks"] == complete["checks"] and first["ok"] == complete["ok"]
+
+
+@pytest.mark.parametrize("limit", [1, 300, 5000])
+def test_pages_add_up_to_every_solve(logdir: Path, limit: int) -> None:
+    complete, err = run(logdir, "solves")
+    assert err == "" and "truncated" not in complete and len(complete["rows"]) > 1000
+    if limit == 1:  # a page a solve is slow through the CLI: the first pages, then the rest
+        first, err = run(logdir, "solves", "--limit", "1")
+        assert first["rows"] == complete["rows"][:1] and first["truncated"]
+        assert "--after-seq " + str(first["rows"][0]["seq"]) in err
+        return
+    pages, count = paged(logdir, "solves", limit)
+    assert pages == complete["rows"]
+    assert (count > 1) == (limit < len(complete["rows"]))
 
 
 def test_since_and_until_keep_the_changes_merged_in_the_period(logdir: Path) -> None:
