@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from audit.projection.cluster_fold import ClusterFold, DeferredClusterFold
 from audit.projection.ledger import Usage
 from audit.projection.projector import Projector
 from audit.projection.rows import Batch
@@ -74,6 +75,8 @@ class Sink(Protocol):
     def finish(self, state: ProjectionState | None) -> None: ...
 
     def usage(self, state: ProjectionState) -> Usage: ...
+
+    def cluster(self, state: ProjectionState) -> ClusterFold | DeferredClusterFold: ...
 
 
 def _check_offset(log: LogReader, store: Sink, offset: int, offset_hash: str | None) -> None:
@@ -199,7 +202,7 @@ def _catch_up(
         if offset >= head:
             break
         state = store.load_state()
-        projector = Projector(state, store.usage(state))
+        projector = Projector(state, store.usage(state), store.cluster(state))
         expected = offset
         total = head - offset
         moved = False

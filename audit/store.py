@@ -15,6 +15,7 @@ from itertools import chain
 from pathlib import Path
 from typing import Any, Protocol
 
+from audit.projection.cluster_fold import ClusterFold
 from audit.projection.ledger import Usage, UsageLedger
 from audit.projection.rows import Batch
 from audit.projection.state import ProjectionState
@@ -364,6 +365,10 @@ class AuditStore:
     def usage(self, state: ProjectionState) -> Usage:
         """Usage accounting, folded in this process."""
         return UsageLedger(state)
+
+    def cluster(self, state: ProjectionState) -> ClusterFold:
+        """The engine's fold, in this process, from where the view left it."""
+        return ClusterFold(state.cluster)
 
     def finish(self, state: ProjectionState | None) -> None:
         """A catch-up is over: the indexes its reads need (the offset is written already), and

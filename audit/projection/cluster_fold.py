@@ -99,14 +99,23 @@ class ClusterFold:
 
     def convert(self, stored: Envelope, data: dict[str, Any], batch: Batch) -> None:
         """Fold one event (its `data` upcast to the version this gitsched reads)."""
-        type_ = stored.type
+        self.fold(stored.seq, stored.type, stored.time, stored.cause, data, batch)
+
+    def replay(self, batch: Batch) -> None:
+        """Fold the events a `DeferredClusterFold` put in `batch` (in a rebuild's writer)."""
+        for seq, type_, time, cause, data in batch.cluster_events:
+            self.fold(seq, type_, time, cause, data, batch)
+        batch.cluster_events = []
+
+    def fold(
+        self, seq: int, type_: str, time: str, cause: str, data: dict[str, Any], batch: Batch
+    ) -> None:
         try:
             event = from_data(EVENT_TYPES[type_], data)
         except (KeyError, TypeError, ValueError) as e:
-            raise ProjectionError(f"event {stored.seq} ({type_}) cannot be decoded: {e}") from e
+            raise ProjectionError(f"event {seq} ({type_}) cannot be decoded: {e}") from e
         before = self.state
         after = self.state = evolve(before, event)
-        seq = stored.seq
         if after.clock != before.clock:
             batch.fairshare_clock.append((after.clock, seq))
         if (
@@ -132,8 +141,8 @@ class ClusterFold:
             batch.solves.append(
                 (
                     seq,
-                    stored.time,
-                    stored.cause,
+                    time,
+                    cause,
                     event.solver,
                     event.status,
                     event.plan_source,
@@ -176,3 +185,15 @@ class ClusterFold:
             if q != old.get(name):
                 batch.fairshare_queues.append(queue_row(seq, name, q))
         self._queues = dict(now)
+
+
+class DeferredClusterFold:
+    """The engine's fold for another process: each event goes into the batch as it was read
+    (seq, type, time, cause, upcast payload) for a rebuild's writer to fold with
+    `ClusterFold.replay`, so that `evolve` runs on the writer's core, not the folding one."""
+
+    def convert(self, stored: Envelope, data: dict[str, Any], batch: Batch) -> None:
+        batch.cluster_events.append((stored.seq, stored.type, stored.time, stored.cause, data))
+
+    def save(self) -> str:
+        return ""  # the writer holds the state, and saves it with the last batch

@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from audit.projection.checks import ComplianceChecks
-from audit.projection.cluster_fold import ClusterFold
+from audit.projection.cluster_fold import ClusterFold, DeferredClusterFold
 from audit.projection.diffs import dict_diff, owners_diff, queue_diff, quotas_of
 from audit.projection.ledger import Usage, UsageLedger
 from audit.projection.rows import Batch
@@ -78,8 +78,14 @@ def _who(name: str, email: str) -> str:
 class Projector:
     """Folds stored events into row operations; one instance per catch-up."""
 
-    def __init__(self, state: ProjectionState | None = None, usage: Usage | None = None) -> None:
-        """`usage`: where usage accounting goes; by default a `UsageLedger` on the same state."""
+    def __init__(
+        self,
+        state: ProjectionState | None = None,
+        usage: Usage | None = None,
+        cluster: ClusterFold | DeferredClusterFold | None = None,
+    ) -> None:
+        """`usage`: where usage accounting goes; by default a `UsageLedger` on the same state.
+        `cluster`: where the engine's fold goes; by default a `ClusterFold` of the state's."""
         self.state = state if state is not None else ProjectionState()
         self.usage: Usage = usage if usage is not None else UsageLedger(self.state)
         s = self.state
@@ -90,7 +96,7 @@ class Projector:
         self._timeline: Timeline[Any] = Timeline(s.max_time, s.unit, s.held)
         self._marked = s.max_time
         self.checks = ComplianceChecks(self.state, self.usage)
-        self.cluster = ClusterFold(s.cluster)
+        self.cluster = cluster if cluster is not None else ClusterFold(s.cluster)
         self._node_jobs = self.checks.node_jobs
         self._handlers = {
             "CommitApplied": self._commit_applied,

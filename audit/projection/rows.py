@@ -22,6 +22,7 @@ class Batch:
         "changes",
         "checkpoint_marks",
         "checkpoints",
+        "cluster_events",
         "commits",
         "effects",
         "events",
@@ -73,5 +74,7 @@ class Batch:
         self.fairshare_globals: list[tuple[Any, ...]] = []
         self.fairshare_queues: list[tuple[Any, ...]] = []
         self.solves: list[tuple[Any, ...]] = []
+        # a `DeferredClusterFold`'s events, for the `ClusterFold` of another process
+        self.cluster_events: list[tuple[Any, ...]] = []
         # a `DeferredUsage`'s calls, for the `UsageLedger` of another process
         self.usage_calls: list[tuple[Any, ...]] = []
