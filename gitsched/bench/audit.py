@@ -46,8 +46,9 @@ DECODE_SAMPLE = 50_000
 
 
 def _decode_against_fold(log: SQLiteEventLog, events: int) -> dict[str, float]:
-    """CPU microseconds an event: decoding into typed events (what a typed fold would add;
-    SolveCompleted's payload is not read) against the fold and its SQLite writes."""
+    """CPU microseconds an event: decoding into typed events (SolveCompleted's aside)
+    against the fold and its SQLite writes, in one process (the engine's fold for fair
+    share included: a rebuild runs that part in its writer process)."""
     sample = list(log.read(0, until_seq=events))
     started = time.process_time()
     for event in sample:
