@@ -39,11 +39,16 @@ class QueueInputs:
     idle_jobs: int
 
 
+def _queue_of_key(job: str) -> str:
+    """The queue fair share counts an idle job in: its key's first part ("queue/name")."""
+    return job.partition("/")[0]
+
+
 def queue_inputs(state: ClusterState) -> dict[str, QueueInputs]:
-    """Every queue's fair-share inputs in `state` (a job's queue is its key's first part)."""
+    """Every queue's fair-share inputs in `state`."""
     idle: dict[str, int] = {}
     for key in state.idle:
-        queue = key.partition("/")[0]
+        queue = _queue_of_key(key)
         idle[queue] = idle.get(queue, 0) + 1
     empty = QueueUsage()
     return {
@@ -53,7 +58,7 @@ def queue_inputs(state: ClusterState) -> dict[str, QueueInputs]:
 
 
 def _idle_jobs(state: ClusterState, queue: str) -> int:
-    return sum(1 for key in state.idle if key.partition("/")[0] == queue)
+    return sum(1 for key in state.idle if _queue_of_key(key) == queue)
 
 
 def global_inputs(state: ClusterState) -> tuple[float, int]:
@@ -160,7 +165,7 @@ class ClusterFold:
         """An event about job `key` moved usage or idle flags: only its queue's inputs (the
         engine charges the job's queue, and counts idle jobs by their key's queue) can have
         changed, so only they are compared; comparing every queue cost most of the fold."""
-        names = {key.partition("/")[0]}
+        names = {_queue_of_key(key)}
         for state in (before, after):
             known = state.jobs.get(key)
             if known is not None:
