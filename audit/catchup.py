@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from audit.projection.cluster_fold import ClusterFold, DeferredClusterFold
 from audit.projection.ledger import Usage
 from audit.projection.projector import Projector
 from audit.projection.rows import Batch
@@ -75,12 +76,7 @@ class Sink(Protocol):
 
     def usage(self, state: ProjectionState) -> Usage: ...
 
-
-# Events whose payload no view reads: the log need not parse them (unless their hash is
-# to be recomputed).
-_UNREAD_PAYLOADS = frozenset(
-    {"SolveCompleted", "GpuUtilizationReported", "JobIdle", "JobIdleCleared"}
-)
+    def cluster(self, state: ProjectionState) -> ClusterFold | DeferredClusterFold: ...
 
 
 def _check_offset(log: LogReader, store: Sink, offset: int, offset_hash: str | None) -> None:
@@ -206,14 +202,14 @@ def _catch_up(
         if offset >= head:
             break
         state = store.load_state()
-        projector = Projector(state, store.usage(state))
+        projector = Projector(state, store.usage(state), store.cluster(state))
         expected = offset
         total = head - offset
         moved = False
         checker = _checker(log, offset, offset_hash) if verify else None
         try:
-            skip = () if checker is not None and checker.recompute else _UNREAD_PAYLOADS
-            events = log.read(offset, until_seq=head, skip_data_of=skip, check_content=verify)
+            # Every payload is read: the engine's fold (fair share, solves) reads them all.
+            events = log.read(offset, until_seq=head, check_content=verify)
             if checker is not None:
                 events = _checked(iter(events), checker)
             more = True

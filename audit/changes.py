@@ -33,16 +33,31 @@ HEADERS = [
 ]
 
 
-def changes(store: AuditStore, *, team: str | None = None) -> list[dict[str, Any]]:
-    where, params = "", []
+def changes(
+    store: AuditStore,
+    *,
+    team: str | None = None,
+    after_seq: int = 0,
+    until_seq: int | None = None,
+    limit: int | None = None,
+) -> list[dict[str, Any]]:
+    """The changes applied at seqs `after_seq < seq <= until_seq`, the first `limit` of
+    them (all by default), in the order they were applied."""
+    where = "WHERE ch.commit_seq > ? AND ch.commit_seq <= ?"
+    params: list[Any] = [after_seq, until_seq if until_seq is not None else 2**62]
     if team is not None:
-        where, params = "WHERE ch.team = ? OR ch.target = ?", [team, team]
+        where += " AND (ch.team = ? OR ch.target = ?)"
+        params += [team, team]
+    if limit is not None:
+        params.append(limit)
+    # Walks changes_commit in order and stops at `limit`: a page costs its rows, not the log's.
     found = rows(
         store,
         "SELECT ch.commit_seq, ch.seq, ch.kind, ch.target, ch.team, ch.summary, c.sha, c.author, "
         "c.email, c.approvers, c.committed_at, c.applied_time, c.subject, c.authored_at, "
         "c.committer FROM changes ch "
-        f"JOIN commits c ON c.seq = ch.commit_seq {where} ORDER BY ch.commit_seq, ch.seq, ch.id",
+        f"JOIN commits c ON c.seq = ch.commit_seq {where} ORDER BY ch.commit_seq, ch.seq, ch.id"
+        + (" LIMIT ?" if limit is not None else ""),
         params,
     )
     effects: dict[int, list[dict[str, Any]]] = {}

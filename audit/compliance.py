@@ -23,6 +23,7 @@ from audit.projection.vocabulary import (
     CHECKS,
 )
 from audit.store import AuditStore, LogReader, rows
+from audit.window import cut_page
 from eventlog.base import EventLogError
 
 DESCRIPTIONS = {
@@ -54,15 +55,32 @@ HEADERS = ["check", "seq", "time", "subject", "message", "evidence", "until_seq"
 
 
 def compliance(
-    store: AuditStore, *, since_seq: int = 0, until_seq: int | None = None
+    store: AuditStore,
+    *,
+    since_seq: int = 0,
+    until_seq: int | None = None,
+    limit: int | None = None,
 ) -> dict[str, Any]:
+    """The checks over violations found at seqs `since_seq < seq <= until_seq`, counted in
+    full, and the first `limit` of those violations listed (all by default); with a
+    `limit`, `truncated` says whether any were left out."""
     upper = until_seq if until_seq is not None else 2**62
-    found = rows(
-        store,
+    select = (
         "SELECT check_name, seq, time, subject, message, evidence, end_seq, end_time "
-        "FROM violations WHERE seq > ? AND seq <= ? ORDER BY seq, id",
-        (since_seq, upper),
+        "FROM violations WHERE seq > ? AND seq <= ? ORDER BY seq, id"
     )
+    truncated = False
+    if limit is None:
+        found = rows(store, select, (since_seq, upper))
+    else:
+        found = rows(store, select + " LIMIT ?", (since_seq, upper, limit + 1))
+        page = cut_page(found, limit, lambda r: int(r["seq"]))
+        if page is None:  # one seq holds more than `limit` violations: all of them
+            seq = int(found[0]["seq"])
+            found = rows(store, select, (seq - 1, seq))
+            truncated = bool(rows(store, select + " LIMIT 1", (seq, upper)))
+        else:
+            found, truncated = page
     checked = store.checked()
     violations = [
         {
@@ -77,7 +95,18 @@ def compliance(
         }
         for r in found
     ]
-    counts = Counter(r["check_name"] for r in found)
+    if limit is None:
+        counts = Counter(r["check_name"] for r in found)
+    else:
+        counts = Counter(
+            dict(
+                store.db.execute(
+                    "SELECT check_name, COUNT(*) FROM violations WHERE seq > ? AND seq <= ? "
+                    "GROUP BY check_name",
+                    (since_seq, upper),
+                ).fetchall()
+            )
+        )
     checks = []
     for name in CHECKS:
         count = counts[name]
@@ -91,12 +120,15 @@ def compliance(
                 "status": "FAIL" if count else "PASS",
             }
         )
-    return {
-        "ok": not violations,
+    result = {
+        "ok": not counts,
         "events": store.offset()[0],
         "checks": checks,
         "violations": violations,
     }
+    if limit is not None:
+        result["truncated"] = truncated
+    return result
 
 
 def describe(log: LogReader, violations: list[dict[str, Any]], limit: int = 500) -> None:

@@ -1,20 +1,22 @@
 """`audit fairshare`: each queue's decayed usage against its fair share, over time.
 
-Read from the log itself through the engine's own fold (engine/fairshare.py), so audit
-reports the very usage the solver weighed at each moment: the queues' shares of the
-cluster, and their usage decayed with the policy's half-life, sampled at even times.
+Read from the audit view's fair-share rows, which the engine's own fold writes as the
+log is projected (`audit.projection.cluster_fold`): audit reports the very usage the
+solver weighed at each moment, and a query reads rows by index seeks, not the log.
+The maths is engine/fairshare.py's.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from engine.fairshare import capacity_gpus, fair_share_rows, usage_at
-from engine.state import ClusterState, evolve
-from eventlog.codec import decode
-from eventlog.envelope import StoredEvent
+from audit.projection.cluster_fold import QueueInputs, global_inputs, queue_inputs
+from audit.store import AuditStore
+from engine.fairshare import QueueUsage, fair_share_rows, usage_at
+from engine.model import Queue
+from engine.state import ClusterState
 
 HEADERS = [
     "time",
@@ -42,16 +44,13 @@ def sample_times(since: float, until: float, every_s: float) -> list[float]:
     return times
 
 
-def _rows(state: ClusterState, at: float) -> list[dict[str, Any]]:
-    half_life = state.policy.usage_half_life_hours
-    usage = usage_at(state.usage, at, half_life)
-    queues, cohorts = fair_share_rows(
-        dict(state.queues), usage, capacity_gpus(state.nodes), half_life
-    )
-    idle: dict[str, int] = {}
-    for key in state.idle:
-        queue = key.partition("/")[0]
-        idle[queue] = idle.get(queue, 0) + 1
+def rows_at(
+    queues: Mapping[str, QueueInputs], half_life_hours: float, capacity: int, at: float
+) -> list[dict[str, Any]]:
+    """The rows at `at` from fair share's inputs as they were then."""
+    usage = usage_at({name: q.usage for name, q in queues.items()}, at, half_life_hours)
+    configs = {name: Queue(name, "", q.cohort, q.weight) for name, q in queues.items()}
+    by_queue, cohorts = fair_share_rows(configs, usage, capacity, half_life_hours)
     return [
         {
             "time": _iso(at),
@@ -63,26 +62,72 @@ def _rows(state: ClusterState, at: float) -> list[dict[str, Any]]:
             "idle_jobs": idle_jobs,
         }
         for name, r, idle_jobs in (
-            *((r.name, r, idle.get(r.name, 0)) for r in queues),
+            *((r.name, r, queues[r.name].idle_jobs) for r in by_queue),
             *((f"cohort {r.name}", r, None) for r in cohorts),
         )
     ]
 
 
-def fair_share_over_time(
-    stored: Iterable[StoredEvent], times: Sequence[float]
-) -> list[dict[str, Any]]:
+def rows_of_state(state: ClusterState, at: float) -> list[dict[str, Any]]:
+    """The rows at `at` of a folded state: what the view's rows must give back."""
+    half_life, capacity = global_inputs(state)
+    return rows_at(queue_inputs(state), half_life, capacity, at)
+
+
+def _cutoff(store: AuditStore, at: float) -> int:
+    """The last seq whose fold's clock had not passed `at`: the state a sample at `at` reads
+    is the fold up to it (the engine's clock never goes back, so one index seek)."""
+    row = store.db.execute(
+        "SELECT seq FROM fairshare_clock WHERE clock > ? ORDER BY clock LIMIT 1", (at,)
+    ).fetchone()
+    return store.offset()[0] if row is None else int(row[0]) - 1
+
+
+# Every queue name, one index seek each (a loose index scan: DISTINCT would read every row).
+_QUEUE_NAMES = """
+WITH RECURSIVE n(queue) AS (
+    SELECT MIN(queue) FROM fairshare_queues
+    UNION ALL
+    SELECT (SELECT MIN(queue) FROM fairshare_queues WHERE queue > n.queue) FROM n
+    WHERE n.queue IS NOT NULL
+)
+SELECT queue FROM n WHERE queue IS NOT NULL
+"""
+_QUEUE_AT = """
+SELECT present, cohort, weight, gpu_seconds, as_of, running_gpu_milli, idle_jobs
+FROM fairshare_queues WHERE queue = ? AND seq <= ? ORDER BY seq DESC LIMIT 1
+"""
+
+
+def _inputs_at(
+    store: AuditStore, names: Sequence[str], seq: int
+) -> tuple[dict[str, QueueInputs], float, int]:
+    """Fair share's inputs as the fold left them after event `seq`."""
+    db = store.db
+    row = db.execute(
+        "SELECT half_life_hours, capacity_gpus FROM fairshare_globals WHERE seq <= ? "
+        "ORDER BY seq DESC LIMIT 1",
+        (seq,),
+    ).fetchone()
+    half_life, capacity = global_inputs(ClusterState()) if row is None else (row[0], row[1])
+    queues: dict[str, QueueInputs] = {}
+    for name in names:
+        q = db.execute(_QUEUE_AT, (name, seq)).fetchone()
+        if q is not None and q[0]:
+            queues[name] = QueueInputs(q[1], q[2], QueueUsage(q[3], q[4], q[5]), q[6])
+    return queues, float(half_life), int(capacity)
+
+
+def fair_share_over_time(store: AuditStore, times: Sequence[float]) -> list[dict[str, Any]]:
     """The rows at each of `times`, from the events whose own times (commits, decisions,
     the cluster's end times: the fold's clock) come before it."""
-    state = ClusterState()
+    names = [str(r[0]) for r in store.db.execute(_QUEUE_NAMES)]
     rows: list[dict[str, Any]] = []
-    i = 0
-    for event in stored:
-        after = evolve(state, decode(event))
-        while i < len(times) and times[i] < after.clock:
-            rows += _rows(state, times[i])
-            i += 1
-        state = after
-    for at in times[i:]:
-        rows += _rows(state, at)
+    last: tuple[int, tuple[dict[str, QueueInputs], float, int]] | None = None
+    for at in times:
+        seq = _cutoff(store, at)
+        if last is None or last[0] != seq:
+            last = (seq, _inputs_at(store, names, seq))
+        queues, half_life, capacity = last[1]
+        rows += rows_at(queues, half_life, capacity, at)
     return rows

@@ -15,6 +15,7 @@ from itertools import chain
 from pathlib import Path
 from typing import Any, Protocol
 
+from audit.projection.cluster_fold import ClusterFold
 from audit.projection.ledger import Usage, UsageLedger
 from audit.projection.rows import Batch
 from audit.projection.state import ProjectionState
@@ -99,6 +100,22 @@ CREATE TABLE IF NOT EXISTS checkpoints (
 CREATE TABLE IF NOT EXISTS checkpoint_marks (
     seq INTEGER PRIMARY KEY, placement_max INTEGER NOT NULL, version_max INTEGER NOT NULL
 );
+CREATE TABLE IF NOT EXISTS fairshare_clock (
+    clock REAL PRIMARY KEY, seq INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS fairshare_globals (
+    seq INTEGER PRIMARY KEY, half_life_hours REAL NOT NULL, capacity_gpus INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS fairshare_queues (
+    queue TEXT NOT NULL, seq INTEGER NOT NULL, present INTEGER NOT NULL, cohort TEXT,
+    weight REAL NOT NULL, gpu_seconds REAL NOT NULL, as_of REAL NOT NULL,
+    running_gpu_milli INTEGER NOT NULL, idle_jobs INTEGER NOT NULL, PRIMARY KEY (queue, seq)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS solves (
+    seq INTEGER PRIMARY KEY, time TEXT NOT NULL, cause TEXT NOT NULL, solver TEXT NOT NULL,
+    status TEXT NOT NULL, plan_source TEXT NOT NULL, fallback TEXT NOT NULL,
+    objective REAL NOT NULL, bound REAL, gap REAL, seconds REAL NOT NULL
+);
 CREATE VIEW IF NOT EXISTS all_placements AS
     SELECT * FROM placements UNION ALL SELECT * FROM open_placements;
 CREATE VIEW IF NOT EXISTS all_versions AS
@@ -154,6 +171,10 @@ _INSERTS: tuple[tuple[str, str, int, bool], ...] = (
     ),
     ("checkpoints", "INSERT INTO checkpoints", 3, True),
     ("checkpoint_marks", "INSERT INTO checkpoint_marks", 3, False),
+    ("fairshare_clock", "INSERT INTO fairshare_clock", 2, True),
+    ("fairshare_globals", "INSERT INTO fairshare_globals", 3, True),
+    ("fairshare_queues", "INSERT INTO fairshare_queues", 9, True),
+    ("solves", "INSERT INTO solves", 11, True),
 )
 _UPDATES: tuple[tuple[str, str], ...] = (
     ("violation_close", "UPDATE violations SET end_seq=?, end_time=? WHERE id=?"),
@@ -344,6 +365,10 @@ class AuditStore:
     def usage(self, state: ProjectionState) -> Usage:
         """Usage accounting, folded in this process."""
         return UsageLedger(state)
+
+    def cluster(self, state: ProjectionState) -> ClusterFold:
+        """The engine's fold, in this process, from where the view left it."""
+        return ClusterFold(state.cluster)
 
     def finish(self, state: ProjectionState | None) -> None:
         """A catch-up is over: the indexes its reads need (the offset is written already), and

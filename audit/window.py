@@ -8,11 +8,15 @@ ids started after it and before `until` — a bounded read, like `at`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import TypeVar
 
 from audit.store import AuditStore
 from eventlog.envelope import format_time
+
+T = TypeVar("T")
 
 # `checkpoints.tbl` for each interval table.
 PLACEMENTS, VERSIONS = 0, 1
@@ -68,6 +72,35 @@ def seq_before(store: AuditStore, ts: float) -> int:
     if row is None or row[0] is None:
         return store.offset()[0]
     return int(row[0]) - 1
+
+
+def seqs_between(store: AuditStore, since: float | None, until: float | None) -> tuple[int, int]:
+    """(after, upto): the seqs `after < seq <= upto` whose facts happened in [since, until);
+    an open end is the log's start or the view's offset. Two index seeks on `marks`."""
+
+    def before(ts: float) -> int:
+        row = store.db.execute(
+            "SELECT seq FROM marks WHERE time >= ? ORDER BY time LIMIT 1", (iso(ts),)
+        ).fetchone()
+        return store.offset()[0] if row is None else int(row[0]) - 1
+
+    after = 0 if since is None else before(since)
+    upto = store.offset()[0] if until is None else before(until)
+    return after, max(after, upto)
+
+
+def cut_page(rows: list[T], limit: int, seq_of: Callable[[T], int]) -> tuple[list[T], bool] | None:
+    """The first `limit` of `rows` (read `limit + 1`, in seq order), ending at a seq
+    boundary so that `--after-seq` of the last row shown starts the next page with nothing
+    skipped, and whether more follow. None when one seq alone holds more than `limit`
+    rows: the caller reads that whole seq as the page."""
+    if len(rows) <= limit:
+        return rows, False
+    last = seq_of(rows[limit - 1])
+    if seq_of(rows[limit]) != last:
+        return rows[:limit], True
+    kept = [r for r in rows[:limit] if seq_of(r) != last]
+    return (kept, True) if kept else None
 
 
 def first_id_from(store: AuditStore, table: str, column: str, ts: float) -> int:

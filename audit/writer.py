@@ -1,9 +1,11 @@
-"""A rebuild's writer process: usage accounting and SQLite's inserts on a second core.
+"""A rebuild's writer process: usage accounting, the engine's fold and SQLite's inserts on a
+second core.
 
 `audit.catchup.rebuild` reads and folds the log in its own process (the log may be any
-backend), with a `DeferredUsage` that records what usage accounting needs, and sends
+backend), with a `DeferredUsage` that records what usage accounting needs and a
+`DeferredClusterFold` that passes on the events the engine's fold reads, and sends
 each batch here as a marshal frame on stdin. This process replays those calls into
-the `UsageLedger` and applies the batch to the rebuild's private file, offset
+the `UsageLedger`, those events into the `ClusterFold`, and applies the batch to the rebuild's private file, offset
 included, one transaction a batch; the fold's final state comes last, then the
 indexes. A file it leaves unfinished is thrown away by `rebuild`, as one the fold
 leaves is.
@@ -23,6 +25,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
 
+from audit.projection.cluster_fold import ClusterFold, DeferredClusterFold
 from audit.projection.ledger import DeferredUsage, Usage, UsageLedger
 from audit.projection.rows import Batch
 from audit.projection.state import ProjectionState
@@ -106,6 +109,9 @@ class WriterProcess:
     def usage(self, state: ProjectionState) -> Usage:
         return DeferredUsage()
 
+    def cluster(self, state: ProjectionState) -> DeferredClusterFold:
+        return DeferredClusterFold()
+
     def apply(
         self, batch: Batch, state: ProjectionState, expected_offset: int, *, chain_checked: bool
     ) -> bool:
@@ -163,6 +169,7 @@ def main(path: str) -> int:
     usage = ProjectionState()  # the ledger's part of the fold's state
     ledger = UsageLedger(usage)
     view = ProjectionState()  # the offset the folding process has reached, with the ledger's
+    cluster = ClusterFold()  # the engine's fold, on this core (`DeferredClusterFold`)
     with AuditStore(path, bulk=True) as store:
         sys.stdout.buffer.write(_READY)
         sys.stdout.buffer.flush()
@@ -176,6 +183,7 @@ def main(path: str) -> int:
                     setattr(batch, name, value)
                 ledger.replay(batch)
                 ledger.snapshot_open(batch)
+                cluster.replay(batch)
                 view.take_usage(usage)
                 meta = offset_meta(view, with_state=False)
                 if verified:
@@ -187,6 +195,7 @@ def main(path: str) -> int:
             if state is not None:
                 final = ProjectionState.from_json(state)
                 final.take_usage(usage)
+                final.cluster = cluster.save()
                 store.db.executemany(
                     "INSERT OR REPLACE INTO meta VALUES (?, ?)", offset_meta(final)
                 )

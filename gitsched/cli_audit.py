@@ -7,6 +7,7 @@ log. `audit rebuild` replays it from 0 into an empty view.
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 import time
@@ -29,7 +30,7 @@ from audit.catchup import CatchUp, ChainBroken, Progress, open_view, verify_view
 from audit.catchup import rebuild as rebuild_view
 from audit.store import AuditStore
 from audit.verify import Verification
-from audit.window import period
+from audit.window import cut_page, period, seqs_between
 from eventlog.base import EventLog
 from eventlog.envelope import format_time
 from eventlog.sqlite import sqlite_path_from_url
@@ -437,10 +438,10 @@ def fairshare(
     fmt: str,
 ) -> None:
     """Each queue's decayed GPU usage against its fair share, over time."""
-    with view(log_url, repo, db_path) as (event_log, store):
+    with view(log_url, repo, db_path) as (_, store):
         start, end = _period(store, since, until)
         times = fairshare_query.sample_times(start, end, every_hours * 3600.0)
-        rows = fairshare_query.fair_share_over_time(event_log.read(0), times)
+        rows = fairshare_query.fair_share_over_time(store, times)
     if fmt == "json":
         click.echo(json.dumps({"since": _iso(start), "until": _iso(end), "rows": rows}, indent=2))
         return
@@ -452,21 +453,89 @@ def fairshare(
     emit_rows(rows, fairshare_query.HEADERS, fmt)
 
 
+def paging(f: Callable[..., Any]) -> Callable[..., Any]:
+    """--since/--until (fact times), --after-seq and --limit: a page of a whole-log listing."""
+    f = click.option(
+        "--limit",
+        type=click.IntRange(min=1),
+        help="At most this many rows; a note on stderr says when more follow.",
+    )(f)
+    f = click.option(
+        "--after-seq",
+        type=click.IntRange(min=0),
+        default=0,
+        help="Only what the log recorded after this seq (the next page: the note's seq).",
+    )(f)
+    return since_until(f)
+
+
+def _seq_range(
+    store: AuditStore, since: str | None, until: str | None, after_seq: int
+) -> tuple[int, int]:
+    """The seqs `after < seq <= upto` of [--since, --until) (fact times) after --after-seq."""
+    start = parse_time(since, "--since").timestamp() if since else None
+    end = parse_time(until, "--until").timestamp() if until else None
+    if start is not None and end is not None and start > end:
+        fail("--since is after --until")
+    after, upto = seqs_between(store, start, end)
+    return max(after, after_seq), upto
+
+
+def _more_note(what: str, shown: int, last_seq: int) -> None:
+    click.echo(
+        f"note: only the first {shown} {what} are shown (--limit); more follow: "
+        f"rerun with --after-seq {last_seq}",
+        err=True,
+    )
+
+
 @audit.command("solves")
 @log_option
 @repo_opt
+@db_option
 @click.option(
     "--fallbacks", is_flag=True, help="Only the solves where greedy's plan replaced the MILP's."
 )
+@paging
 @format_option("text", "csv", "json")
-def solves_command(log_url: str | None, repo: str, fallbacks: bool, fmt: str) -> None:
-    """Every solve: solver, status, whose plan was applied and why, gap and bound."""
-    with user_errors(), open_event_log(log_url, repo) as event_log:
-        rows = solves_query.solves(event_log.read(0), fallbacks_only=fallbacks)
+def solves_command(
+    log_url: str | None,
+    repo: str,
+    db_path: str | None,
+    fallbacks: bool,
+    since: str | None,
+    until: str | None,
+    after_seq: int,
+    limit: int | None,
+    fmt: str,
+) -> None:
+    """Every solve: solver, status, whose plan was applied and why, gap and bound.
+
+    All of them by default; --since/--until (when decided), --after-seq and --limit read
+    a page, at the cost of the page."""
+    with view(log_url, repo, db_path) as (_, store):
+        after, upto = _seq_range(store, since, until, after_seq)
+        rows = solves_query.solves(
+            store,
+            fallbacks_only=fallbacks,
+            after_seq=after,
+            until_seq=upto,
+            limit=None if limit is None else limit + 1,
+        )
+    more = False
+    if limit is not None:
+        page = cut_page(rows, limit, lambda r: int(r["seq"]))
+        assert page is not None  # one solve a seq
+        rows, more = page
     if fmt == "json":
-        click.echo(json.dumps({"rows": rows}, indent=2))
-        return
-    emit_rows(rows, solves_query.HEADERS, fmt)
+        doc: dict[str, Any] = {"rows": rows}
+        if limit is not None:
+            doc["truncated"] = more
+        click.echo(json.dumps(doc, indent=2))
+    else:
+        emit_rows(rows, solves_query.HEADERS, fmt)
+    if more:
+        _more_note("solves", len(rows), rows[-1]["seq"])
 
 
 # -- changes --------------------------------------------------------------------------------
@@ -477,22 +546,47 @@ def solves_command(log_url: str | None, repo: str, fallbacks: bool, fmt: str) ->
 @repo_opt
 @db_option
 @click.option("--team", help="Only changes to this team's queue and jobs.")
+@paging
 @format_option("text", "csv", "json")
 def changes(
-    log_url: str | None, repo: str, db_path: str | None, team: str | None, fmt: str
+    log_url: str | None,
+    repo: str,
+    db_path: str | None,
+    team: str | None,
+    since: str | None,
+    until: str | None,
+    after_seq: int,
+    limit: int | None,
+    fmt: str,
 ) -> None:
-    """Every change of queues, priorities and policies: who, approved by whom, when, and what it caused."""
+    """Every change of queues, priorities and policies: who, approved by whom, when, and what it caused.
+
+    All of them by default; --since/--until (when merged), --after-seq and --limit
+    read a page, at the cost of the page."""
     with view(log_url, repo, db_path, verify=True) as (_, store):
-        rows = changes_query.changes(store, team=team)
+        after, upto = _seq_range(store, since, until, after_seq)
+        query = functools.partial(changes_query.changes, store, team=team)
+        rows = query(after_seq=after, until_seq=upto, limit=None if limit is None else limit + 1)
+        more = False
+        if limit is not None:
+            page = cut_page(rows, limit, lambda r: int(r["applied_seq"]))
+            if page is None:  # one commit changed more than `limit` things: all of them
+                seq = int(rows[0]["applied_seq"])
+                rows = query(after_seq=seq - 1, until_seq=seq)
+                more = bool(query(after_seq=seq, until_seq=upto, limit=1))
+            else:
+                rows, more = page
     if fmt == "json":
         click.echo(json.dumps(rows, indent=2))
-        return
-    shown = [
-        {k: v for k, v in r.items() if k != "effects"}
-        | {"commit": r["commit"][:12], "approval": changes_query.approval_text(r["approval"])}
-        for r in rows
-    ]
-    emit_rows(shown, changes_query.HEADERS, fmt)
+    else:
+        shown = [
+            {k: v for k, v in r.items() if k != "effects"}
+            | {"commit": r["commit"][:12], "approval": changes_query.approval_text(r["approval"])}
+            for r in rows
+        ]
+        emit_rows(shown, changes_query.HEADERS, fmt)
+    if more:
+        _more_note("changes", len(rows), rows[-1]["applied_seq"])
 
 
 # -- compliance -----------------------------------------------------------------------------
@@ -502,11 +596,32 @@ def changes(
 @log_option
 @repo_opt
 @db_option
+@paging
 @format_option("text", "csv", "json")
-def compliance(log_url: str | None, repo: str, db_path: str | None, fmt: str) -> None:
-    """Compliance checks with evidence. Exit 1 when any check finds a violation."""
+def compliance(
+    log_url: str | None,
+    repo: str,
+    db_path: str | None,
+    since: str | None,
+    until: str | None,
+    after_seq: int,
+    limit: int | None,
+    fmt: str,
+) -> None:
+    """Compliance checks with evidence. Exit 1 when any check finds a violation.
+
+    Over the whole log by default; --since/--until (when the violation happened),
+    --after-seq and --limit list a page of the violations (the checks still count all
+    of them in the range, and JSON says `truncated`)."""
     with view(log_url, repo, db_path, verify=True) as (event_log, store):
-        result = compliance_query.compliance(store)
+        after, upto = _seq_range(store, since, until, after_seq)
+        paged = since is not None or until is not None or after_seq > 0
+        result = compliance_query.compliance(
+            store,
+            since_seq=after,
+            until_seq=upto if paged else None,
+            limit=limit,
+        )
         compliance_query.describe(event_log, result["violations"])
     if fmt == "json":
         click.echo(json.dumps(result, indent=2))
@@ -551,6 +666,8 @@ def compliance(log_url: str | None, repo: str, db_path: str | None, fmt: str) ->
                     ],
                 )
             )
+    if result.get("truncated"):
+        _more_note("violations", len(result["violations"]), result["violations"][-1]["seq"])
     sys.exit(EXIT_OK if result["ok"] else EXIT_INVALID)
 
 

@@ -17,6 +17,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from audit.projection.checks import ComplianceChecks
+from audit.projection.cluster_fold import ClusterFold, DeferredClusterFold
 from audit.projection.diffs import dict_diff, owners_diff, queue_diff, quotas_of
 from audit.projection.ledger import Usage, UsageLedger
 from audit.projection.rows import Batch
@@ -77,8 +78,14 @@ def _who(name: str, email: str) -> str:
 class Projector:
     """Folds stored events into row operations; one instance per catch-up."""
 
-    def __init__(self, state: ProjectionState | None = None, usage: Usage | None = None) -> None:
-        """`usage`: where usage accounting goes; by default a `UsageLedger` on the same state."""
+    def __init__(
+        self,
+        state: ProjectionState | None = None,
+        usage: Usage | None = None,
+        cluster: ClusterFold | DeferredClusterFold | None = None,
+    ) -> None:
+        """`usage`: where usage accounting goes; by default a `UsageLedger` on the same state.
+        `cluster`: where the engine's fold goes; by default a `ClusterFold` of the state's."""
         self.state = state if state is not None else ProjectionState()
         self.usage: Usage = usage if usage is not None else UsageLedger(self.state)
         s = self.state
@@ -89,6 +96,7 @@ class Projector:
         self._timeline: Timeline[Any] = Timeline(s.max_time, s.unit, s.held)
         self._marked = s.max_time
         self.checks = ComplianceChecks(self.state, self.usage)
+        self.cluster = cluster if cluster is not None else ClusterFold(s.cluster)
         self._node_jobs = self.checks.node_jobs
         self._handlers = {
             "CommitApplied": self._commit_applied,
@@ -113,8 +121,8 @@ class Projector:
             "JobPreempted": self._job_preempted,
             "JobPending": self._job_pending,
             "SolveCompleted": self._solve_completed,
-            # Telemetry and idle flags: read by audit/fairshare.py from the log, no rows here
-            # (a reclaimed job's stop is its JobPreempted, with rule "idle").
+            # Telemetry and idle flags: only the engine's fold reads them (`cluster_fold`),
+            # no rows here (a reclaimed job's stop is its JobPreempted, with rule "idle").
             "GpuUtilizationReported": self._not_projected,
             "JobIdle": self._not_projected,
             "JobIdleCleared": self._not_projected,
@@ -139,6 +147,7 @@ class Projector:
         `convert` for a stream, its loop kept tight: a rebuild runs it a million times."""
         s = self.state
         dispatch = self._dispatch
+        cluster = self.cluster.convert
         timeline = self._timeline
         unit = timeline.unit  # the append being read: its time, cause and fact time
         seq, hash_ = s.seq, s.hash
@@ -158,6 +167,7 @@ class Projector:
                 seq = s.seq = stored.seq
                 hash_ = s.hash = stored.hash
                 type_ = stored.type
+                cluster(stored, data, batch)  # in log order, as the engine folds it
                 if (
                     unit[2]
                     and stored.time == unit[0]
@@ -218,6 +228,7 @@ class Projector:
     def snapshot_open(self, batch: Batch) -> None:
         """The rows still open, for the sink to write with the offset."""
         s = self.state
+        s.cluster = self.cluster.save()
         batch.open_placements = [
             (*r.row(), None, None, None, None, None, None, r.queued) for r in s.running.values()
         ]

@@ -22,9 +22,13 @@ class Batch:
         "changes",
         "checkpoint_marks",
         "checkpoints",
+        "cluster_events",
         "commits",
         "effects",
         "events",
+        "fairshare_clock",
+        "fairshare_globals",
+        "fairshare_queues",
         "marks",
         "open_placements",
         "open_segments",
@@ -33,6 +37,7 @@ class Batch:
         "placements",
         "rates",
         "segments",
+        "solves",
         "usage_calls",
         "usage_days",
         "user_days",
@@ -64,5 +69,12 @@ class Batch:
         self.open_placements: list[tuple[Any, ...]] = []
         self.open_versions: list[tuple[Any, ...]] = []
         self.open_segments: list[tuple[Any, ...]] = []
+        # the engine's fold (`cluster_fold`): fair share's inputs as they change, and solves
+        self.fairshare_clock: list[tuple[Any, ...]] = []
+        self.fairshare_globals: list[tuple[Any, ...]] = []
+        self.fairshare_queues: list[tuple[Any, ...]] = []
+        self.solves: list[tuple[Any, ...]] = []
+        # a `DeferredClusterFold`'s events, for the `ClusterFold` of another process
+        self.cluster_events: list[tuple[Any, ...]] = []
         # a `DeferredUsage`'s calls, for the `UsageLedger` of another process
         self.usage_calls: list[tuple[Any, ...]] = []

@@ -241,6 +241,8 @@ class ProjectionState:
     # hash]. `max_time` is the last fact time.
     unit: list[str] = field(default_factory=lambda: ["", "", ""])
     held: list[Any] = field(default_factory=list)
+    # The engine's own fold of the log (`cluster_fold`), as base64 of `engine.snapshot` bytes.
+    cluster: str = ""
 
     _TYPES: dict[str, Any] = dataclasses.field(
         default_factory=lambda: {

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from datetime import datetime
 
-FORMAT_VERSION = "5"
+FORMAT_VERSION = "6"  # 6: fair share and solves, folded by the engine
 
 # How a placement interval started and ended; `history` shows them like sacct's State.
 START_ADMITTED, START_MOVED = "admitted", "moved"

@@ -25,10 +25,11 @@ import click
 
 from audit import changes as changes_query
 from audit import compliance as compliance_query
-from audit import history, pointintime, usage
+from audit import fairshare, history, pointintime, solves, usage
 from audit.catchup import catch_up, rebuild
 from audit.store import AuditStore, EventList, checked_meta
 from audit.verify import verify_log
+from audit.window import seqs_between
 from eventlog.codec import decode
 from eventlog.envelope import GENESIS_HASH
 from eventlog.sqlite import SQLiteEventLog
@@ -45,8 +46,9 @@ DECODE_SAMPLE = 50_000
 
 
 def _decode_against_fold(log: SQLiteEventLog, events: int) -> dict[str, float]:
-    """CPU microseconds an event: decoding into typed events (what a typed fold would add;
-    SolveCompleted's payload is not read) against the fold and its SQLite writes."""
+    """CPU microseconds an event: decoding into typed events (SolveCompleted's aside)
+    against the fold and its SQLite writes, in one process (the engine's fold for fair
+    share included: a rebuild runs that part in its writer process)."""
     sample = list(log.read(0, until_seq=events))
     started = time.process_time()
     for event in sample:
@@ -61,6 +63,11 @@ def _decode_against_fold(log: SQLiteEventLog, events: int) -> dict[str, float]:
         "decode_cpu_us_per_event": round(decode_s / len(sample) * 1e6, 2),
         "fold_cpu_us_per_event": round(fold_s / len(sample) * 1e6, 2),
     }
+
+
+def _between(store: AuditStore, since: float, seconds: float) -> tuple[int, int]:
+    """The seqs of [since, since + seconds), as `audit changes --since --until` reads them."""
+    return seqs_between(store, since, since + seconds)
 
 
 def _children_cpu() -> float:
@@ -198,7 +205,54 @@ def command(events: int, seed: int, work_dir: str, samples: int, fmt: str) -> No
         lambda: usage.by_flavor(store, last_ts - month, last_ts),
     )
     timed("changes", runs, lambda: changes_query.changes(store), verify=True)
+    timed(
+        "changes (1 day)",
+        runs,
+        lambda: changes_query.changes(
+            store,
+            after_seq=(w := _between(store, rng.uniform(first_ts, last_ts - 86400), 86400))[0],
+            until_seq=w[1],
+        ),
+        verify=True,
+    )
+    timed(
+        "changes --limit 100",
+        runs,
+        lambda: changes_query.changes(store, after_seq=rng.randint(0, head), limit=101),
+        verify=True,
+    )
     timed("compliance", runs, lambda: compliance_query.compliance(store), verify=True)
+    timed(
+        "compliance (1 day)",
+        runs,
+        lambda: compliance_query.compliance(
+            store,
+            since_seq=(w := _between(store, rng.uniform(first_ts, last_ts - 86400), 86400))[0],
+            until_seq=w[1],
+        ),
+        verify=True,
+    )
+    timed(
+        "compliance --limit 100",
+        runs,
+        lambda: compliance_query.compliance(store, since_seq=rng.randint(0, head), limit=100),
+        verify=True,
+    )
+    timed(
+        "fairshare (30 days, daily)",
+        runs,
+        lambda: fairshare.fair_share_over_time(
+            store, fairshare.sample_times(last_ts - month, last_ts, 86400.0)
+        ),
+    )
+    timed(
+        "fairshare (30 days, hourly)",
+        runs,
+        lambda: fairshare.fair_share_over_time(
+            store, fairshare.sample_times(last_ts - month, last_ts, 3600.0)
+        ),
+    )
+    timed("solves", runs, lambda: solves.solves(store))
     tail = min(TAIL_EVENTS, head)
     tail_hash = next(iter(log.read(head - tail - 1, until_seq=head - tail)), None)
 
