@@ -21,7 +21,12 @@ from audit.projection.rows import Batch
 from audit.projection.state import ProjectionState
 from audit.projection.vocabulary import FORMAT_VERSION
 from engine.errors import GitschedError
+from engine.snapshot import STATE_FORMAT
 from eventlog.envelope import StoredEvent
+
+# The view keeps the engine's folded state (fair share, solves): a gitsched whose state
+# has another shape (engine.snapshot.STATE_FORMAT) rebuilds the view rather than misread it.
+VIEW_FORMAT = f"{FORMAT_VERSION}.{STATE_FORMAT}"
 
 _PLACEMENT_COLUMNS = """
     id INTEGER PRIMARY KEY, job TEXT NOT NULL, name TEXT NOT NULL, queue TEXT NOT NULL,
@@ -255,15 +260,15 @@ class AuditStore:
                 self.db.execute("PRAGMA synchronous=NORMAL")
                 self.db.execute("PRAGMA cache_size=-65536")
             self.db.executescript(_TABLES)
-            self.db.execute("INSERT OR IGNORE INTO meta VALUES ('format', ?)", (FORMAT_VERSION,))
+            self.db.execute("INSERT OR IGNORE INTO meta VALUES ('format', ?)", (VIEW_FORMAT,))
         except sqlite3.Error as e:
             raise AuditError(f"cannot open the audit view {self.path}: {e}") from e
         fmt = self.meta("format")
-        if fmt != FORMAT_VERSION:
+        if fmt != VIEW_FORMAT:
             self.db.close()
             raise ViewOutdated(
                 f"the audit view {self.path} has format {fmt}, this gitsched writes "
-                f"{FORMAT_VERSION}: run `gitsched audit rebuild`"
+                f"{VIEW_FORMAT}: run `gitsched audit rebuild`"
             )
 
     def close(self) -> None:
