@@ -32,6 +32,7 @@ from engine.model import CommitInfo
 from engine.placement.plan import PlacementPlan
 from engine.placement.solvers import solve, solve_changed
 from engine.state import ClusterState, fold
+from eventlog.collector import collector_paused
 from reconciler.approval import CommitApproval, commit_approval
 from reconciler.git import GitRepo
 from reconciler.specs import LoadedSpecs, SpecCache, load_commit, to_finding
@@ -175,9 +176,13 @@ def commit_steps(
     """Each commit's step in turn, each from the state the one before folds into: what
     the reconciler appends for `commits`, oldest first, from `state`."""
     for commit in commits:
-        loaded = load_commit(repo, commit.sha, cache=specs)
-        approval = commit_approval(repo, state, commit, loaded, specs)
-        step = commit_step(state, commit, loaded, approval, solver)
+        # The collector off while a commit is decided: the step allocates hundreds of
+        # thousands of objects on an XL cluster, and each collection they set off walked
+        # the whole heap (the state, 50,000 parsed documents): ~20% of a commit's CPU.
+        with collector_paused():
+            loaded = load_commit(repo, commit.sha, cache=specs)
+            approval = commit_approval(repo, state, commit, loaded, specs)
+            step = commit_step(state, commit, loaded, approval, solver)
         yield step
         state = step.state
 
