@@ -244,12 +244,6 @@ def _parse_file(path: str, content: bytes, limits: Limits) -> _Parsed:
     return tuple(valid), tuple(invalid), tuple(all_errors)
 
 
-def _same(a: tuple[object, ...], b: tuple[object, ...]) -> bool:
-    """Equal, looking at identity first (a cluster model kept from the commit before is the
-    same object; a rebuilt one is compared field by field)."""
-    return len(a) == len(b) and all(x is y or x == y for x, y in zip(a, b, strict=True))
-
-
 class _LastTwoLoads(Generic[K, V]):
     """Values by key, made when first asked for; a load keeps what it and the load
     before it used, and drops the rest."""
@@ -286,14 +280,15 @@ class SpecCache:
         self._files: _LastTwoLoads[tuple[str, bytes, Limits], _Parsed] = _LastTwoLoads()
         # Each valid document's model, by the document object the file cache hands out
         # again while the file is unchanged (checked by identity: ids are reused), with
-        # what else the model was made from (a job's queue and cluster).
+        # what else the model was made from (a job's queue and cluster: the cluster's
+        # model is kept too, so the tuples compare by identity first, in C).
         self._models: dict[int, tuple[Document, tuple[object, ...], Any]] = {}
         self._spec_paths: dict[str, bool] = {}
 
     def model(self, doc: Document, context: tuple[object, ...], make: Callable[[], V]) -> V:
         """`make()`, the model of `doc` made with `context`; kept while both are unchanged."""
         found = self._models.get(id(doc))
-        if found is not None and found[0] is doc and _same(found[1], context):
+        if found is not None and found[0] is doc and found[1] == context:
             value: V = found[2]
             return value
         value = make()
