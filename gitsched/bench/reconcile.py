@@ -218,8 +218,7 @@ def _pass(reconciler: Reconciler, commit: int, added: int) -> Pass:
     began = time.perf_counter()
     report = reconciler.run_once()
     seconds = time.perf_counter() - began
-    restart = commit == 0 and added == 0  # a kept repo's log holds every commit already
-    if not restart and (not report.commits or not report.commits[-1].applied):
+    if not report.commits or not report.commits[-1].applied:
         errors = report.commits[-1].errors[:3] if report.commits else ()
         raise GitschedError(
             f"commit {commit} was not applied: " + "; ".join(e.format() for e in errors)
@@ -271,8 +270,9 @@ def measure(
     time_limit: float,
     gap: float,
 ) -> list[Pass]:
-    """The passes; with a repo and log kept in `scratch` from an earlier run, the first
-    pass is a restart (every file read again, the log replayed) instead of a first commit."""
+    """The passes, the untimed first one first: the first commit, or with a repo and log
+    kept in `scratch` from an earlier run, a restart's first commit of JOBS new jobs (a new
+    reconciler: every file read again), not counted with the timed ones."""
     root = scratch / "cluster"
     done = _reused(root, size, seed)
     if done is None:
@@ -287,8 +287,11 @@ def measure(
         if done is not None and event_log.last_seq() == 0:
             raise GitschedError(f"{url} is empty: a kept repo needs the log it was reconciled to")
         reconciler = Reconciler(GitRepo(root), event_log)
-        passes.append(_pass(reconciler, 0, SIZES[size].jobs if done is None else 0))
-        for commit in range((done or 0) + 1, (done or 0) + commits + 1):
+        if done is None:
+            passes.append(_pass(reconciler, 0, SIZES[size].jobs))
+        start = done or 0
+        restart = 0 if done is None else 1  # a kept repo: one more commit, the restart's
+        for commit in range(start + 1, start + commits + 1 + restart):
             _write_jobs(root, new_jobs(queues, jobs, seed, commit))
             _commit(root, f"{jobs} new jobs ({commit})")
             passes.append(_pass(reconciler, commit, jobs))
@@ -318,8 +321,8 @@ def _percentile(values: Sequence[float], q: float) -> float:
     "--workdir",
     type=click.Path(file_okay=False, path_type=Path),
     help="Keep the repo and the SQLite log here, and reuse them when they are there: the "
-    "first pass is then a restart and the timed commits come on top (XL's repo and first "
-    "commit take many minutes).",
+    "first pass is then a new reconciler's first commit (untimed) and the timed commits "
+    "come on top (XL's repo and first commit take many minutes).",
 )
 @click.option(
     "--log",
@@ -361,7 +364,7 @@ def command(
         "jobs_per_commit": jobs,
         "solver": solver,
         # With --workdir on a kept repo the first pass is a restart, not the first commit.
-        "first_pass": "first commit" if passes[0].jobs_added else "restart",
+        "first_pass": "first commit" if passes[0].commit == 0 else "restart",
         "first_commit_seconds": round(passes[0].seconds, 2),
         "p50_seconds": round(statistics.median(timed), 3),
         "p99_seconds": round(_percentile(timed, 0.99), 3),
@@ -375,7 +378,11 @@ def command(
             ["COMMIT", "JOBS ADDED", "PLACED", "EVENTS", "SECONDS", "SOLVE S", "SOLVER", "GAP %"],
             [
                 [
-                    ("first" if p.jobs_added else "restart") if p.commit == 0 else str(p.commit),
+                    f"{p.commit} (restart)"
+                    if p is passes[0] and p.commit
+                    else "first"
+                    if p.commit == 0
+                    else str(p.commit),
                     str(p.jobs_added),
                     str(p.placed),
                     str(p.events),
