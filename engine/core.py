@@ -7,8 +7,12 @@ plan); the events returned are all the log needs to fold into the new state.
 from __future__ import annotations
 
 import dataclasses
+import operator
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from immutables import Map
 
 from engine import events as ev
 from engine.fairshare import capacity_gpus, moment, usage_at, usage_shares
@@ -25,7 +29,7 @@ from engine.model import (
     utc_time,
 )
 from engine.placement.objective import lost_gpu_seconds
-from engine.placement.plan import OutcomeStatus, PlacementInstance, PlacementPlan
+from engine.placement.plan import JobOutcome, OutcomeStatus, PlacementInstance, PlacementPlan
 from engine.placement.preemption import Rule
 from engine.shapes import learned_shapes
 from engine.state import ClusterState, fold
@@ -185,9 +189,10 @@ def _apply_commit(state: ClusterState, intent: ApplyCommit) -> tuple[ev.Event, .
                 )
             )
             continue
+        if _job_spec(job) == _job_spec(old_job):
+            continue  # (what `job != old_job` with old_job's submitted_at says, without a copy)
         job = dataclasses.replace(job, submitted_at=old_job.submitted_at)
-        if job != old_job:
-            out.append(ev.JobChanged(job=job, fields=_changed_fields(old_job, job)))
+        out.append(ev.JobChanged(job=job, fields=_changed_fields(old_job, job)))
 
     # Queues go after their jobs are withdrawn, so no job is ever left without its queue.
     for name in sorted(set(state.queues) - set(desired.queues)):
@@ -202,6 +207,13 @@ def _apply_commit(state: ClusterState, intent: ApplyCommit) -> tuple[ev.Event, .
     out.extend(intent.approvals)
     out.append(ev.CommitApplied(commit=intent.commit, changes=changes))
     return tuple(out)
+
+
+# Every field a Job compares but the time it was submitted: a commit compares 50,000 jobs
+# with the state's, nearly all unchanged.
+_job_spec = operator.attrgetter(
+    *(f.name for f in dataclasses.fields(Job) if f.compare and f.name != "submitted_at")
+)
 
 
 def _changed_fields(old: Job, new: Job) -> tuple[str, ...]:
@@ -284,12 +296,24 @@ def keep_waiting_reasons(
     waiting jobs waiting: they keep the reason the last full solve gave them, so
     `decide` appends no JobPending for them again."""
     outcomes = []
+    pending = state.pending
     for outcome in plan.outcomes:
-        known = state.pending.get(outcome.job)
-        if outcome.status is OutcomeStatus.PENDING and known and outcome.job not in changed:
-            outcome = dataclasses.replace(outcome, reason=known.reason, constraint=known.constraint)
+        if outcome.status is OutcomeStatus.PENDING and outcome.job not in changed:
+            known = pending.get(outcome.job)
+            if known and (outcome.reason, outcome.constraint) != (known.reason, known.constraint):
+                # (tens of thousands a commit: the constructor, not dataclasses.replace)
+                values = list(_outcome_values(outcome))
+                values[_REASON], values[_CONSTRAINT] = known.reason, known.constraint
+                outcome = JobOutcome(*values)
         outcomes.append(outcome)
     return dataclasses.replace(plan, outcomes=tuple(outcomes))
+
+
+_outcome_values = operator.attrgetter(*(f.name for f in dataclasses.fields(JobOutcome)))
+_REASON, _CONSTRAINT = (
+    [f.name for f in dataclasses.fields(JobOutcome)].index(name)
+    for name in ("reason", "constraint")
+)
 
 
 def placement_instance(state: ClusterState, now: str) -> PlacementInstance:
@@ -309,16 +333,34 @@ def placement_instance(state: ClusterState, now: str) -> PlacementInstance:
         jobs.append(job)
     return PlacementInstance(
         cluster=state.cluster,
-        nodes=tuple(state.nodes[n] for n in sorted(state.nodes)),
-        queues=tuple(state.queues[q] for q in sorted(state.queues)),
+        nodes=_in_key_order("nodes", state.nodes),
+        queues=_in_key_order("queues", state.queues),
         jobs=tuple(jobs),
         # Sorted: a Map's order follows its keys' hashes, which change with PYTHONHASHSEED.
-        current=dict(sorted(state.placements.items())),
+        current={key: state.placements[key] for key in sorted(state.placements)},
         policy=state.policy,
         now=now,
         usage=fair_usage(state, now),
         shapes=learned_shapes(state.shapes),
     )
+
+
+V = TypeVar("V")
+# The last state's nodes and queues as the solver sees them, by the identity of the state's
+# maps (immutable: the same map is the same content). A commit of jobs leaves both maps as
+# they were, so the solver gets the very same tuples again, and every cache keyed on a node
+# list (topology trees, the decomposed cut's domains) finds its entry.
+_IN_KEY_ORDER: dict[str, tuple[Map[str, Any], tuple[Any, ...]]] = {}
+
+
+def _in_key_order(kind: str, items: Map[str, V]) -> tuple[V, ...]:
+    """The values of `items` sorted by key (a Map's own order follows its keys' hashes)."""
+    found = _IN_KEY_ORDER.get(kind)
+    if found is not None and found[0] is items:
+        return found[1]
+    ordered = tuple(items[k] for k in sorted(items))
+    _IN_KEY_ORDER[kind] = (items, ordered)
+    return ordered
 
 
 def fair_usage(state: ClusterState, now: str) -> dict[str, float]:

@@ -46,6 +46,7 @@ from schemas import Document, Limits
 YAML_SUFFIXES = (".yaml", ".yml")
 IGNORED_DIRS = (".git", ".gitsched")
 DEFAULT_LIMITS = Limits()
+MAX_KEPT_PATHS = 250_000  # paths a SpecCache remembers as spec files or not, about
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,8 +99,9 @@ def read_commit(
     """The spec files of a commit, straight from git objects (no checkout)."""
     files: list[SourceFile] = []
     wanted: list[tuple[str, str]] = []
+    spec_file = is_spec_file if cache is None else cache.is_spec_file
     for entry in repo.tree(rev):
-        if not is_spec_file(entry.path):
+        if not spec_file(entry.path):
             continue
         if entry.is_symlink:
             target = repo.read_blobs([entry.sha]).get(entry.sha, b"").decode("utf-8", "replace")
@@ -268,28 +270,46 @@ class SpecCache:
     errors (YAML, schema) by path and content: a commit that changes a few of
     5,000 files reads, parses and validates only those, while the cross-file
     rules and the model still see every document. What the last two loads did
-    not use is dropped, so it holds about two commits' files.
+    not use is dropped, so it holds about two commits' files. The models built from
+    unchanged documents (clusters, nodes, queues, jobs) are kept too, and which paths
+    are spec files.
     """
 
     def __init__(self) -> None:
         self._blobs: _LastTwoLoads[str, bytes] = _LastTwoLoads()
         self._files: _LastTwoLoads[tuple[str, bytes, Limits], _Parsed] = _LastTwoLoads()
-        # Each valid Job document's model, by the document object the file cache hands out
-        # again while the file is unchanged (checked by identity: ids are reused).
-        self._jobs: dict[int, tuple[Document, str, ClusterSpec, Job]] = {}
+        # Each valid document's model, by the document object the file cache hands out
+        # again while the file is unchanged (checked by identity: ids are reused), with
+        # what else the model was made from (a job's queue and cluster: the cluster's
+        # model is kept too, so the tuples compare by identity first, in C).
+        self._models: dict[int, tuple[Document, tuple[object, ...], Any]] = {}
+        self._spec_paths: dict[str, bool] = {}
+
+    def model(self, doc: Document, context: tuple[object, ...], make: Callable[[], V]) -> V:
+        """`make()`, the model of `doc` made with `context`; kept while both are unchanged."""
+        found = self._models.get(id(doc))
+        if found is not None and found[0] is doc and found[1] == context:
+            value: V = found[2]
+            return value
+        value = make()
+        self._models[id(doc)] = (doc, context, value)
+        return value
 
     def job(self, doc: Document, queue: str, cluster: ClusterSpec, make: Callable[[], Job]) -> Job:
-        found = self._jobs.get(id(doc))
-        if found is not None and found[0] is doc and found[1] == queue and found[2] == cluster:
-            return found[3]
-        job = make()
-        self._jobs[id(doc)] = (doc, queue, cluster, job)
-        return job
+        return self.model(doc, (queue, cluster), make)
 
     def keep_jobs(self, docs: Sequence[Document]) -> None:
         """Forget the models of documents no longer in the repository."""
         live = {id(d) for d in docs}
-        self._jobs = {k: v for k, v in self._jobs.items() if k in live}
+        self._models = {k: v for k, v in self._models.items() if k in live}
+
+    def is_spec_file(self, path: str) -> bool:
+        found = self._spec_paths.get(path)
+        if found is None:
+            if len(self._spec_paths) > 4 * MAX_KEPT_PATHS:
+                self._spec_paths.clear()
+            found = self._spec_paths[path] = is_spec_file(path)
+        return found
 
     def blobs(self, repo: GitRepo, shas: Sequence[str]) -> dict[str, bytes]:
         return dict(zip(shas, self._blobs.load(shas, repo.read_blobs), strict=True))
@@ -380,18 +400,23 @@ def build_desired(
     owners: Mapping[str, tuple[Owner, ...]] | None = None,
     cache: SpecCache | None = None,
 ) -> DesiredState:
-    cluster_doc = next(d for d in docs if d.kind == "Cluster")
-    cluster = _cluster(cluster_doc.data["spec"], cluster_doc.name or "cluster")
+    by_kind: dict[str | None, list[Document]] = {}
+    for doc in docs:  # (a document's kind is looked up in its data: once each)
+        kind = doc.kind
+        by_kind.setdefault("Node" if kind == "NodePool" else kind, []).append(doc)
+
+    def model(doc: Document, context: tuple[object, ...], make: Callable[[], V]) -> V:
+        return make() if cache is None else cache.model(doc, context, make)
+
+    cluster_doc = by_kind["Cluster"][0]
+    cluster = model(
+        cluster_doc,
+        (),
+        partial(_cluster, cluster_doc.data["spec"], cluster_doc.name or "cluster"),
+    )
     nodes: dict[str, Node] = {}
-    for doc in docs:
-        if doc.kind == "Node":
-            built = [
-                _node(doc.name or "", doc.data["spec"], doc.data["metadata"].get("labels", {}))
-            ]
-        elif doc.kind == "NodePool":
-            built = _node_pool(doc.data["spec"], doc.data["metadata"].get("labels", {}))
-        else:
-            continue
+    for doc in by_kind.get("Node", []):  # and NodePool, in the documents' order
+        built = model(doc, (), partial(_nodes_of, doc))
         for node in built:
             if node.name in nodes:
                 raise _ModelError(
@@ -404,28 +429,22 @@ def build_desired(
             nodes[node.name] = node
     queues: dict[str, Queue] = {}
     team_queue: dict[str, str] = {}
-    for doc in docs:
-        if doc.kind == "Queue":
-            team = policies.place_of(doc.file).team or ""
-            queue = _queue(doc.name or team, doc.data["spec"], team)
-            queues[queue.name] = queue
-            team_queue[team] = queue.name
+    for doc in by_kind.get("Queue", []):
+        team = policies.place_of(doc.file).team or ""
+        queue = model(doc, (team,), partial(_queue, doc.name or team, doc.data["spec"], team))
+        queues[queue.name] = queue
+        team_queue[team] = queue.name
     jobs: dict[str, Job] = {}
-    for doc in docs:
-        if doc.kind == "Job":
-            team = policies.place_of(doc.file).team or ""
-            spec = doc.data["spec"]
-            queue_name = spec.get("queue") or team_queue.get(team, team)
-            if cache is None:
-                job = _job(doc.name or "", spec, queue_name, cluster, doc.file)
-            else:
-                job = cache.job(
-                    doc,
-                    queue_name,
-                    cluster,
-                    partial(_job, doc.name or "", spec, queue_name, cluster, doc.file),
-                )
-            jobs[job.key] = job
+    for doc in by_kind.get("Job", []):
+        team = policies.place_of(doc.file).team or ""
+        spec = doc.data["spec"]
+        queue_name = spec.get("queue") or team_queue.get(team, team)
+        job = model(
+            doc,
+            (queue_name, cluster),
+            partial(_job, doc.name or "", spec, queue_name, cluster, doc.file),
+        )
+        jobs[job.key] = job
     if cache is not None:
         cache.keep_jobs(docs)
     return DesiredState(
@@ -436,6 +455,14 @@ def build_desired(
         jobs=jobs,
         owners={team: listed for team, listed in sorted((owners or {}).items()) if listed},
     )
+
+
+def _nodes_of(doc: Document) -> list[Node]:
+    """The nodes a Node or NodePool document declares."""
+    labels = doc.data["metadata"].get("labels", {})
+    if doc.kind == "Node":
+        return [_node(doc.name or "", doc.data["spec"], labels)]
+    return _node_pool(doc.data["spec"], labels)
 
 
 def _cluster(spec: Mapping[str, Any], name: str) -> ClusterSpec:

@@ -32,6 +32,7 @@ from engine.model import CommitInfo
 from engine.placement.plan import PlacementPlan
 from engine.placement.solvers import solve, solve_changed
 from engine.state import ClusterState, fold
+from eventlog.collector import collector_paused
 from reconciler.approval import CommitApproval, commit_approval
 from reconciler.git import GitRepo
 from reconciler.specs import LoadedSpecs, SpecCache, load_commit
@@ -89,9 +90,12 @@ def place(
         and state.placements
         and len(changed) <= INCREMENTAL_SHARE * len(state.jobs)
     ):
-        plan = solve_changed(instance, changed, solver)
-        if plan is not None:
-            return keep_waiting_reasons(plan, state, changed)
+        # The collector off for the incremental solve (see commit_steps); a full solve
+        # keeps it on: it runs for its time limit and may leave cycles (the MILP's model).
+        with collector_paused():
+            plan = solve_changed(instance, changed, solver)
+            if plan is not None:
+                return keep_waiting_reasons(plan, state, changed)
     return solve(instance, solver)
 
 
@@ -175,8 +179,12 @@ def commit_steps(
     """Each commit's step in turn, each from the state the one before folds into: what
     the reconciler appends for `commits`, oldest first, from `state`."""
     for commit in commits:
-        loaded = load_commit(repo, commit.sha, cache=specs)
-        approval = commit_approval(repo, state, commit, loaded, specs)
+        # The collector off while a commit is loaded: on an XL cluster this allocates
+        # hundreds of thousands of objects, and each collection they set off walked the
+        # whole heap (the state, 50,000 parsed documents) for cycles that are not there.
+        with collector_paused():
+            loaded = load_commit(repo, commit.sha, cache=specs)
+            approval = commit_approval(repo, state, commit, loaded, specs)
         step = commit_step(state, commit, loaded, approval, solver)
         yield step
         state = step.state

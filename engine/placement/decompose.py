@@ -98,9 +98,45 @@ def _signature(node: Node) -> tuple[object, ...]:
     )
 
 
-def _units(instance: PlacementInstance, count: int) -> dict[str, list[Node]]:
-    """Nodes grouped by the widest domain that has at least UNITS_PER_PART domains per
-    part (so parts can be evened out), with groups that a running job spans joined."""
+@dataclass(frozen=True, slots=True)
+class _Unit:
+    """A domain of the cut's level, summed up once per node list: what the deal and the
+    parts' capacities read of its nodes (a commit of jobs leaves the nodes as they were,
+    so the sums are kept for the next solve; see _domains)."""
+
+    nodes: tuple[Node, ...]  # in the instance's order
+    first: int  # the index of its first node in the instance
+    gpus: int
+    gpus_by_flavor: dict[str, int]  # every node ("" for none), as the deal weighs units
+    schedulable_milli: int
+    # Schedulable shared GPUs by flavor, with the index of the flavor's first such node.
+    capacity: dict[str, tuple[int, int]]
+    # One node of each kind (the first in the instance's order) and its kind's GPUs.
+    kinds: dict[tuple[object, ...], tuple[int, Node, int]]
+
+
+@dataclass(frozen=True, slots=True)
+class _Domains:
+    """The node list cut into domains of the widest level with UNITS_PER_PART per part."""
+
+    nodes: tuple[Node, ...]
+    count: int
+    unit_of: dict[str, str]
+    units: dict[str, _Unit]
+    index: dict[str, int]
+    lost: frozenset[str]  # nodes that are not schedulable
+
+
+_DOMAINS: dict[int, _Domains] = {}
+
+
+def _domains(instance: PlacementInstance, count: int) -> _Domains:
+    """The cut's domains of the instance's nodes, summed once per node list (kept by the
+    list's identity, which holds it alive: engine.core hands the same tuple to every solve
+    while the state's nodes are unchanged)."""
+    found = _DOMAINS.get(count)
+    if found is not None and found.nodes is instance.nodes:
+        return found
     # The levels alone (a Tree's paths for 12,500 nodes cost more than the cut).
     levels = Tree.of(instance.cluster, instance.nodes if instance.cluster is None else ()).levels
 
@@ -113,7 +149,57 @@ def _units(instance: PlacementInstance, count: int) -> dict[str, list[Node]]:
             top = rank
             break
     unit_of = {n.name: path(n, top) for n in instance.nodes}
-    parent = {u: u for u in sorted(set(unit_of.values()))}
+    grouped: dict[str, list[tuple[int, Node]]] = defaultdict(list)
+    for i, n in enumerate(instance.nodes):
+        grouped[unit_of[n.name]].append((i, n))
+    units: dict[str, _Unit] = {}
+    for name in sorted(grouped):
+        by_flavor: dict[str, int] = defaultdict(int)
+        capacity: dict[str, tuple[int, int]] = {}
+        kinds: dict[tuple[object, ...], tuple[int, Node, int]] = {}
+        milli = 0
+        for i, n in grouped[name]:
+            by_flavor[n.flavor or ""] += n.gpus
+            if not n.schedulable:
+                continue
+            milli += n.gpus * GPU_MILLI
+            if n.flavor is not None and n.isolation is Isolation.SHARED:
+                at, gpus = capacity.get(n.flavor, (i, 0))
+                capacity[n.flavor] = (at, gpus + n.gpus)
+            sig = _signature(n)
+            at, node, gpus = kinds.get(sig, (i, n, 0))
+            kinds[sig] = (at, node, gpus + n.gpus)
+        members = tuple(n for _, n in grouped[name])
+        units[name] = _Unit(
+            members,
+            grouped[name][0][0],
+            sum(n.gpus for n in members),
+            dict(by_flavor),
+            milli,
+            capacity,
+            kinds,
+        )
+    found = _Domains(
+        instance.nodes,
+        count,
+        unit_of,
+        units,
+        {n.name: i for i, n in enumerate(instance.nodes)},
+        frozenset(n.name for n in instance.nodes if not n.schedulable),
+    )
+    if len(_DOMAINS) > 4:
+        _DOMAINS.clear()
+    _DOMAINS[count] = found
+    return found
+
+
+def _units(instance: PlacementInstance, count: int) -> tuple[_Domains, dict[str, list[_Unit]]]:
+    """Nodes grouped by the widest domain that has at least UNITS_PER_PART domains per
+    part (so parts can be evened out), with groups that a running job spans joined: each
+    group's domains, the first (by name) naming the group."""
+    domains = _domains(instance, count)
+    unit_of = domains.unit_of
+    parent = {u: u for u in domains.units}
 
     def find(u: str) -> str:
         while parent[u] != u:
@@ -129,45 +215,57 @@ def _units(instance: PlacementInstance, count: int) -> dict[str, list[Node]]:
             a, b = find(spanned[0]), find(other)
             if a != b:
                 parent[max(a, b)] = min(a, b)
-    units: dict[str, list[Node]] = defaultdict(list)
-    for n in instance.nodes:
-        units[find(unit_of[n.name])].append(n)
-    return units
+    groups: dict[str, list[_Unit]] = defaultdict(list)
+    for name in sorted(domains.units, key=lambda u: domains.units[u].first):
+        groups[find(name)].append(domains.units[name])
+    return domains, groups
 
 
 def _deal_nodes(
     instance: PlacementInstance, count: int, rng: random.Random
-) -> tuple[dict[str, int], list[list[Node]]]:
+) -> tuple[dict[str, int], list[list[Node]], list[list[_Unit]], _Domains]:
     """Units to `count` parts: by main flavor, in a seeded order, each to the part with the
-    fewest GPUs of that flavor so far (ties: the fewest GPUs in all, then lowest index)."""
-    units = _units(instance, count)
+    fewest GPUs of that flavor so far (ties: the fewest GPUs in all, then lowest index).
+    Also each part's domains and the cut's domains."""
+    domains, units = _units(instance, count)
     by_flavor: dict[str, list[str]] = defaultdict(list)
+    size_of: dict[str, int] = {}
     for name in sorted(units):
         gpus: dict[str, int] = defaultdict(int)
-        for n in units[name]:
-            gpus[n.flavor or ""] += n.gpus
+        for u in units[name]:
+            for flavor, count_of in u.gpus_by_flavor.items():
+                gpus[flavor] += count_of
+        size_of[name] = sum(u.gpus for u in units[name])
         by_flavor[max(sorted(gpus), key=lambda f: gpus[f])].append(name)
-    node_part: dict[str, int] = {}
-    members: list[list[Node]] = [[] for _ in range(count)]
+    part_of: dict[str, int] = {}
     total = [0] * count
     for flavor in sorted(by_flavor):
         names = by_flavor[flavor]
         rng.shuffle(names)
         # Largest first (stable on the seeded order), so parts even out.
-        names.sort(key=lambda u: -sum(n.gpus for n in units[u]))
+        names.sort(key=lambda u: -size_of[u])
         load = [0] * count
         for name in names:
             k = min(range(count), key=lambda i: (load[i], total[i], i))
-            size = sum(n.gpus for n in units[name])
-            load[k] += size
-            total[k] += size
-            for n in units[name]:
+            load[k] += size_of[name]
+            total[k] += size_of[name]
+            part_of[name] = k
+    node_part: dict[str, int] = {}
+    members: list[list[Node]] = [[] for _ in range(count)]
+    part_units: list[list[_Unit]] = [[] for _ in range(count)]
+    for name in sorted(units):
+        part_units[part_of[name]].extend(units[name])
+    for k in range(count):
+        part_units[k].sort(key=lambda u: u.first)
+    index = domains.index
+    for k in range(count):
+        m = members[k]
+        for u in part_units[k]:
+            m.extend(u.nodes)
+            for n in u.nodes:
                 node_part[n.name] = k
-                members[k].append(n)
-    order = {n.name: i for i, n in enumerate(instance.nodes)}
-    for m in members:
-        m.sort(key=lambda n: order[n.name])
-    return node_part, members
+        m.sort(key=lambda n: index[n.name])
+    return node_part, members, part_units, domains
 
 
 def _usage(job: Job, placement: Placement) -> int:
@@ -320,7 +418,7 @@ def partition(
     lowest index) and every part where a `changed` running job runs or a running job lost
     its node; quota slack goes to the active parts."""
     rng = random.Random(_seed(instance))
-    node_part, members = _deal_nodes(instance, count, rng)
+    node_part, members, part_units, domains = _deal_nodes(instance, count, rng)
     if active_count is None:
         live = list(range(count))
     else:
@@ -329,12 +427,9 @@ def partition(
             for r in p.replicas:
                 if r.node in node_part:
                     used[node_part[r.node]] += r.gpu_milli * len(r.gpus)
-        free = [
-            sum(n.gpus * GPU_MILLI for n in m if n.schedulable) - used[k]
-            for k, m in enumerate(members)
-        ]
+        free = [sum(u.schedulable_milli for u in part_units[k]) - used[k] for k in range(count)]
         homes = set()
-        lost = {n.name for n in instance.nodes if not n.schedulable}
+        lost = domains.lost
         for key in sorted(instance.current):
             nodes = {r.node for r in instance.current[key].replicas}
             if key in changed or not nodes <= node_part.keys() or nodes & lost:
@@ -356,17 +451,25 @@ def partition(
         if placement.flavor is not None and not quota_exempt(job, OutcomeStatus.KEPT):
             running_use[(job.queue, placement.flavor)][k] += _usage(job, placement)
     # Capacity per part and flavor, and one node of each kind per part for eligibility.
+    # (Summed from the parts' domains; flavors in the order their first nodes come.)
     capacity: dict[str, list[float]] = defaultdict(lambda: [0.0] * count)
     kinds: list[dict[tuple[object, ...], Node]] = [{} for _ in range(count)]
     kind_gpus: list[dict[tuple[object, ...], int]] = [defaultdict(int) for _ in range(count)]
-    for k, m in enumerate(members):
-        for n in m:
-            if n.schedulable:
-                if n.flavor is not None and n.isolation is Isolation.SHARED:
-                    capacity[n.flavor][k] += n.gpus
-                sig = _signature(n)
-                kinds[k].setdefault(sig, n)
-                kind_gpus[k][sig] += n.gpus
+    for k in range(count):
+        first: dict[str, int] = {}
+        gpus_of: dict[str, int] = defaultdict(int)
+        kind_at: dict[tuple[object, ...], int] = {}
+        for u in part_units[k]:
+            for flavor, (at, flavor_gpus) in u.capacity.items():
+                first[flavor] = min(first.get(flavor, at), at)
+                gpus_of[flavor] += flavor_gpus
+            for sig, (at, kind_node, sig_gpus) in u.kinds.items():
+                if sig not in kind_at or at < kind_at[sig]:
+                    kind_at[sig] = at
+                    kinds[k][sig] = kind_node
+                kind_gpus[k][sig] += sig_gpus
+        for flavor in sorted(first, key=lambda f: first[f]):
+            capacity[flavor][k] += gpus_of[flavor]
     share = _fill(instance.queues, running_use, capacity, live, count, rng)
     demand: dict[str, list[float]] = defaultdict(lambda: [0.0] * count)
     eligible_cache: dict[tuple[object, ...], list[tuple[int, float]]] = {}

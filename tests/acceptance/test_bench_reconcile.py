@@ -38,3 +38,20 @@ def test_each_commit_of_new_jobs_is_one_append_placed_by_an_incremental_solve(
     }
     assert answered == set(submitted)
     assert all(e.type in ("PlacementDecided", "JobPending", "JobPreempted") for e in last[7:-1])
+
+
+def test_a_kept_workdir_is_reused_and_its_commits_go_on_top(tmp_path: Path) -> None:
+    args = ("bench", "reconcile", "--size", "S", "--commits", "1", "--jobs", "4")
+    args += ("--workdir", str(tmp_path / "work"), "--format", "json")
+    first = json.loads(gitsched(*args, expect=0).stdout)
+    again = json.loads(gitsched(*args, expect=0).stdout)
+
+    assert first["first_pass"] == "first commit" and again["first_pass"] == "restart"
+    assert [p["commit"] for p in first["passes"]] == [0, 1]
+    # The restart's pass commits too (a new reconciler reads every file again), untimed.
+    assert [(p["commit"], p["jobs_added"]) for p in again["passes"]] == [(2, 4), (3, 4)]
+    events = read_events(tmp_path / "work" / "log.db")
+    names = sorted(e.data["job"]["name"] for e in events if e.type == "JobSubmitted")
+    assert [n for n in names if n.startswith("new")] == [
+        f"new{c:03d}-{i:03d}" for c in (1, 2, 3) for i in range(4)
+    ]

@@ -353,6 +353,38 @@ def test_a_spec_cache_reads_only_changed_files_and_loads_what_a_fresh_read_loads
     assert cached_second.desired.jobs["ml/b"].resources.gpu_milli == 4000
 
 
+def test_a_spec_cache_keeps_the_models_of_unchanged_documents_and_rebuilds_the_rest(
+    bootstrapped: ClusterRepo,
+) -> None:
+    from reconciler.git import GitRepo
+    from reconciler.specs import SpecCache, load_commit
+    from tests.support.cluster_repo import CLUSTER_YAML
+
+    for name in ("a", "b"):
+        bootstrapped.write(f"teams/ml/jobs/{name}.yaml", job_yaml(name))
+    first = bootstrapped.commit("ml: two jobs", author=ANA)
+    bootstrapped.write("teams/ml/jobs/b.yaml", job_yaml("b", gpu=4))
+    second = bootstrapped.commit("ml: b smaller", author=ANA)
+    bootstrapped.write("cluster.yaml", CLUSTER_YAML.replace("value: 500", "value: 600"))
+    third = bootstrapped.commit("normal jobs rank higher", author=ANA)
+    repo = GitRepo(bootstrapped.path)
+
+    cache = SpecCache()
+    one, two, three = (
+        load_commit(repo, sha, cache=cache).desired for sha in (first, second, third)
+    )
+    assert one is not None and two is not None and three is not None
+    # Unchanged files: the very models of the commit before; the edited one: a new model.
+    assert two.cluster is one.cluster and two.jobs["ml/a"] is one.jobs["ml/a"]
+    assert all(two.nodes[n] is one.nodes[n] for n in one.nodes)
+    assert two.jobs["ml/b"].resources.gpu_milli == 4000
+    # A job's model depends on the cluster's priority classes too: rebuilt when they change.
+    assert three.jobs["ml/a"] is not two.jobs["ml/a"] and three.jobs["ml/a"].priority == 600
+    assert all(three.nodes[n] is two.nodes[n] for n in two.nodes)
+    # And each is what a fresh read builds.
+    assert [one, two, three] == [load_commit(repo, sha).desired for sha in (first, second, third)]
+
+
 def test_a_commit_records_author_date_and_committer_and_is_decided_at_its_committer_date(
     bootstrapped: ClusterRepo,
 ) -> None:

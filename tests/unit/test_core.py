@@ -95,6 +95,24 @@ def test_placement_events_fold_into_placements_and_pending() -> None:
     assert [type(e) for e in again] == [ev.SolveCompleted]
 
 
+def test_a_commit_of_jobs_hands_the_solver_the_same_node_list_and_a_node_change_a_new_one() -> None:
+    state = apply(ClusterState(), ApplyCommit(commit(1), desired([job("a")])))
+    first = placement_instance(state, "t1")
+    more = apply(state, ApplyCommit(commit(2), desired([job("a"), job("b")])))
+    second = placement_instance(more, "t2")
+    # The same tuple, so caches kept per node list (trees, the decomposed cut) serve again.
+    assert second.nodes is first.nodes and second.queues is first.queues
+    assert [j.key for j in second.jobs] == ["q/a", "q/b"]
+    drained = dataclasses.replace(node("n2"), state=NodeState.DRAINED)
+    changed = apply(more, ApplyCommit(commit(3), desired([job("a")], nodes=[node("n1"), drained])))
+    third = placement_instance(changed, "t3")
+    assert third.nodes is not first.nodes
+    assert [(n.name, n.state) for n in third.nodes] == [
+        ("n1", NodeState.READY),
+        ("n2", NodeState.DRAINED),
+    ]
+
+
 def test_an_incremental_plan_keeps_the_reasons_of_waiting_jobs_it_did_not_decide() -> None:
     jobs = [job("a", gpu=8), job("big", gpu=8, replicas=3), job("late", gpu=8, replicas=3)]
     state = apply(ClusterState(), ApplyCommit(commit(1), desired(jobs[:2])))

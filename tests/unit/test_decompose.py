@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 
-from engine.model import Policy
+from engine.model import NodeState, Policy
 from engine.placement import decompose, solvers
 from engine.placement.check import check_plan
 from engine.placement.decompose import (
@@ -163,3 +163,22 @@ def test_an_edited_running_job_is_decided_in_its_own_part() -> None:
     assert elsewhere
     cut = partition(instance, 3, active_count=1, assign=[], changed=[elsewhere[0]])
     assert set(cut.active) == {*plain.active, plain.job_part[elsewhere[0]]}
+
+
+def test_the_cut_of_a_kept_node_list_is_the_cut_made_afresh() -> None:
+    instance = tiny()
+    decompose._DOMAINS.clear()
+    cold = partition(instance, 3, active_count=1, assign={instance.jobs[-1].key})
+    warm = partition(instance, 3, active_count=1, assign={instance.jobs[-1].key})
+    assert warm == cold and decompose._DOMAINS[3].nodes is instance.nodes
+    # Another node list (one node drained, running jobs there lost): summed afresh.
+    lost = instance.nodes[0]
+    drained = replace(
+        instance,
+        nodes=(replace(lost, state=NodeState.DRAINED), *instance.nodes[1:]),
+    )
+    kept = partition(drained, 3)
+    decompose._DOMAINS.clear()
+    assert kept == partition(drained, 3)
+    free = sum(u.schedulable_milli for u in decompose._DOMAINS[3].units.values())
+    assert free == sum(n.gpus * 1000 for n in instance.nodes[1:])
