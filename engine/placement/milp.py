@@ -567,7 +567,7 @@ class MilpPlacer:
             # Both run the same: the objective's fragmentation term (per node) is all
             # the MILP gained, and greedy's packing leaves less for the learned shapes.
             outcomes, score = greedy.outcomes, greedy_score
-            greedy_tighter = greedy_less_fragmented = True
+            greedy_less_fragmented = True
         if bound is not None:
             bound = max(bound, score)
         gap = None if bound is None else (bound - score) / max(abs(bound), EPS)
@@ -617,7 +617,9 @@ class MilpPlacer:
                 seconds=time.perf_counter() - started,
                 variables=formulation.lp.num_cols,
                 constraints=formulation.lp.num_rows,
-                plan_source="greedy" if fell_back or greedy_tighter else "milp",
+                plan_source="greedy"
+                if fell_back or greedy_tighter or greedy_less_fragmented
+                else "milp",
                 fallback=fallback,
             ),
             broken_soft=broken_soft_constraints(instance, outcomes),
