@@ -36,7 +36,12 @@ from engine.placement.fragmentation import NodeScorer
 from engine.placement.greedy import GreedyPlacer, Packing
 from engine.placement.incremental import incremental_start
 from engine.placement.linear import LinearModel, LinearSolution, SolveLimits, solve
-from engine.placement.objective import broken_soft_constraints, plan_compactness, plan_objective
+from engine.placement.objective import (
+    broken_soft_constraints,
+    objective_terms,
+    plan_compactness,
+    plan_objective,
+)
 from engine.placement.plan import (
     JobOutcome,
     OutcomeStatus,
@@ -639,43 +644,42 @@ def _fallback_reason(
     return "the MILP's packed plan scored below greedy's"
 
 
-def _admission(
-    instance: PlacementInstance, outcomes: tuple[JobOutcome, ...]
-) -> tuple[dict[tuple[str, str | None, int], int], frozenset[str], int]:
-    """What a plan runs, as every term above fragmentation sees it: milli-GPU (CPU for a
-    CPU-only job) per queue, flavor and priority; the jobs it stops; how many it moves."""
-    jobs = {j.key: j for j in instance.jobs}
-    running: dict[tuple[str, str | None, int], int] = defaultdict(int)
-    stopped: set[str] = set()
-    moves = 0
-    for o in outcomes:
-        job = jobs.get(o.job)
-        if job is None:
-            continue
-        if o.running:
-            r = job.resources
-            running[(job.queue, o.flavor, job.priority)] += len(o.replicas) * (
-                r.gpu_milli or r.cpu_milli
-            )
-            moves += o.status is OutcomeStatus.MOVED
-        elif o.status is OutcomeStatus.PREEMPTED:
-            stopped.add(o.job)
-    return dict(running), frozenset(stopped), moves
+def _same_but_fragmentation(
+    instance: PlacementInstance, first: tuple[JobOutcome, ...], second: tuple[JobOutcome, ...]
+) -> bool:
+    """Whether two plans score the same on every term of the objective but fragmentation:
+    the same GPUs run (in and beyond nominal quota, per priority), moved, stopped, shared
+    and spread."""
+    a, b = objective_terms(instance, first), objective_terms(instance, second)
+    pairs = (
+        (a.value, b.value),
+        (a.nominal_bonus, b.nominal_bonus),
+        (a.moves, b.moves),
+        (a.preemptions, b.preemptions),
+        (a.fairness, b.fairness),
+        (a.topology, b.topology),
+    )
+    return all(abs(x - y) <= _noise(max(abs(x), abs(y))) for x, y in pairs)
+
+
+def _noise(score: float) -> float:
+    """What summing a plan's terms in another order may change a term by."""
+    return EPS + 1e-9 * abs(score)
 
 
 def _less_fragmented(
     instance: PlacementInstance, greedy: tuple[JobOutcome, ...], milp: tuple[JobOutcome, ...]
 ) -> bool:
-    """Whether greedy's plan runs what the MILP's runs (per queue, flavor and priority,
-    stopping and moving the same) and leaves less of the nodes either plan placed on
-    unusable to the workload's learned job shapes (FGD's measure plus stranded GPU, as
-    greedy places by: engine.placement.fragmentation). The objective's fragmentation term
-    counts per node; over a stream of commits the learned measure is the one that keeps
-    room for the pods that come (openb batch, issue #13)."""
+    """Whether greedy's plan scores what the MILP's does on every term but fragmentation
+    and leaves less of the nodes either plan placed on unusable to the workload's learned
+    job shapes (FGD's measure plus stranded GPU, as greedy places by:
+    engine.placement.fragmentation). The objective's fragmentation term counts per node;
+    over a stream of commits the learned measure is the one that keeps room for the pods
+    that come (openb batch, issue #13)."""
     scorer = NodeScorer.of(instance)
     if scorer is None or any(j.topology is not None for j in instance.jobs):
         return False
-    if _admission(instance, greedy) != _admission(instance, milp):
+    if not _same_but_fragmentation(instance, greedy, milp):
         return False
     return _shape_fragmentation(instance, scorer, greedy, milp) < -EPS
 
