@@ -581,8 +581,8 @@ class MilpPlacer:
             fallback = _fallback_reason(solution.status, outcomes_found, problems, own_score)
         elif greedy_less_fragmented:
             fallback = (
-                "greedy's plan runs the same jobs and leaves less capacity unusable "
-                "to the learned job shapes"
+                "greedy's plan scores the same but for fragmentation and leaves less "
+                "capacity unusable to the learned job shapes"
             )
         elif greedy_tighter:
             fallback = "greedy's plan scores as well and its gangs span fewer domains"
