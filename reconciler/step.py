@@ -29,6 +29,7 @@ from engine.events import (
     OwnersChanged,
 )
 from engine.model import CommitInfo
+from engine.placement.incremental import waiting_to_retry
 from engine.placement.plan import PlacementPlan
 from engine.placement.solvers import solve, solve_changed
 from engine.state import ClusterState, fold
@@ -81,8 +82,9 @@ def place(
     """The placement the reconciler decides for `state` at `now`.
 
     When only a few jobs changed (`changed`) and others run, those jobs alone are
-    placed (an incremental solve); anything else re-solves the cluster. `solver`
-    overrides the Policy's.
+    placed (an incremental solve), with the waiting jobs that may fit now beside them
+    (`waiting_to_retry`: the head of the queue, bounded); anything else re-solves the
+    cluster. `solver` overrides the Policy's.
     """
     instance = placement_instance(state, now)
     if (
@@ -93,8 +95,10 @@ def place(
         # The collector off for the incremental solve (see commit_steps); a full solve
         # keeps it on: it runs for its time limit and may leave cycles (the MILP's model).
         with collector_paused():
-            plan = solve_changed(instance, changed, solver)
+            retried = waiting_to_retry(instance, changed)
+            plan = solve_changed(instance, (*sorted(changed), *retried), solver)
             if plan is not None:
+                # A retried job that still waits keeps the reason it had: no new JobPending.
                 return keep_waiting_reasons(plan, state, changed)
     return solve(instance, solver)
 

@@ -1,13 +1,18 @@
-"""The warm start and fallback of an incremental solve: greedy on the change alone. Every
-running job stays where it is, the changed jobs go where they fit, and nobody is preempted
-for them (the MILP decides that).
+"""The incremental solve's inputs: which waiting jobs it decides again (`waiting_to_retry`),
+and its warm start and fallback, greedy on the change alone. Every running job stays where
+it is, the changed jobs go where they fit, and nobody is preempted for them (the MILP
+decides that).
 """
 
 from __future__ import annotations
 
+import heapq
 import time
 from collections.abc import Collection
+from dataclasses import dataclass
 
+from engine.model import Job, Node, Placement
+from engine.placement.constraints import eligible_flavors
 from engine.placement.greedy import Fit, Packing, priority_order
 from engine.placement.objective import lost_gpu_seconds, plan_objective
 from engine.placement.plan import (
@@ -19,6 +24,150 @@ from engine.placement.plan import (
 )
 from engine.placement.realise import can_take, new_packing
 from engine.placement.running import keep_problem
+from engine.units import GPU_MILLI
+
+# At most this many waiting jobs join an incremental solve (Kueue, too, retries a bounded
+# head of the queue per cycle): an incremental solve stays about the size of its commit
+# on any backlog, and the next commit retries the next ones.
+RETRY_WAITING_MAX = 64
+
+
+@dataclass(slots=True)
+class _FlavorRoom:
+    """Free capacity on a flavor's schedulable nodes, in aggregate: the sums, and the most
+    one node (whole GPUs, CPU, memory) or one GPU (milli) has free."""
+
+    gpu_milli: int = 0
+    cpu_milli: int = 0
+    memory_mib: int = 0
+    whole_gpus_on_a_node: int = 0
+    milli_on_a_gpu: int = 0
+    cpu_on_a_node: int = 0
+    memory_on_a_node: int = 0
+
+    def add(self, gpu_free: list[int], cpu: int, memory: int) -> None:
+        self.gpu_milli += sum(gpu_free)
+        self.cpu_milli += cpu
+        self.memory_mib += memory
+        whole = sum(1 for g in gpu_free if g >= GPU_MILLI)
+        self.whole_gpus_on_a_node = max(self.whole_gpus_on_a_node, whole)
+        self.milli_on_a_gpu = max(self.milli_on_a_gpu, max(gpu_free, default=0))
+        self.cpu_on_a_node = max(self.cpu_on_a_node, cpu)
+        self.memory_on_a_node = max(self.memory_on_a_node, memory)
+
+    def may_take(self, job: Job) -> bool:
+        """Whether the job could fit here as far as the aggregates tell (necessary, not
+        sufficient: the solve decides)."""
+        r = job.resources
+        if (
+            r.gpu_milli * job.replicas > self.gpu_milli
+            or r.cpu_milli * job.replicas > self.cpu_milli
+            or r.memory_mib * job.replicas > self.memory_mib
+            or r.cpu_milli > self.cpu_on_a_node
+            or r.memory_mib > self.memory_on_a_node
+        ):
+            return False
+        if r.fractional:
+            return r.gpu_milli <= self.milli_on_a_gpu
+        return r.whole_gpus <= self.whole_gpus_on_a_node
+
+    def take(self, job: Job) -> None:
+        r = job.resources
+        self.gpu_milli -= r.gpu_milli * job.replicas
+        self.cpu_milli -= r.cpu_milli * job.replicas
+        self.memory_mib -= r.memory_mib * job.replicas
+
+
+def _free_rooms(
+    nodes: Collection[Node], running: Collection[tuple[Job, Placement]]
+) -> dict[str | None, _FlavorRoom]:
+    """Free capacity per flavor (None: every schedulable node, for CPU-only jobs) after
+    the `running` jobs."""
+    gpu_free: dict[str, list[int]] = {}
+    cpu_free: dict[str, int] = {}
+    memory_free: dict[str, int] = {}
+    schedulable = [n for n in nodes if n.schedulable]
+    for n in schedulable:
+        gpu_free[n.name] = [GPU_MILLI] * n.gpus
+        cpu_free[n.name] = n.cpu_milli
+        memory_free[n.name] = n.memory_mib
+    for job, placement in running:
+        r = job.resources
+        for replica in placement.replicas:
+            free = gpu_free.get(replica.node)
+            if free is None:
+                continue
+            for g in replica.gpus:
+                if 0 <= g < len(free):
+                    free[g] -= replica.gpu_milli
+            cpu_free[replica.node] -= r.cpu_milli
+            memory_free[replica.node] -= r.memory_mib
+    rooms: dict[str | None, _FlavorRoom] = {None: _FlavorRoom()}
+    for n in schedulable:
+        args = (gpu_free[n.name], cpu_free[n.name], memory_free[n.name])
+        rooms[None].add(*args)
+        if n.flavor is not None:
+            rooms.setdefault(n.flavor, _FlavorRoom()).add(*args)
+    return rooms
+
+
+def waiting_to_retry(
+    instance: PlacementInstance, changed: Collection[str], limit: int = RETRY_WAITING_MAX
+) -> tuple[str, ...]:
+    """The waiting jobs an incremental solve for `changed` decides again, beside them: a
+    production scheduler retries waiting work whenever capacity may have changed, and a
+    commit that only adds or edits jobs may free room (an edit moves or shrinks a job)
+    or find room an earlier solve left. In the order the full solve fills the cluster
+    (`priority_order`: priority, then submission, then key), those whose demand the free
+    capacity of a flavor they may take holds in aggregate (each taken off as it joins;
+    the changed jobs' places count as free: the solve decides them again), at most
+    `limit`.
+
+    Cheap on a large backlog: one pass over the jobs (as the incremental solve makes
+    anyway) and the running replicas, a heap of the waiting jobs popped only as far as
+    the head goes, no packing (4,000 nodes, 30,000 running and 100,000 waiting jobs:
+    1.2 s on 2 cores at load 10, most of it reading each job's key)."""
+    if limit <= 0:
+        return ()
+    changed = frozenset(changed)
+    current = instance.current
+    running: list[tuple[Job, Placement]] = []
+    waiting: list[tuple[int, str, str, int]] = []
+    for i, job in enumerate(instance.jobs):
+        key = job.key
+        placement = current.get(key)
+        if placement is not None:
+            if key not in changed:
+                running.append((job, placement))
+        elif key not in changed:
+            waiting.append((-job.priority, job.submitted_at, key, i))
+    if not waiting:
+        return ()
+    heapq.heapify(waiting)
+    rooms = _free_rooms(instance.nodes, running)
+    queues = {q.name: q for q in instance.queues}
+    # A demand that found no room on its flavors never will in this pass (rooms only
+    # shrink): the next job asking the same is skipped unseen.
+    hopeless: set[tuple[object, ...]] = set()
+    chosen: list[str] = []
+    while waiting and len(chosen) < limit:
+        _, _, key, i = heapq.heappop(waiting)
+        job = instance.jobs[i]
+        flavors = eligible_flavors(job, queues.get(job.queue))
+        demand = (flavors, job.resources, job.replicas)
+        if demand in hopeless:
+            continue
+        for flavor in flavors:
+            room = rooms.get(flavor)
+            if room is not None and room.may_take(job):
+                room.take(job)
+                if flavor is not None:
+                    rooms[None].take(job)
+                chosen.append(key)
+                break
+        else:
+            hopeless.add(demand)
+    return tuple(chosen)
 
 
 def incremental_start(

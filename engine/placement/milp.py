@@ -22,6 +22,7 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass, replace
 
 from engine.placement.check import check_plan
+from engine.placement.constraints import NodeFree
 from engine.placement.explain import attribution
 from engine.placement.formulation import (
     BuildOptions,
@@ -31,10 +32,16 @@ from engine.placement.formulation import (
     build,
     job_columns,
 )
+from engine.placement.fragmentation import NodeScorer
 from engine.placement.greedy import GreedyPlacer, Packing
 from engine.placement.incremental import incremental_start
 from engine.placement.linear import LinearModel, LinearSolution, SolveLimits, solve
-from engine.placement.objective import broken_soft_constraints, plan_compactness, plan_objective
+from engine.placement.objective import (
+    broken_soft_constraints,
+    objective_terms,
+    plan_compactness,
+    plan_objective,
+)
 from engine.placement.plan import (
     JobOutcome,
     OutcomeStatus,
@@ -86,6 +93,8 @@ class SolveReport:
     model_bound: float | None = None  # the solve's bound, before the plan's score is folded in
     milp_objective: float | None = None  # the MILP's own plan's score, fallback or not
     greedy_tighter: bool = False  # greedy's plan scored as well and spanned less: taken
+    # greedy's plan ran the same and left less for the learned shapes: taken
+    greedy_less_fragmented: bool = False
 
 
 class MilpPlacer:
@@ -544,7 +553,7 @@ class MilpPlacer:
         )
         model_bound = bound
         own_score = score if not problems else None
-        greedy_tighter = False
+        greedy_tighter = greedy_less_fragmented = False
         fell_back = (
             outcomes is None or score is None or score < greedy_score - EPS or bool(problems)
         )
@@ -559,12 +568,22 @@ class MilpPlacer:
             # The second criterion: greedy scores as well and its gangs span less.
             outcomes, score = greedy.outcomes, greedy_score
             greedy_tighter = True
+        elif _less_fragmented(instance, greedy.outcomes, outcomes):
+            # Both run the same: the objective's fragmentation term (per node) is all
+            # the MILP gained, and greedy's packing leaves less for the learned shapes.
+            outcomes, score = greedy.outcomes, greedy_score
+            greedy_less_fragmented = True
         if bound is not None:
             bound = max(bound, score)
         gap = None if bound is None else (bound - score) / max(abs(bound), EPS)
         fallback = ""
         if fell_back:
             fallback = _fallback_reason(solution.status, outcomes_found, problems, own_score)
+        elif greedy_less_fragmented:
+            fallback = (
+                "greedy's plan scores the same but for fragmentation and leaves less "
+                "capacity unusable to the learned job shapes"
+            )
         elif greedy_tighter:
             fallback = "greedy's plan scores as well and its gangs span fewer domains"
         if solution.status == "infeasible":
@@ -590,6 +609,7 @@ class MilpPlacer:
             model_bound=model_bound,
             milp_objective=own_score,
             greedy_tighter=greedy_tighter,
+            greedy_less_fragmented=greedy_less_fragmented,
         )
         return PlacementPlan(
             outcomes=outcomes,
@@ -602,7 +622,9 @@ class MilpPlacer:
                 seconds=time.perf_counter() - started,
                 variables=formulation.lp.num_cols,
                 constraints=formulation.lp.num_rows,
-                plan_source="greedy" if fell_back or greedy_tighter else "milp",
+                plan_source="greedy"
+                if fell_back or greedy_tighter or greedy_less_fragmented
+                else "milp",
                 fallback=fallback,
             ),
             broken_soft=broken_soft_constraints(instance, outcomes),
@@ -620,6 +642,90 @@ def _fallback_reason(
     if problems:
         return f"the MILP's plan broke a rule: {problems[0]}"
     return "the MILP's packed plan scored below greedy's"
+
+
+def _same_but_fragmentation(
+    instance: PlacementInstance, first: tuple[JobOutcome, ...], second: tuple[JobOutcome, ...]
+) -> bool:
+    """Whether two plans score the same on every term of the objective but fragmentation:
+    the same GPUs run (in and beyond nominal quota, per priority), moved, stopped, shared
+    and spread."""
+    a, b = objective_terms(instance, first), objective_terms(instance, second)
+    pairs = (
+        (a.value, b.value),
+        (a.nominal_bonus, b.nominal_bonus),
+        (a.moves, b.moves),
+        (a.preemptions, b.preemptions),
+        (a.fairness, b.fairness),
+        (a.topology, b.topology),
+    )
+    return all(abs(x - y) <= _noise(max(abs(x), abs(y))) for x, y in pairs)
+
+
+def _noise(score: float) -> float:
+    """What summing a plan's terms in another order may change a term by."""
+    return EPS + 1e-9 * abs(score)
+
+
+def _less_fragmented(
+    instance: PlacementInstance, greedy: tuple[JobOutcome, ...], milp: tuple[JobOutcome, ...]
+) -> bool:
+    """Whether greedy's plan scores what the MILP's does on every term but fragmentation
+    and leaves less of the nodes either plan placed on unusable to the workload's learned
+    job shapes (FGD's measure plus stranded GPU, as greedy places by:
+    engine.placement.fragmentation). The objective's fragmentation term counts per node;
+    over a stream of commits the learned measure is the one that keeps room for the pods
+    that come (openb batch, issue #13)."""
+    scorer = NodeScorer.of(instance)
+    if scorer is None or any(j.topology is not None for j in instance.jobs):
+        return False
+    if not _same_but_fragmentation(instance, greedy, milp):
+        return False
+    return _shape_fragmentation(instance, scorer, greedy, milp) < -EPS
+
+
+def _shape_fragmentation(
+    instance: PlacementInstance,
+    scorer: NodeScorer,
+    first: tuple[JobOutcome, ...],
+    second: tuple[JobOutcome, ...],
+) -> float:
+    """The learned measure of `first` minus that of `second`, over the nodes where either
+    places a job anew (elsewhere they agree: both keep what runs)."""
+    touched = sorted(
+        {
+            r.node
+            for o in (*first, *second)
+            if o.status in (OutcomeStatus.PLACED, OutcomeStatus.MOVED)
+            for r in o.replicas
+        }
+    )
+    nodes = {n.name: n for n in instance.nodes}
+    jobs = {j.key: j for j in instance.jobs}
+
+    def measure(outcomes: tuple[JobOutcome, ...]) -> float:
+        free = {name: NodeFree.of(nodes[name]) for name in touched if name in nodes}
+        for o in outcomes:
+            if not o.running or o.job not in jobs:
+                continue
+            r = jobs[o.job].resources
+            for replica in o.replicas:
+                node = free.get(replica.node)
+                if node is None:
+                    continue
+                for g in replica.gpus:
+                    node.gpu_free[g] -= replica.gpu_milli
+                node.cpu_free -= r.cpu_milli
+                node.memory_free -= r.memory_mib
+        total = 0.0
+        for node in free.values():
+            gpus = tuple(sorted(node.gpu_free))
+            total += scorer.fragmentation(
+                node.node.flavor, gpus, node.cpu_free, node.memory_free
+            ) + scorer.stranded(sum(gpus), node.cpu_free, node.memory_free)
+        return total
+
+    return measure(first) - measure(second)
 
 
 def _has_gangs(instance: PlacementInstance, outcomes: tuple[JobOutcome, ...]) -> bool:
