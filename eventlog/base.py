@@ -9,14 +9,11 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Callable, Collection, Iterator, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
 
 from engine.errors import GitschedError, PermanentError, TemporaryError
 from eventlog.envelope import NewEvent, StoredEvent, verify_chain
-
-if TYPE_CHECKING:
-    from eventlog.snapshot import SnapshotStore
 
 
 class EventLogError(GitschedError):
@@ -98,6 +95,34 @@ def already_imported(
         f"{len(present)} of {len(stored)} imported events are in the log already, "
         f"not all of them at the same seq with the same hash (e.g. {sorted(present)[0]!r})"
     )
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotInfo:
+    """What a snapshot covers: the state after event `seq`."""
+
+    seq: int
+    head_hash: str  # the hash of event `seq`: the chain's head the state was folded to
+    last_time: str  # that event's time
+    state_format: str
+    digest: str
+    size_bytes: int
+
+
+class SnapshotStore(abc.ABC):
+    """Where one log's snapshots are kept."""
+
+    @abc.abstractmethod
+    def save(self, info: SnapshotInfo, body: bytes) -> None:
+        """Store a snapshot (replacing one at the same seq) and drop all but the newest few (eventlog.snapshot.KEEP)."""
+
+    @abc.abstractmethod
+    def infos(self) -> list[SnapshotInfo]:
+        """Every stored snapshot, newest (highest seq) first."""
+
+    @abc.abstractmethod
+    def body(self, seq: int) -> bytes | None:
+        """The bytes of the snapshot at `seq`, None if it is gone."""
 
 
 class EventLog(abc.ABC):

@@ -16,7 +16,6 @@ multi-megabyte records, and a lost folder costs one full replay, nothing else).
 
 from __future__ import annotations
 
-import abc
 import hashlib
 import logging
 import os
@@ -27,25 +26,13 @@ from pathlib import Path
 
 from engine.snapshot import STATE_FORMAT, SnapshotDecodeError, decode_state, encode_state
 from engine.state import ClusterState
-from eventlog.base import EventLog, LogUnavailable
+from eventlog.base import EventLog, LogUnavailable, SnapshotInfo, SnapshotStore
 from eventlog.collector import collector_paused
 
 log = logging.getLogger(__name__)
 
 # Snapshots kept per log: the newest few, so one bad file never forces a full replay.
 KEEP = 3
-
-
-@dataclass(frozen=True, slots=True)
-class SnapshotInfo:
-    """What a snapshot covers: the state after event `seq`."""
-
-    seq: int
-    head_hash: str  # the hash of event `seq`: the chain's head the state was folded to
-    last_time: str  # that event's time
-    state_format: str
-    digest: str
-    size_bytes: int
 
 
 def snapshot_digest(head_hash: str, state_format: str, body: bytes) -> str:
@@ -56,22 +43,6 @@ def snapshot_digest(head_hash: str, state_format: str, body: bytes) -> str:
     h.update(b"\0")
     h.update(body)
     return h.hexdigest()
-
-
-class SnapshotStore(abc.ABC):
-    """Where one log's snapshots are kept."""
-
-    @abc.abstractmethod
-    def save(self, info: SnapshotInfo, body: bytes) -> None:
-        """Store a snapshot (replacing one at the same seq) and drop all but the newest KEEP."""
-
-    @abc.abstractmethod
-    def infos(self) -> list[SnapshotInfo]:
-        """Every stored snapshot, newest (highest seq) first."""
-
-    @abc.abstractmethod
-    def body(self, seq: int) -> bytes | None:
-        """The bytes of the snapshot at `seq`, None if it is gone."""
 
 
 class SQLiteSnapshotStore(SnapshotStore):

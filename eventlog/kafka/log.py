@@ -22,6 +22,7 @@ from eventlog.base import (
     ConcurrencyConflict,
     DuplicateEvent,
     EventLog,
+    SnapshotStore,
     already_imported,
     check_import,
     utc_now,
@@ -37,7 +38,6 @@ from eventlog.kafka.clients import client_config
 from eventlog.kafka.reader import KafkaReader
 from eventlog.kafka.topic import delete_topic, ensure_topic
 from eventlog.kafka.writer import KafkaWriter
-from eventlog.snapshot import SnapshotStore
 
 DEFAULT_PORT = 9092
 

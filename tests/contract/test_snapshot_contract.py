@@ -16,7 +16,8 @@ from engine.snapshot import STATE_FORMAT, encode_state
 from engine.state import ClusterState
 from eventlog.base import EventLog
 from eventlog.replay import Replayed, replay, snapshot
-from eventlog.snapshot import FileSnapshotStore, SnapshotStore
+from eventlog.base import SnapshotStore
+from eventlog.snapshot import FileSnapshotStore
 from gitsched.bench.log import synthetic_commits
 from tests.support.logs import LogBackend
 
@@ -151,7 +152,8 @@ def test_a_snapshot_beyond_the_log_or_of_another_format_is_never_used(
 
 
 def _info(replayed: Replayed, body: bytes):  # type: ignore[no-untyped-def]
-    from eventlog.snapshot import SnapshotInfo, snapshot_digest
+    from eventlog.base import SnapshotInfo
+    from eventlog.snapshot import snapshot_digest
 
     return SnapshotInfo(
         seq=replayed.last_seq,
