@@ -216,8 +216,12 @@ class Policy:
     """The merged Policy documents: what the solver optimises and what it may do."""
 
     solver: str = "greedy"
+    # The wall clock is a backstop only: a solve it stops is reported as not reproducible.
     time_limit_s: float = 10.0
     gap_tolerance: float = 0.01
+    # Branch-and-bound nodes each MILP solve may explore: the deterministic stop, so a
+    # decision is a function of the log and the commit (docs/placement.md).
+    node_limit: int = 100
     priority_weight: float = 1.0
     move_cost: float = 1.0
     preemption_cost: float = 1.0

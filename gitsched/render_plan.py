@@ -20,6 +20,7 @@ from gitsched.exit_codes import plan_exit_code
 from gitsched.render import table
 from policies.approval import TeamApproval, owners_file
 from reconciler.plan import (
+    TIME_LIMIT_WARNING,
     Action,
     Baseline,
     FieldChange,
@@ -27,6 +28,7 @@ from reconciler.plan import (
     PullRequestPlan,
     QueueChange,
     QueueUsage,
+    clock_stopped,
 )
 from reconciler.plan_fairness import FairShareView
 
@@ -152,6 +154,8 @@ def solve_text(stats: SolveStats | None) -> str:
     )
     if stats.fallback:
         text += f"; greedy's plan taken: {stats.fallback}"
+    if clock_stopped(stats):
+        text += f"; {TIME_LIMIT_WARNING}"
     return text
 
 
@@ -601,6 +605,8 @@ def plan_to_dict(plan: PullRequestPlan) -> dict[str, Any]:
             "seconds": stats.seconds,
             "plan_source": stats.plan_source,
             "fallback": stats.fallback or None,
+            # False: the wall-clock backstop stopped it; reconcile may place differently.
+            "reproducible": not clock_stopped(stats),
         },
         "lost_gpu_hours": round(
             sum(e.lost_gpu_seconds for e in plan.of(Action.PREEMPTED)) / 3600, 3

@@ -20,6 +20,7 @@ from engine import events as ev
 from engine.core import ApplyCommit, RejectCommit, decide, decision_time
 from engine.errors import UsageError
 from engine.model import CommitInfo, Placement, Policy, Queue
+from engine.placement.milp import TIME_LIMIT_STATUS
 from engine.placement.plan import SolveStats
 from engine.state import ClusterState, evolve, fold
 from engine.units import milli_from_gpus
@@ -34,11 +35,22 @@ from reconciler.plan_fairness import FairShareView, fair_share_view
 from reconciler.specs import SpecCache, load_commit
 from reconciler.step import EventGroup, commit_steps, owed_solve
 
+# What plan says of a solve the wall clock stopped (docs/placement.md, "Deterministic solves").
+TIME_LIMIT_WARNING = "the solve stopped at its time limit: reconcile may place differently"
+
+
+def clock_stopped(stats: SolveStats | None) -> bool:
+    """Whether the wall-clock backstop, not the node budget or the gap, ended the solve: the
+    plan is then not a prediction of what reconcile appends."""
+    return stats is not None and stats.status == TIME_LIMIT_STATUS
+
+
 # Policy fields as the Policy YAML spells them, so a reviewer can find the line.
 POLICY_FIELD_NAMES = {
     "solver": "solver.name",
     "time_limit_s": "solver.timeLimitSeconds",
     "gap_tolerance": "solver.gapTolerance",
+    "node_limit": "solver.nodeLimit",
     "priority_weight": "objective.priorityWeight",
     "move_cost": "objective.moveCost",
     "preemption_cost": "objective.preemptionCost",
@@ -369,6 +381,8 @@ def plan_change(
     if (owed := owed_solve(before)) is not None:
         before = owed.state
         groups.extend(owed.groups)
+        if owed.plan is not None and clock_stopped(owed.plan.stats):
+            notes.append(f"{TIME_LIMIT_WARNING} (the solve the log owes)")
     for step in commit_steps(repo, before, start.to_base, specs=specs):
         before = step.state
     if start.baseline is not Baseline.LOG:
@@ -390,6 +404,10 @@ def plan_change(
                 f"({commit.subject}): {why}" + (f" (and {len(more)} more)" if more else "")
             )
     solved = [step.plan for step in steps if step.plan is not None]
+    for step in steps:
+        if step.plan is not None and clock_stopped(step.plan.stats):
+            what = f"commit {step.intent.commit.sha[:12]}" if step.intent else "the cluster"
+            notes.append(f"{TIME_LIMIT_WARNING} (the solve for {what})")
 
     # What HEAD declares, against BASE as the cluster runs it: one diff, however many
     # commits the branch has and whatever the reconciler makes of them.

@@ -41,11 +41,11 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
 from multiprocessing import get_context
 
-from engine.model import FlavorQuota, Isolation, Job, Node, Placement, Queue
+from engine.model import FlavorQuota, Isolation, Job, Node, Placement, Policy, Queue
 from engine.placement.constraints import QuotaLedger, node_rejection
 from engine.placement.greedy import GreedyPlacer
 from engine.placement.linear import LinearModel, SolveLimits, solve
-from engine.placement.milp import MilpPlacer
+from engine.placement.milp import TIME_LIMIT_STATUS, MilpPlacer
 from engine.placement.objective import gpu_value, plan_objective, quota_exempt, weights
 from engine.placement.plan import (
     JobOutcome,
@@ -639,6 +639,17 @@ def fluid_bound(instance: PlacementInstance, time_limit_s: float = 30.0) -> floa
     return solution.bound
 
 
+def part_node_limits(policy: Policy, parts: Sequence[PlacementInstance]) -> list[int]:
+    """The policy's node budget split among `parts` in proportion to their schedulable
+    nodes (at least one node each): a count, so the machine's cores and clock do not
+    change what a part may explore."""
+    sizes = [sum(1 for n in p.nodes if n.schedulable) for p in parts]
+    total = sum(sizes)
+    if total == 0:
+        return [max(1, policy.node_limit // max(1, len(parts)))] * len(parts)
+    return [max(1, policy.node_limit * size // total) for size in sizes]
+
+
 def _solve_part(
     args: tuple[PlacementInstance, str, str, tuple[str, ...] | None],
 ) -> tuple[PlacementPlan, float, float]:
@@ -696,6 +707,8 @@ class DecomposedPlacer:
         cut = partition(instance, count)
         phases.append(("partition", round(time.perf_counter() - started, 3)))
         policy = instance.policy
+        # The clock sizes only the backstop (it depends on the workers, so on the machine);
+        # the node budget, split by size, decides.
         budget = policy.time_limit_s * (1 - MERGE_RESERVE_S) - (time.perf_counter() - started)
         rounds = math.ceil(count / max(1, self.workers))
         part_policy = replace(
@@ -703,7 +716,10 @@ class DecomposedPlacer:
             time_limit_s=max(1.0, budget / rounds),
             gap_tolerance=policy.gap_tolerance * PART_GAP_SHARE,
         )
-        subs = [replace(p, policy=part_policy) for p in cut.parts]
+        subs = [
+            replace(p, policy=replace(part_policy, node_limit=n))
+            for p, n in zip(cut.parts, part_node_limits(policy, cut.parts), strict=True)
+        ]
         plans, bound = self._run(
             [(s, self.backend, "full", None) for s in subs],
             lambda: fluid_bound(instance, max(1.0, budget)),
@@ -726,8 +742,10 @@ class DecomposedPlacer:
         active = list(cut.active)
         phases.append(("partition", round(time.perf_counter() - started, 3)))
         args: list[tuple[PlacementInstance, str, str, tuple[str, ...] | None]] = []
-        for k in active:
+        limits = part_node_limits(instance.policy, [cut.parts[k] for k in active])
+        for k, node_limit in zip(active, limits, strict=True):
             sub = cut.parts[k]
+            sub = replace(sub, policy=replace(sub.policy, node_limit=node_limit))
             mine = tuple(key for key in fresh if cut.job_part.get(key) == k)
             args.append((sub, self.backend, "incremental", mine))
         plans, _ = self._run(args, lambda: None)
@@ -806,6 +824,8 @@ class DecomposedPlacer:
         )
         if incremental and all(p.stats.status == "optimal" for p in plans):
             status = "optimal"
+        if any(p.stats.status == TIME_LIMIT_STATUS for p in plans):
+            status = TIME_LIMIT_STATUS  # a part the clock cut short: not reproducible
         self.last_report = DecomposeReport(
             parts=len(cut.parts),
             solved_parts=len(solved),

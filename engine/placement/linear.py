@@ -159,14 +159,21 @@ class LinearSolution:
     values: tuple[float, ...] | None
     objective: float | None
     bound: float | None
-    seconds: float
+    seconds: float  # measured, recorded: never used to decide
     solver: str
+    # The wall-clock backstop, not the node budget, the gap or a target, ended the solve:
+    # the same model may solve otherwise on another run (docs/placement.md).
+    clock_stopped: bool = False
 
 
 @dataclass(frozen=True, slots=True)
 class SolveLimits:
+    """How a solve stops: the gap, the node budget (deterministic: the primary stop) and the
+    wall clock (a backstop only; a solve it ends is flagged `clock_stopped`)."""
+
     time_limit_s: float
     gap: float
+    node_limit: int | None = None  # branch-and-bound nodes; None: no limit
     threads: int = 1
     relax: bool = False  # solve the LP relaxation only
     extra: tuple[tuple[str, float | int | bool | str], ...] = ()  # backend options, by name
@@ -185,7 +192,7 @@ def solve(
         result = _solve_cbc(model, limits, warm)
     else:
         raise ValueError(f"unknown MILP backend {solver!r}")
-    status, values, objective, bound = result
+    status, values, objective, bound, clock_stopped = result
     return LinearSolution(
         status=status,
         values=values,
@@ -193,10 +200,12 @@ def solve(
         bound=bound,
         seconds=time.perf_counter() - started,
         solver=solver,
+        clock_stopped=clock_stopped,
     )
 
 
-_Result = tuple[str, tuple[float, ...] | None, float | None, float | None]
+# status, values, objective, bound, and whether the wall clock stopped the solve
+_Result = tuple[str, tuple[float, ...] | None, float | None, float | None, bool]
 
 
 def _new_highs(highspy: Any) -> Any:
@@ -255,7 +264,7 @@ def _solve_highs(model: LinearModel, limits: SolveLimits, warm: Sequence[float] 
         tol = 1e-6 * np.maximum(1.0, np.abs(constant))
         dead = ~live
         if np.any(dead & ((constant < row_lower - tol) | (constant > row_upper + tol))):
-            return "infeasible", None, None, None
+            return "infeasible", None, None, None, False
         offset += float(cost[fixed] @ lower[fixed])
         new_col = np.full(model.num_cols, -1, dtype=np.int32)
         new_col[free] = np.arange(len(free), dtype=np.int32)
@@ -269,7 +278,7 @@ def _solve_highs(model: LinearModel, limits: SolveLimits, warm: Sequence[float] 
         row_upper = (row_upper - constant)[live]
         lower, upper, cost, integer = lower[free], upper[free], cost[free], integer[free]
         if len(free) == 0:  # nothing left to decide: the constant is the optimum
-            return "optimal", tuple(model.col_lower), offset, offset
+            return "optimal", tuple(model.col_lower), offset, offset, False
     inf = highspy.kHighsInf
     lp: Any = highspy.HighsLp()
     lp.num_col_ = len(lower)
@@ -304,6 +313,8 @@ def _solve_highs(model: LinearModel, limits: SolveLimits, warm: Sequence[float] 
         h.setOptionValue("mip_rel_gap", float(limits.gap))
         h.setOptionValue("threads", int(limits.threads))
         h.setOptionValue("random_seed", 0)
+        if limits.node_limit is not None and mip:
+            h.setOptionValue("mip_max_nodes", max(1, int(limits.node_limit)))
         for option, setting in limits.extra:
             h.setOptionValue(option, setting)
         h.passModel(lp)
@@ -326,6 +337,7 @@ def _solve_highs(model: LinearModel, limits: SolveLimits, warm: Sequence[float] 
             solved = full
         values = tuple(solved.tolist())
     objective = float(info.objective_function_value) if has_values else None
+    clock_stopped = status == ms.kTimeLimit
     if status == ms.kOptimal:
         state = "optimal"
     elif status == ms.kInfeasible:
@@ -334,7 +346,7 @@ def _solve_highs(model: LinearModel, limits: SolveLimits, warm: Sequence[float] 
         ms.kTimeLimit,
         ms.kInterrupt,
         ms.kIterationLimit,
-        ms.kSolutionLimit,
+        ms.kSolutionLimit,  # mip_max_nodes: the node budget
         ms.kObjectiveTarget,  # stopped at the objective_target a caller set
     ):
         state = "time-limit"
@@ -347,7 +359,7 @@ def _solve_highs(model: LinearModel, limits: SolveLimits, warm: Sequence[float] 
         bound = raw if math.isfinite(raw) and abs(raw) < 1e30 else None
     if state == "time-limit" and values is not None:
         state = "feasible"
-    return state, values, objective, bound
+    return state, values, objective, bound, clock_stopped
 
 
 def _solve_cbc(model: LinearModel, limits: SolveLimits, warm: Sequence[float] | None) -> _Result:
@@ -392,20 +404,26 @@ def _run_cbc(
 ) -> _Result:
     import pulp
 
+    time_limit = max(1, math.ceil(limits.time_limit_s))
     cmd: Any = pulp.PULP_CBC_CMD(
         msg=False,
-        timeLimit=max(1, math.ceil(limits.time_limit_s)),
+        timeLimit=time_limit,
+        maxNodes=None if limits.node_limit is None else max(1, int(limits.node_limit)),
         gapRel=float(limits.gap),
         warmStart=use_warm,
         threads=int(limits.threads),
         mip=not limits.relax,
     )
+    began = time.perf_counter()
     try:
         prob.solve(cmd)
     except pulp.PulpSolverError:  # CBC could not run or wrote no solution: a status
-        return "error", None, None, None
+        return "error", None, None, None, False
     except OSError as e:  # PuLP's temporary files and its CBC process, unwrapped by PuLP
         raise SolverFailed(f"CBC could not run: {e}") from e
+    # PuLP does not say why CBC stopped short; a stop short of optimal that took the whole
+    # time limit was the clock's (this only labels the solve, it decides nothing).
+    ran_out = time.perf_counter() - began >= 0.95 * time_limit
     sol_status = int(prob.sol_status)
     values_raw = [var.varValue for var in cols]
     has_values = sol_status in (1, 2) and all(v is not None for v in values_raw)
@@ -423,4 +441,4 @@ def _run_cbc(
     bound: float | None = None
     if state == "optimal" and objective is not None:
         bound = objective + (0.0 if limits.relax else float(limits.gap) * abs(objective))
-    return state, values, objective, bound
+    return state, values, objective, bound, ran_out and state != "optimal"

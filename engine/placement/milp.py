@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, replace
 
 from engine.placement.check import check_plan
@@ -66,9 +66,14 @@ EXACT_NODES = 128
 DIRECT_COLUMNS = 6000
 INTEGRAL = 1e-6
 EPS = 1e-6
+# The wall clock is a backstop only (docs/placement.md, "Deterministic solves"): the node
+# budget and counts decide how far a solve goes. The reserve sizes the backstop, so that a
+# solve the clock stops still ends near its time limit; a step it skips marks the solve
+# `clock_stopped`, and the plan's status says "time_limit".
 RESERVE_S = 2.0  # kept back from the time limit for packing and explaining the plan
 RESERVE_PER_BUILD = 1.3  # ... or this many times the build's time, where that is less (or more)
 RESERVE_MAX_S = 5.0
+TIME_LIMIT_STATUS = "time_limit"  # a plan the wall clock cut short: not reproducible
 # Neighbourhood searches go on while the model's own gap is above this share of the policy's
 # gap: the rest is left for what packing the counts onto nodes loses.
 PACKING_SHARE = 0.5
@@ -111,6 +116,8 @@ class MilpPlacer:
         self._score: Callable[[tuple[JobOutcome, ...]], float] = lambda outcomes: 0.0
         self._template: Packing | None = None
         self._reserve = RESERVE_S
+        self._clock_stopped = False
+        self._node_limit = 0
 
     def solve(self, instance: PlacementInstance) -> PlacementPlan:
         self._start()
@@ -192,6 +199,23 @@ class MilpPlacer:
         self._phases: list[tuple[str, float]] = []
         self._split = self._started
         self._rens = (0, 0)
+        self._clock_stopped = False
+
+    def _run(
+        self, model: LinearModel, limits: SolveLimits, warm: Sequence[float] | None = None
+    ) -> LinearSolution:
+        """`solve`, noting whether the wall clock stopped it."""
+        solution = solve(model, self.backend, limits, warm)
+        self._clock_stopped |= solution.clock_stopped
+        return solution
+
+    def _in_time(self, left: Callable[[], float], need: float) -> bool:
+        """Whether the backstop leaves `need` seconds; when it does not, the step it guards
+        is skipped and the solve is marked as stopped by the clock."""
+        if left() > need:
+            return True
+        self._clock_stopped = True
+        return False
 
     def _solve(
         self,
@@ -205,6 +229,7 @@ class MilpPlacer:
         incremental solve decides); the plan covers all of `instance`."""
         started = self._started
         policy = instance.policy
+        self._node_limit = policy.node_limit
         waiting = extra.get("waiting", ())
         waits = {o.job for o in waiting}
         greedy_sub = replace(
@@ -232,7 +257,8 @@ class MilpPlacer:
 
         if lp.num_cols <= DIRECT_COLUMNS and not formulation.escapes and not options.keep_all:
             # Small enough to solve outright: its MIP bound is the bound.
-            solution = solve(closed, self.backend, SolveLimits(left(), policy.gap_tolerance), warm)
+            limits = SolveLimits(left(), policy.gap_tolerance, node_limit=policy.node_limit)
+            solution = self._run(closed, limits, warm)
             bound = solution.bound
             if warm is not None and (
                 solution.objective is None or closed.objective(warm) > solution.objective + EPS
@@ -247,10 +273,8 @@ class MilpPlacer:
         outcomes: tuple[JobOutcome, ...] | None = None
         if solution.values is not None:
             orders = 1 if options.keep_all else len(PACKING_ORDERS)
-            # Explaining and checking the plan take about a third of the reserve.
-            deadline = started + policy.time_limit_s - self._reserve / 3
             packed, score = best_realisation(
-                sub, formulation, solution.values, orders, self._template, deadline
+                sub, formulation, solution.values, orders, self._template
             )
             self._mark("realise")
             if (
@@ -258,7 +282,7 @@ class MilpPlacer:
                 and score < solution.objective - EPS
                 and sum(1 for n in sub.nodes if n.schedulable) <= EXACT_NODES
                 and not formulation.small
-                and left() > RESERVE_S / 4
+                and self._in_time(left, RESERVE_S / 4)
             ):
                 exact = self._disaggregate(
                     sub, greedy_sub, options, formulation, solution.values, left
@@ -271,8 +295,8 @@ class MilpPlacer:
             if (
                 formulation.small
                 and not options.keep_all
-                and left() > RESERVE_S / 4
                 and _has_gangs(sub, packed)
+                and self._in_time(left, RESERVE_S / 4)
             ):
                 packed = self._tighten(
                     sub, greedy_sub, options, formulation, solution.values, packed, left
@@ -346,8 +370,9 @@ class MilpPlacer:
                 if col >= 0:
                     lower[col] = upper[col] = float(round(values[source])) if source >= 0 else 0.0
         fixed = exact.lp.with_bounds(lower, upper)
-        limits = SolveLimits(max(0.2, left() - RESERVE_S / 2), 0.0)
-        solution = solve(fixed, self.backend, limits)
+        node_limit = sub.policy.node_limit
+        limits = SolveLimits(max(0.2, left() - RESERVE_S / 2), 0.0, node_limit=node_limit)
+        solution = self._run(fixed, limits)
         if solution.values is None:
             return None
         return realise(sub, exact, solution.values, 1, follow=True)
@@ -372,7 +397,7 @@ class MilpPlacer:
         leaves out and the running jobs it keeps fixed (its support); then, while time and gap
         allow, the jobs where the LP and the best plan disagree (RINS), and the quota
         neighbourhood of the other classes."""
-        relaxed = solve(formulation.lp, self.backend, SolveLimits(left(), 0.0, relax=True))
+        relaxed = self._run(formulation.lp, SolveLimits(left(), 0.0, relax=True))
         self._mark("relaxation")
         bound = relaxed.bound
         if relaxed.values is None:
@@ -406,7 +431,9 @@ class MilpPlacer:
 
         def quota() -> bool:
             """The next priority class short of its nominal quotas, from the best plan."""
-            if best.values is None or not short_of_gap() or left() <= self._reserve + margin:
+            if best.values is None or not short_of_gap():
+                return False
+            if not self._in_time(left, self._reserve + margin):
                 return False
             short = _short_of_nominal(formulation, lp_values, best.values, tried)
             if short is None:
@@ -416,15 +443,17 @@ class MilpPlacer:
             return True
 
         quota()
-        filled = short_of_gap() and left() > self._reserve + margin and improve("fill", 1.0)
-        if short_of_gap() and not filled and left() > self._reserve + margin:
+        filled = (
+            short_of_gap() and self._in_time(left, self._reserve + margin) and improve("fill", 1.0)
+        )
+        if short_of_gap() and not filled and self._in_time(left, self._reserve + margin):
             improve("support", 0.85)
         rounds = 0
         while (
             best.values is not None
             and short_of_gap()
-            and left() > self._reserve + 2 * margin
             and rounds < 3
+            and self._in_time(left, self._reserve + 2 * margin)
         ):
             rounds += 1
             if not improve("rins", 1.0):
@@ -502,16 +531,20 @@ class MilpPlacer:
         ):
             incumbent = None  # it must agree with what is fixed, or the solver drops it
         margin = min(1.0, self._reserve / 4)
-        seconds = max(0.2, (left() - self._reserve - margin) * share)
+        seconds = max(0.2, left() - self._reserve - margin)  # the backstop
+        node_limit = max(1, round(self._node_limit * share))  # what decides
         # A plan as good as the search asks for ends the solve (HiGHS; CBC has no such stop).
         # Not in the quota neighbourhood: there HiGHS dropped the start plan, worse than the
         # target, and found nothing as good in the time (bench synth L: no user solution in
         # its log), where without the target it starts from it.
         extra = () if enough is None or mode == "quota" else (("objective_target", enough),)
         limits = SolveLimits(
-            seconds, gap / 4 if mode in ("support", "fill", "quota") else gap, extra=extra
+            seconds,
+            gap / 4 if mode in ("support", "fill", "quota") else gap,
+            node_limit=node_limit,
+            extra=extra,
         )
-        return solve(closed.with_bounds(lower, upper), self.backend, limits, incumbent)
+        return self._run(closed.with_bounds(lower, upper), limits, incumbent)
 
     def _mark(self, phase: str) -> None:
         now = time.perf_counter()
@@ -588,6 +621,8 @@ class MilpPlacer:
             fallback = "greedy's plan scores as well and its gangs span fewer domains"
         if solution.status == "infeasible":
             status = "infeasible"
+        elif self._clock_stopped:
+            status = TIME_LIMIT_STATUS  # whatever plan it is, another run may differ
         elif fell_back:
             status = "heuristic"  # the greedy plan, kept because nothing better was packed
         elif gap is not None and gap <= instance.policy.gap_tolerance + EPS:

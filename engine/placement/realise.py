@@ -6,8 +6,6 @@ costs nothing.
 
 from __future__ import annotations
 
-import math
-import time
 from collections import defaultdict
 from dataclasses import dataclass
 
@@ -48,6 +46,8 @@ def _largest_job_first(jv: JobVars, replicas: int) -> tuple[object, ...]:
 # bound to a domain first, or first-fit decreasing by replica size (it keeps the larger
 # power-of-two slots the capacity rows count), or the largest jobs first.
 PACKING_ORDERS = (_domain_first, _largest_replica_first, _largest_job_first)
+# Repacks a round of `_stay_where_possible` tries, each keeping one more stopped job.
+STAY_TRIES = 32
 
 
 def best_realisation(
@@ -56,27 +56,21 @@ def best_realisation(
     values: tuple[float, ...],
     orders: int = len(PACKING_ORDERS),
     template: Packing | None = None,
-    deadline: float = math.inf,
 ) -> tuple[tuple[JobOutcome, ...], float]:
-    """The best of packing the solution in each of the first `orders` PACKING_ORDERS (another
-    order only while it would end before `deadline`, a perf_counter time), and its score."""
+    """The best of packing the solution in each of the first `orders` PACKING_ORDERS, and its
+    score. Every order is tried, however long it takes: no clock picks the packing."""
     best: Packed | None = None
     best_score = 0.0
     best_order = 0
-    last = 0.0
     for order in range(orders):
-        began = time.perf_counter()
-        if best is not None and began + last > deadline:
-            break
         packed = pack_solution(instance, formulation, values, order, template=template)
         template = packed.packing
         score = plan_objective(instance, packed.outcomes(instance, explain=False))
         if best is None or score > best_score + EPS:
             best, best_score, best_order = packed, score, order
-        last = time.perf_counter() - began
     assert best is not None
     best, best_score = _stay_where_possible(
-        instance, formulation, values, best, best_score, best_order, deadline
+        instance, formulation, values, best, best_score, best_order
     )
     return best.outcomes(instance), best_score
 
@@ -88,7 +82,6 @@ def _stay_where_possible(
     best: Packed,
     best_score: float,
     order: int,
-    deadline: float,
     follow: bool = False,
 ) -> tuple[Packed, float]:
     """A running job the model could only keep or stop (it has no column to move it: an
@@ -98,8 +91,8 @@ def _stay_where_possible(
     may stop a job that no admitted job may preempt, or whose room the new jobs did not
     need. Per round: every such job whose place is still free stays (the plan only
     gains); those no rule lets stop stay together (one repack: a plan that stops them is
-    not lawful); then, while time allows, each other one, highest priority first, if the
-    plan scores as well. A job that stays can change which stops are lawful: a few rounds."""
+    not lawful); then each other one, highest priority first, if the plan scores as well
+    (at most STAY_TRIES repacks a round: a count, not a clock, bounds it). A job that stays can change which stops are lawful: a few rounds."""
     candidates = [
         job
         for job in priority_order(instance.jobs)
@@ -152,13 +145,13 @@ def _stay_where_possible(
                 stay |= kept
                 best, best_score = packed, score
                 changed = True
-        last = 0.0
+        tries = 0
         for job in candidates:
             if best.status.get(job.key) is not None or job.key in unlawful:
                 continue
-            began = time.perf_counter()
-            if began + last > deadline:
+            if tries >= STAY_TRIES:
                 return best, best_score
+            tries += 1
             packed, score = repack(stay | {job.key})
             if packed.status.get(job.key) is OutcomeStatus.KEPT and score >= best_score - _noise(
                 best_score
@@ -166,7 +159,6 @@ def _stay_where_possible(
                 stay.add(job.key)
                 best, best_score = packed, score
                 changed = True
-            last = time.perf_counter() - began
         if not changed:
             break
     return best, best_score
@@ -189,9 +181,7 @@ def realise(
     it moves back onto its own nodes stays put afterwards, where its GPUs are still free)."""
     packed = pack_solution(instance, formulation, values, order, follow)
     score = plan_objective(instance, packed.outcomes(instance, explain=False))
-    packed, _ = _stay_where_possible(
-        instance, formulation, values, packed, score, order, math.inf, follow
-    )
+    packed, _ = _stay_where_possible(instance, formulation, values, packed, score, order, follow)
     return packed.outcomes(instance)
 
 

@@ -426,3 +426,56 @@ def test_the_demo_shows_an_open_pull_request_and_its_plan(tmp_path: Path) -> Non
         gitsched("plan", demo, "main..pr/vision-quota", "--format", "json", expect=1).stdout
     )
     assert [e["job"] for e in plan["effects"] if e["action"] == "admitted"] == ["vision/video-gen"]
+
+
+def test_plan_says_when_the_clock_stopped_a_solve(repo: ClusterRepo) -> None:
+    """A time limit too short for the solve's steps: the wall-clock backstop, not the node
+    budget, ends the solve, so reconcile on another machine may place otherwise."""
+    repo.write_all(
+        {
+            "cluster.yaml": CLUSTER_YAML,
+            "inventory/pool.yaml": POOL_YAML,
+            "policies/default.yaml": POLICY_YAML,
+            "teams/ml/queue.yaml": queue_yaml(nominal=32),
+            "teams/ml/jobs/train.yaml": job_yaml("train", replicas=2, topology="nvlink"),
+        }
+    )
+    repo.commit("Bootstrap: ml runs a 2x8 gang")
+    reconcile(repo)
+    rushed = POLICY_YAML.replace(
+        "solver: {name: greedy}", "solver: {name: highs, timeLimitSeconds: 0.001}"
+    )
+    open_pr(
+        repo,
+        {
+            "policies/default.yaml": rushed,
+            "teams/ml/jobs/gang.yaml": job_yaml("gang", replicas=2, topology="nvlink"),
+        },
+        "MILP with a 1 ms time limit, and a second gang",
+    )
+    warning = "the solve stopped at its time limit: reconcile may place differently"
+
+    plan = plan_json(repo)
+
+    assert plan["solve"]["status"] == "time_limit"
+    assert plan["solve"]["reproducible"] is False
+    assert any(note.startswith(warning) for note in plan["notes"])
+    text = gitsched("plan", repo.path, f"main..{PR}", expect=1).stdout
+    assert f"note: {warning}" in text
+    assert "(time_limit)" in text
+
+
+def test_a_solve_within_its_budget_is_reproducible(reconciled: ClusterRepo) -> None:
+    open_pr(
+        reconciled,
+        {
+            "policies/default.yaml": POLICY_YAML.replace(
+                "solver: {name: greedy}", "solver: {name: highs, timeLimitSeconds: 60}"
+            ),
+            "teams/ml/jobs/gang.yaml": job_yaml("gang", replicas=2, topology="nvlink"),
+        },
+    )
+    plan = plan_json(reconciled)
+    assert plan["solve"]["solver"] == "highs"
+    assert plan["solve"]["reproducible"] is True
+    assert not any("time limit" in note for note in plan["notes"])

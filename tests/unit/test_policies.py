@@ -545,7 +545,12 @@ def test_merge_policies_deep_merges_in_file_name_order() -> None:
         }
     )
     merged: dict[str, Any] = merge_policies(docs)
-    assert merged["solver"] == {"name": "cbc", "timeLimitSeconds": 60, "gapTolerance": 0.01}
+    assert merged["solver"] == {
+        "name": "cbc",
+        "timeLimitSeconds": 60,
+        "gapTolerance": 0.01,
+        "nodeLimit": 100,
+    }
     assert merged["admission"] == default_policy()["admission"]
     assert merge_policies([]) == default_policy()
 
