@@ -14,9 +14,8 @@ import pytest
 
 from engine.snapshot import STATE_FORMAT, encode_state
 from engine.state import ClusterState
-from eventlog.base import EventLog
+from eventlog.base import EventLog, SnapshotStore
 from eventlog.replay import Replayed, replay, snapshot
-from eventlog.base import SnapshotStore
 from eventlog.snapshot import FileSnapshotStore
 from gitsched.bench.log import synthetic_commits
 from tests.support.logs import LogBackend
