@@ -69,7 +69,7 @@ class JobOutcome:
 @dataclass(frozen=True, slots=True)
 class SolveStats:
     solver: str
-    status: str  # optimal | feasible | time-limit | heuristic | infeasible
+    status: str  # optimal | feasible | time_limit (the clock stopped it) | heuristic | infeasible
     objective: float
     bound: float | None = None
     gap: float | None = None
