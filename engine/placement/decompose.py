@@ -41,7 +41,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
 from multiprocessing import get_context
 
-from engine.model import FlavorQuota, Isolation, Job, Node, Placement, Policy, Queue
+from engine.model import FlavorQuota, Isolation, Job, Node, Placement, Queue
 from engine.placement.constraints import QuotaLedger, node_rejection
 from engine.placement.greedy import GreedyPlacer
 from engine.placement.linear import LinearModel, SolveLimits, solve
@@ -639,17 +639,6 @@ def fluid_bound(instance: PlacementInstance, time_limit_s: float = 30.0) -> floa
     return solution.bound
 
 
-def part_node_limits(policy: Policy, parts: Sequence[PlacementInstance]) -> list[int]:
-    """The policy's node budget split among `parts` in proportion to their schedulable
-    nodes (at least one node each): a count, so the machine's cores and clock do not
-    change what a part may explore."""
-    sizes = [sum(1 for n in p.nodes if n.schedulable) for p in parts]
-    total = sum(sizes)
-    if total == 0:
-        return [max(1, policy.node_limit // max(1, len(parts)))] * len(parts)
-    return [max(1, policy.node_limit * size // total) for size in sizes]
-
-
 def _solve_part(
     args: tuple[PlacementInstance, str, str, tuple[str, ...] | None],
 ) -> tuple[PlacementPlan, float, float]:
@@ -716,10 +705,9 @@ class DecomposedPlacer:
             time_limit_s=max(1.0, budget / rounds),
             gap_tolerance=policy.gap_tolerance * PART_GAP_SHARE,
         )
-        subs = [
-            replace(p, policy=replace(part_policy, node_limit=n))
-            for p, n in zip(cut.parts, part_node_limits(policy, cut.parts), strict=True)
-        ]
+        # Each part is a MILP solve of its own, with the policy's node budget: a count,
+        # so the machine's cores and clock do not change what a part may explore.
+        subs = [replace(p, policy=part_policy) for p in cut.parts]
         plans, bound = self._run(
             [(s, self.backend, "full", None) for s in subs],
             lambda: fluid_bound(instance, max(1.0, budget)),
@@ -742,10 +730,8 @@ class DecomposedPlacer:
         active = list(cut.active)
         phases.append(("partition", round(time.perf_counter() - started, 3)))
         args: list[tuple[PlacementInstance, str, str, tuple[str, ...] | None]] = []
-        limits = part_node_limits(instance.policy, [cut.parts[k] for k in active])
-        for k, node_limit in zip(active, limits, strict=True):
+        for k in active:
             sub = cut.parts[k]
-            sub = replace(sub, policy=replace(sub.policy, node_limit=node_limit))
             mine = tuple(key for key in fresh if cut.job_part.get(key) == k)
             args.append((sub, self.backend, "incremental", mine))
         plans, _ = self._run(args, lambda: None)
