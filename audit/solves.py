@@ -4,6 +4,8 @@ The default policy asks for the MILP; where greedy's plan was applied instead
 (SolveCompleted v2 `plan_source` "greedy" with a `fallback` reason), an auditor
 finds it here, with the solve's gap and bound. Read from the audit view's `solves`
 rows (`audit.projection.cluster_fold` writes one per SolveCompleted), not the log.
+`decided` is the solve's fact time (its commit's date, or the cluster events' own), the
+time `--since/--until` select by; `time` is when the log recorded it.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from audit.store import AuditStore
 
 HEADERS = [
     "seq",
+    "decided",
     "time",
     "cause",
     "solver",
@@ -47,9 +50,12 @@ def solves(
         + (" LIMIT ?" if limit is not None else ""),
         params,
     )
+    rows = cursor.fetchall()
+    decided = _fact_times(store, [int(r[0]) for r in rows])
     return [
         {
             "seq": seq,
+            "decided": decided.get(seq),
             "time": time,
             "cause": cause,
             "solver": solver,
@@ -61,5 +67,29 @@ def solves(
             "gap_pct": None if gap is None else round(100 * gap, 4),
             "seconds": round(seconds, 3),
         }
-        for seq, time, cause, solver, status, plan_source, fallback, objective, bound, gap, seconds in cursor
+        for seq, time, cause, solver, status, plan_source, fallback, objective, bound, gap, seconds in rows
     ]
+
+
+def _fact_times(store: AuditStore, seqs: list[int]) -> dict[int, str]:
+    """Each seq's fact time: the view's `marks` note where the fact timeline moves on (the
+    seq of its first event and the time), so a seq's is the last mark at or before it, as
+    `audit.window.seqs_between` reads them. One range read for a sorted page of seqs."""
+    if not seqs:
+        return {}
+    first, last = seqs[0], seqs[-1]
+    before = store.db.execute(
+        "SELECT seq, time FROM marks WHERE seq <= ? ORDER BY seq DESC LIMIT 1", (first,)
+    ).fetchone()
+    marks = ([before] if before is not None else []) + store.db.execute(
+        "SELECT seq, time FROM marks WHERE seq > ? AND seq <= ? ORDER BY seq", (first, last)
+    ).fetchall()
+    out: dict[int, str] = {}
+    i, current = 0, None
+    for seq in seqs:
+        while i < len(marks) and marks[i][0] <= seq:
+            current = marks[i][1]
+            i += 1
+        if current is not None:
+            out[seq] = current
+    return out
