@@ -29,7 +29,7 @@ from engine.model import (
     utc_time,
 )
 from engine.placement.objective import lost_gpu_seconds
-from engine.placement.plan import JobOutcome, OutcomeStatus, PlacementInstance, PlacementPlan
+from engine.placement.plan import OutcomeStatus, PlacementInstance, PlacementPlan
 from engine.placement.preemption import Rule
 from engine.shapes import learned_shapes
 from engine.state import ClusterState, fold
@@ -301,19 +301,11 @@ def keep_waiting_reasons(
         if outcome.status is OutcomeStatus.PENDING and outcome.job not in changed:
             known = pending.get(outcome.job)
             if known and (outcome.reason, outcome.constraint) != (known.reason, known.constraint):
-                # (tens of thousands a commit: the constructor, not dataclasses.replace)
-                values = list(_outcome_values(outcome))
-                values[_REASON], values[_CONSTRAINT] = known.reason, known.constraint
-                outcome = JobOutcome(*values)
+                outcome = dataclasses.replace(
+                    outcome, reason=known.reason, constraint=known.constraint
+                )
         outcomes.append(outcome)
     return dataclasses.replace(plan, outcomes=tuple(outcomes))
-
-
-_outcome_values = operator.attrgetter(*(f.name for f in dataclasses.fields(JobOutcome)))
-_REASON, _CONSTRAINT = (
-    [f.name for f in dataclasses.fields(JobOutcome)].index(name)
-    for name in ("reason", "constraint")
-)
 
 
 def placement_instance(state: ClusterState, now: str) -> PlacementInstance:
