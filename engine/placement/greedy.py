@@ -101,8 +101,13 @@ def _left(free: NodeFree) -> Left:
     )
 
 
+def priority_key(job: Job) -> tuple[int, str, str]:
+    """The order in which the cluster is filled: priority, then submission, then key."""
+    return (-job.priority, job.submitted_at, job.key)
+
+
 def priority_order(jobs: Iterable[Job]) -> list[Job]:
-    return sorted(jobs, key=lambda j: (-j.priority, j.submitted_at, j.key))
+    return sorted(jobs, key=priority_key)
 
 
 class Packing:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from engine.model import Job, Node, Placement
 from engine.placement.constraints import eligible_flavors
-from engine.placement.greedy import Fit, Packing, priority_order
+from engine.placement.greedy import Fit, Packing, priority_key, priority_order
 from engine.placement.objective import lost_gpu_seconds, plan_objective
 from engine.placement.plan import (
     JobOutcome,
@@ -140,7 +140,7 @@ def waiting_to_retry(
             if key not in changed:
                 running.append((job, placement))
         elif key not in changed:
-            waiting.append((-job.priority, job.submitted_at, key, i))
+            waiting.append((*priority_key(job), i))
     if not waiting:
         return ()
     heapq.heapify(waiting)
