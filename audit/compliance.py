@@ -23,7 +23,7 @@ from audit.projection.vocabulary import (
     CHECKS,
 )
 from audit.store import AuditStore, LogReader, rows
-from audit.window import cut_page
+from audit.window import read_page
 from eventlog.base import EventLogError
 
 DESCRIPTIONS = {
@@ -69,18 +69,17 @@ def compliance(
         "SELECT check_name, seq, time, subject, message, evidence, end_seq, end_time "
         "FROM violations WHERE seq > ? AND seq <= ? ORDER BY seq, id"
     )
-    truncated = False
-    if limit is None:
-        found = rows(store, select, (since_seq, upper))
-    else:
-        found = rows(store, select + " LIMIT ?", (since_seq, upper, limit + 1))
-        page = cut_page(found, limit, lambda r: int(r["seq"]))
-        if page is None:  # one seq holds more than `limit` violations: all of them
-            seq = int(found[0]["seq"])
-            found = rows(store, select, (seq - 1, seq))
-            truncated = bool(rows(store, select + " LIMIT 1", (seq, upper)))
-        else:
-            found, truncated = page
+    found, truncated = read_page(
+        lambda after, upto, n: (
+            rows(store, select, (after, upto))
+            if n is None
+            else rows(store, select + " LIMIT ?", (after, upto, n))
+        ),
+        since_seq,
+        upper,
+        limit,
+        lambda r: int(r["seq"]),
+    )
     checked = store.checked()
     violations = [
         {

@@ -103,6 +103,27 @@ def cut_page(rows: list[T], limit: int, seq_of: Callable[[T], int]) -> tuple[lis
     return (kept, True) if kept else None
 
 
+def read_page(
+    read: Callable[[int, int, int | None], list[T]],
+    after_seq: int,
+    until_seq: int,
+    limit: int | None,
+    seq_of: Callable[[T], int],
+) -> tuple[list[T], bool]:
+    """A page of a seq-ordered listing: `read(after, upto, limit)` gives the rows of seqs
+    `after < seq <= upto`, at most `limit` of them. With a `limit`, the page ends at a seq
+    boundary (`cut_page`); where one seq alone holds more than `limit` rows, the page is
+    that whole seq. Returns the rows and whether more follow."""
+    rows = read(after_seq, until_seq, None if limit is None else limit + 1)
+    if limit is None:
+        return rows, False
+    page = cut_page(rows, limit, seq_of)
+    if page is not None:
+        return page
+    seq = seq_of(rows[0])
+    return read(seq - 1, seq, None), bool(read(seq, until_seq, 1))
+
+
 def first_id_from(store: AuditStore, table: str, column: str, ts: float) -> int:
     """The smallest id in `table` whose start `column` is at or after `ts` (ids follow starts)."""
     # Not MIN(id): that would read every index entry after `ts`; ids follow `column`.

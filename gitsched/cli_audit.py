@@ -7,7 +7,6 @@ log. `audit rebuild` replays it from 0 into an empty view.
 
 from __future__ import annotations
 
-import functools
 import json
 import sys
 import time
@@ -30,7 +29,7 @@ from audit.catchup import CatchUp, ChainBroken, Progress, open_view, verify_view
 from audit.catchup import rebuild as rebuild_view
 from audit.store import AuditStore
 from audit.verify import Verification
-from audit.window import cut_page, period, seqs_between
+from audit.window import period, read_page, seqs_between
 from eventlog.base import EventLog
 from eventlog.envelope import format_time
 from eventlog.sqlite import sqlite_path_from_url
@@ -515,18 +514,15 @@ def solves_command(
     a page, at the cost of the page."""
     with view(log_url, repo, db_path) as (_, store):
         after, upto = _seq_range(store, since, until, after_seq)
-        rows = solves_query.solves(
-            store,
-            fallbacks_only=fallbacks,
-            after_seq=after,
-            until_seq=upto,
-            limit=None if limit is None else limit + 1,
+        rows, more = read_page(
+            lambda a, u, n: solves_query.solves(
+                store, fallbacks_only=fallbacks, after_seq=a, until_seq=u, limit=n
+            ),
+            after,
+            upto,
+            limit,
+            lambda r: int(r["seq"]),
         )
-    more = False
-    if limit is not None:
-        page = cut_page(rows, limit, lambda r: int(r["seq"]))
-        assert page is not None  # one solve a seq
-        rows, more = page
     if fmt == "json":
         doc: dict[str, Any] = {"rows": rows}
         if limit is not None:
@@ -565,17 +561,15 @@ def changes(
     read a page, at the cost of the page."""
     with view(log_url, repo, db_path, verify=True) as (_, store):
         after, upto = _seq_range(store, since, until, after_seq)
-        query = functools.partial(changes_query.changes, store, team=team)
-        rows = query(after_seq=after, until_seq=upto, limit=None if limit is None else limit + 1)
-        more = False
-        if limit is not None:
-            page = cut_page(rows, limit, lambda r: int(r["applied_seq"]))
-            if page is None:  # one commit changed more than `limit` things: all of them
-                seq = int(rows[0]["applied_seq"])
-                rows = query(after_seq=seq - 1, until_seq=seq)
-                more = bool(query(after_seq=seq, until_seq=upto, limit=1))
-            else:
-                rows, more = page
+        rows, more = read_page(
+            lambda a, u, n: changes_query.changes(
+                store, team=team, after_seq=a, until_seq=u, limit=n
+            ),
+            after,
+            upto,
+            limit,
+            lambda r: int(r["applied_seq"]),
+        )
     if fmt == "json":
         click.echo(json.dumps(rows, indent=2))
     else:
