@@ -136,6 +136,7 @@ CREATE INDEX IF NOT EXISTS open_placements_job ON open_placements(job);
 CREATE INDEX IF NOT EXISTS placements_name ON placements(name);
 CREATE INDEX IF NOT EXISTS placements_team ON placements(team);
 CREATE INDEX IF NOT EXISTS placements_start_ts ON placements(start_ts);
+CREATE INDEX IF NOT EXISTS versions_from_ts ON versions(from_ts);
 CREATE INDEX IF NOT EXISTS segments_from_ts ON segments(from_ts);
 CREATE INDEX IF NOT EXISTS segments_account ON segments(queue, flavor, from_ts);
 CREATE INDEX IF NOT EXISTS versions_kind_key ON versions(kind, key);

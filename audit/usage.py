@@ -14,7 +14,7 @@ from typing import Any
 
 from audit.projection.vocabulary import DAY
 from audit.store import AuditStore, rows
-from audit.window import first_id_from, placement_window
+from audit.window import VERSIONS, first_id_from, interval_window, placement_window
 from engine.units import GPU_MILLI
 
 MILLI_HOURS = GPU_MILLI * 3600.0  # milli-GPU-seconds in a GPU-hour
@@ -359,24 +359,42 @@ def by_user(store: AuditStore, since: float, until: float) -> list[dict[str, Any
 
 
 def by_flavor(store: AuditStore, since: float, until: float) -> list[dict[str, Any]]:
+    window = interval_window(store, VERSIONS, since, until)
     node_ov = _OVERLAP.format(start="from_ts", end="to_ts")
+    overlapping = "kind = 'node' AND from_ts < :until AND (to_ts IS NULL OR to_ts > :since)"
+    bounds: dict[str, Any] = {
+        "since": since,
+        "until": until,
+        "first": window.first,
+        "stop": window.stop,
+        "checkpoint": window.checkpoint_seq,
+    }
+    # The node versions that may overlap the period, read by id window (as `at` does):
+    # those opened since the checkpoint before it, those open at that checkpoint, the open.
+    sources = [
+        f"SELECT data, {node_ov} AS ov FROM versions WHERE id >= :first AND id < :stop "
+        f"AND {overlapping}",
+        f"SELECT data, {node_ov} AS ov FROM open_versions WHERE {overlapping}",
+    ]
+    if window.checkpoint_seq:
+        sources.append(
+            f"SELECT data, {node_ov} AS ov FROM versions WHERE id IN (SELECT id FROM "
+            "checkpoints WHERE seq = :checkpoint AND tbl = 1 AND id < :first) "
+            f"AND {overlapping}"
+        )
     out: dict[str, dict[str, float]] = {}
-    for table in ("versions", "open_versions"):
-        for r in rows(
-            store,
-            f"SELECT json_extract(data, '$.flavor') AS flavor, "
-            f"SUM(json_extract(data, '$.gpus') * {_GPU_MILLI_SQL} * {node_ov}) AS total, "
-            f"SUM(CASE WHEN json_extract(data, '$.state') = 'Ready' THEN 0 "
-            f"ELSE json_extract(data, '$.gpus') * {_GPU_MILLI_SQL} * {node_ov} END) AS down "
-            f"FROM {table} WHERE kind = 'node' AND from_ts < :until "
-            f"AND (to_ts IS NULL OR to_ts > :since) GROUP BY flavor",
-            {"since": since, "until": until},
-        ):
-            if r["flavor"] is None:
-                continue
-            entry = out.setdefault(r["flavor"], {"capacity": 0.0, "down": 0.0})
-            entry["capacity"] += r["total"] or 0.0
-            entry["down"] += r["down"] or 0.0
+    for r in rows(
+        store,
+        "SELECT json_extract(data, '$.flavor') AS flavor, "
+        f"SUM(json_extract(data, '$.gpus') * {_GPU_MILLI_SQL} * ov) AS total, "
+        "SUM(CASE WHEN json_extract(data, '$.state') = 'Ready' THEN 0 "
+        f"ELSE json_extract(data, '$.gpus') * {_GPU_MILLI_SQL} * ov END) AS down "
+        f"FROM ({' UNION ALL '.join(sources)}) GROUP BY flavor",
+        bounds,
+    ):
+        if r["flavor"] is None:
+            continue
+        out[r["flavor"]] = {"capacity": r["total"] or 0.0, "down": r["down"] or 0.0}
     for (_, flavor), (used, quota, borrowed, _, _) in _sums(store, since, until).items():
         entry = out.setdefault(flavor, {"capacity": 0.0, "down": 0.0})
         entry["used"] = entry.get("used", 0.0) + used

@@ -136,14 +136,31 @@ def first_id_from(store: AuditStore, table: str, column: str, ts: float) -> int:
     return int(last[0] or 0) + 1
 
 
-def placement_window(store: AuditStore, since: float | None, until: float | None) -> IdWindow:
-    stop = first_id_from(store, "placements", "start_ts", until) if until is not None else 2**62
+# Per interval table (`checkpoints.tbl`): the table, its start column, and the column of
+# `checkpoint_marks` with the last id it had at the checkpoint.
+_INTERVALS = {
+    PLACEMENTS: ("placements", "start_ts", "placement_max"),
+    VERSIONS: ("versions", "from_ts", "version_max"),
+}
+
+
+def interval_window(
+    store: AuditStore, tbl: int, since: float | None, until: float | None
+) -> IdWindow:
+    """The ids of table `tbl` (PLACEMENTS or VERSIONS) that may overlap [since, until): the
+    checkpoint's open ids before `since`, and the ids started after it and before `until`."""
+    table, start, last_id = _INTERVALS[tbl]
+    stop = first_id_from(store, table, start, until) if until is not None else 2**62
     if since is None:
         return IdWindow(1, stop, 0)
     mark = store.db.execute(
-        "SELECT seq, placement_max FROM checkpoint_marks WHERE seq <= ? ORDER BY seq DESC LIMIT 1",
+        f"SELECT seq, {last_id} FROM checkpoint_marks WHERE seq <= ? ORDER BY seq DESC LIMIT 1",
         (seq_before(store, since),),
     ).fetchone()
     if mark is None:
         return IdWindow(1, stop, 0)
     return IdWindow(int(mark[1]) + 1, stop, int(mark[0]))
+
+
+def placement_window(store: AuditStore, since: float | None, until: float | None) -> IdWindow:
+    return interval_window(store, PLACEMENTS, since, until)

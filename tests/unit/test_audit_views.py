@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import json
 import random
 import shutil
 import sys
@@ -222,3 +223,33 @@ def test_history_of_any_period_equals_filtering_all_of_it(a: float, b: float, no
     assert history.query(store, node=name, since=since, until=until) == [
         i for i in everything if overlaps(i) and name in i.nodes
     ]
+
+
+@settings(max_examples=25, deadline=None)
+@given(a=st.floats(0.0, 1.0), b=st.floats(0.0, 1.0))
+def test_capacity_by_flavor_of_any_period_equals_every_node_version_it_overlaps(
+    a: float, b: float
+) -> None:
+    store = days_long_view()
+    first, last = store.db.execute("SELECT MIN(from_ts), MAX(from_ts) FROM versions").fetchone()
+    since, until = sorted((first + a * (last - first) * 1.1, first + b * (last - first) * 1.1))
+    want: dict[str, list[float]] = {}
+    for data, start, end in store.db.execute(
+        "SELECT data, from_ts, to_ts FROM all_versions WHERE kind = 'node'"
+    ):
+        node = json.loads(data)
+        overlap = min(until if end is None else min(end, until), until) - max(start, since)
+        if node.get("flavor") is None or overlap <= 0:
+            continue
+        gpu_s = node["gpus"] * GPU_MILLI * overlap
+        entry = want.setdefault(node["flavor"], [0.0, 0.0])
+        entry[0] += gpu_s
+        entry[1] += 0.0 if node["state"] == "Ready" else gpu_s
+    got = {r["flavor"]: r for r in usage.by_flavor(store, since, until)}
+    assert sorted(f for f in got if got[f]["capacity_gpu_h"]) == sorted(
+        f for f, v in want.items() if v[0]
+    )
+    for flavor, (capacity, down) in want.items():
+        row = got[flavor]
+        assert row["capacity_gpu_h"] == pytest.approx(capacity / GPU_MILLI / 3600, abs=0.01)
+        assert row["down_gpu_h"] == pytest.approx(down / GPU_MILLI / 3600, abs=0.01)
