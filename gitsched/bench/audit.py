@@ -253,6 +253,20 @@ def command(events: int, seed: int, work_dir: str, samples: int, fmt: str) -> No
         ),
     )
     timed("solves", runs, lambda: solves.solves(store))
+    timed(
+        "solves (1 day)",
+        runs,
+        lambda: solves.solves(
+            store,
+            after_seq=(w := _between(store, rng.uniform(first_ts, last_ts - 86400), 86400))[0],
+            until_seq=w[1],
+        ),
+    )
+    timed(
+        "solves --limit 100",
+        runs,
+        lambda: solves.solves(store, after_seq=rng.randint(0, head), limit=101),
+    )
     tail = min(TAIL_EVENTS, head)
     tail_hash = next(iter(log.read(head - tail - 1, until_seq=head - tail)), None)
 
