@@ -18,7 +18,10 @@ T = TypeVar("T")
 def to_data(value: Any) -> Any:
     """A JSON-compatible copy of `value` (dataclasses become dicts, tuples lists)."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: to_data(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        # A field the constructor does not take is derived from the others (Job.key): not data.
+        return {
+            f.name: to_data(getattr(value, f.name)) for f in dataclasses.fields(value) if f.init
+        }
     if isinstance(value, enum.Enum):
         return value.value
     if isinstance(value, tuple | list):

@@ -218,7 +218,9 @@ _job_spec = operator.attrgetter(
 
 def _changed_fields(old: Job, new: Job) -> tuple[str, ...]:
     return tuple(
-        f.name for f in dataclasses.fields(Job) if getattr(old, f.name) != getattr(new, f.name)
+        f.name
+        for f in dataclasses.fields(Job)
+        if f.init and getattr(old, f.name) != getattr(new, f.name)
     )
 
 

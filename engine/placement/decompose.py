@@ -36,7 +36,7 @@ import random
 import resource
 import time
 from collections import defaultdict
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
 from multiprocessing import get_context
@@ -46,7 +46,13 @@ from engine.placement.constraints import QuotaLedger, node_rejection
 from engine.placement.greedy import GreedyPlacer
 from engine.placement.linear import LinearModel, SolveLimits, solve
 from engine.placement.milp import TIME_LIMIT_STATUS, MilpPlacer
-from engine.placement.objective import gpu_value, plan_objective, quota_exempt, weights
+from engine.placement.objective import (
+    gpu_value,
+    jobs_by_key,
+    plan_objective,
+    quota_exempt,
+    weights,
+)
 from engine.placement.plan import (
     JobOutcome,
     OutcomeStatus,
@@ -78,7 +84,7 @@ class Partition:
     job_part: dict[str, int]
     parts: tuple[PlacementInstance, ...]
     active: tuple[int, ...]  # the parts that take waiting jobs
-    jobs: dict[str, Job]  # every job by key, in the instance's order (Job.key costs a format)
+    jobs: Mapping[str, Job]  # every job by key, in the instance's order
 
 
 def _seed(instance: PlacementInstance) -> str:
@@ -208,9 +214,10 @@ def _units(instance: PlacementInstance, count: int) -> tuple[_Domains, dict[str,
         return u
 
     for key in sorted(instance.current):
-        spanned = sorted(
-            {unit_of[r.node] for r in instance.current[key].replicas if r.node in unit_of}
-        )
+        replicas = instance.current[key].replicas
+        if len(replicas) < 2:
+            continue  # one replica, one unit: nothing to join
+        spanned = sorted({unit_of[r.node] for r in replicas if r.node in unit_of})
         for other in spanned[1:]:
             a, b = find(spanned[0]), find(other)
             if a != b:
@@ -419,6 +426,8 @@ def partition(
     its node; quota slack goes to the active parts."""
     rng = random.Random(_seed(instance))
     node_part, members, part_units, domains = _deal_nodes(instance, count, rng)
+    current = instance.current
+    running_keys = sorted(current)
     if active_count is None:
         live = list(range(count))
     else:
@@ -430,19 +439,18 @@ def partition(
         free = [sum(u.schedulable_milli for u in part_units[k]) - used[k] for k in range(count)]
         homes = set()
         lost = domains.lost
-        for key in sorted(instance.current):
-            nodes = {r.node for r in instance.current[key].replicas}
+        for key in running_keys:
+            nodes = {r.node for r in current[key].replicas}
             if key in changed or not nodes <= node_part.keys() or nodes & lost:
                 homes |= {node_part[n] for n in nodes if n in node_part}
         roomiest = sorted(range(count), key=lambda k: (-free[k], k))[:active_count]
         live = sorted(homes | set(roomiest))
-    keyed = [(j.key, j) for j in instance.jobs]  # Job.key is worked out on every read
-    jobs = dict(keyed)
+    jobs = jobs_by_key(instance)
     job_part: dict[str, int] = {}
     running_use: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0] * count)
-    for key in sorted(instance.current):
+    for key in running_keys:
         job = jobs.get(key)
-        placement = instance.current[key]
+        placement = current[key]
         homes = {node_part[r.node] for r in placement.replicas if r.node in node_part}
         if job is None or not homes:
             continue
@@ -473,7 +481,9 @@ def partition(
     share = _fill(instance.queues, running_use, capacity, live, count, rng)
     demand: dict[str, list[float]] = defaultdict(lambda: [0.0] * count)
     eligible_cache: dict[tuple[object, ...], list[tuple[int, float]]] = {}
-    waiting = [j for k, j in keyed if k not in job_part and (assign is None or k in assign)]
+    waiting = [
+        j for j in instance.jobs if j.key not in job_part and (assign is None or j.key in assign)
+    ]
     order = list(range(len(waiting)))
     rng.shuffle(order)
     for i in order:
@@ -508,13 +518,14 @@ def partition(
         job_part[job.key] = k
     split = split_quotas(instance.queues, running_use, share, count)
     by_part: list[list[Job]] = [[] for _ in range(count)]
-    for key, j in keyed:
-        if key in job_part:
-            by_part[job_part[key]].append(j)
     homes_of: list[dict[str, Placement]] = [{} for _ in range(count)]
-    for key, _ in keyed:
-        if key in instance.current and key in job_part:
-            homes_of[job_part[key]][key] = instance.current[key]
+    for j in instance.jobs:
+        home = job_part.get(j.key)
+        if home is not None:
+            by_part[home].append(j)
+            run = current.get(j.key)
+            if run is not None:
+                homes_of[home][j.key] = run
     parts = tuple(
         replace(
             instance,
@@ -535,12 +546,12 @@ def partition(
 def quota_violations(
     instance: PlacementInstance,
     outcomes: Sequence[JobOutcome],
-    jobs: dict[str, Job] | None = None,
+    jobs: Mapping[str, Job] | None = None,
 ) -> list[str]:
     """The whole instance's quota rules the merged plan breaks (check.py's ledger); `jobs`:
     the instance's jobs by key, where the caller has them."""
     if jobs is None:
-        jobs = {j.key: j for j in instance.jobs}
+        jobs = jobs_by_key(instance)
     ledger = QuotaLedger(instance.queues)
     for o in outcomes:
         job = jobs.get(o.job)
@@ -734,7 +745,10 @@ class DecomposedPlacer:
             sub = cut.parts[k]
             mine = tuple(key for key in fresh if cut.job_part.get(key) == k)
             args.append((sub, self.backend, "incremental", mine))
-        plans, _ = self._run(args, lambda: None)
+        # Here, one after the other: a few parts of ~50 jobs take a few hundred ms each,
+        # less than a worker's start (a fresh interpreter importing the engine and HiGHS,
+        # ~0.3 CPU-s each, on top of the parts' own time).
+        plans, _ = self._run(args, lambda: None, spread=False)
         phases.append(("parts", round(time.perf_counter() - started, 3)))
         solved = dict(zip(active, plans, strict=True))
         # Every other part: its running jobs stay, its waiting jobs wait.
@@ -765,10 +779,11 @@ class DecomposedPlacer:
         self,
         args: list[tuple[PlacementInstance, str, str, tuple[str, ...] | None]],
         meanwhile: Callable[[], float | None],
+        spread: bool = True,
     ) -> tuple[list[PlacementPlan], float | None]:
-        """The parts' plans, in part order, `workers` at a time in worker processes, and
-        what `meanwhile` returns, worked out here while they run."""
-        self._in_workers = self.workers > 1 and len(args) > 1
+        """The parts' plans, in part order, `workers` at a time in worker processes (with
+        `spread`; else here), and what `meanwhile` returns, worked out here meanwhile."""
+        self._in_workers = spread and self.workers > 1 and len(args) > 1
         if not self._in_workers:
             done = [_solve_part(a) for a in args]
             found = meanwhile()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import heapq
 import time
+from collections import defaultdict
 from collections.abc import Collection
 from dataclasses import dataclass
 
@@ -45,15 +46,14 @@ class _FlavorRoom:
     cpu_on_a_node: int = 0
     memory_on_a_node: int = 0
 
-    def add(self, gpu_free: list[int], cpu: int, memory: int) -> None:
-        self.gpu_milli += sum(gpu_free)
-        self.cpu_milli += cpu
-        self.memory_mib += memory
-        whole = sum(1 for g in gpu_free if g >= GPU_MILLI)
-        self.whole_gpus_on_a_node = max(self.whole_gpus_on_a_node, whole)
-        self.milli_on_a_gpu = max(self.milli_on_a_gpu, max(gpu_free, default=0))
-        self.cpu_on_a_node = max(self.cpu_on_a_node, cpu)
-        self.memory_on_a_node = max(self.memory_on_a_node, memory)
+    def add(self, node: _NodeRoom) -> None:
+        self.gpu_milli += node.gpu_milli
+        self.cpu_milli += node.cpu_milli
+        self.memory_mib += node.memory_mib
+        self.whole_gpus_on_a_node = max(self.whole_gpus_on_a_node, node.whole_gpus)
+        self.milli_on_a_gpu = max(self.milli_on_a_gpu, node.milli_on_a_gpu)
+        self.cpu_on_a_node = max(self.cpu_on_a_node, node.cpu_milli)
+        self.memory_on_a_node = max(self.memory_on_a_node, node.memory_mib)
 
     def may_take(self, job: Job) -> bool:
         """Whether the job could fit here as far as the aggregates tell (necessary, not
@@ -78,36 +78,71 @@ class _FlavorRoom:
         self.memory_mib -= r.memory_mib * job.replicas
 
 
+@dataclass(frozen=True, slots=True)
+class _NodeRoom:
+    """What one node has free: milli-GPU in all, whole GPUs, the most on one GPU, CPU, memory."""
+
+    gpu_milli: int
+    whole_gpus: int
+    milli_on_a_gpu: int
+    cpu_milli: int
+    memory_mib: int
+
+    @classmethod
+    def of(cls, gpu_free: list[int], cpu: int, memory: int) -> _NodeRoom:
+        whole = sum(1 for g in gpu_free if g >= GPU_MILLI)
+        return cls(sum(gpu_free), whole, max(gpu_free, default=0), cpu, memory)
+
+    @classmethod
+    def empty(cls, node: Node) -> _NodeRoom:
+        """A node nothing runs on (`of` its whole GPUs, without a list per node)."""
+        gpus = max(node.gpus, 0)
+        top = GPU_MILLI if gpus > 0 else 0
+        return cls(GPU_MILLI * gpus, gpus, top, node.cpu_milli, node.memory_mib)
+
+
 def _free_rooms(
     nodes: Collection[Node], running: Collection[tuple[Job, Placement]]
 ) -> dict[str | None, _FlavorRoom]:
     """Free capacity per flavor (None: every schedulable node, for CPU-only jobs) after
     the `running` jobs."""
-    gpu_free: dict[str, list[int]] = {}
-    cpu_free: dict[str, int] = {}
-    memory_free: dict[str, int] = {}
     schedulable = [n for n in nodes if n.schedulable]
-    for n in schedulable:
-        gpu_free[n.name] = [GPU_MILLI] * n.gpus
-        cpu_free[n.name] = n.cpu_milli
-        memory_free[n.name] = n.memory_mib
+    gpus = {n.name: n.gpus for n in schedulable}
+    # Only the nodes something runs on get a list of free milli-GPU per GPU.
+    gpu_free: dict[str, list[int]] = {}
+    cpu_used: dict[str, int] = defaultdict(int)
+    memory_used: dict[str, int] = defaultdict(int)
     for job, placement in running:
         r = job.resources
         for replica in placement.replicas:
-            free = gpu_free.get(replica.node)
-            if free is None:
+            name = replica.node
+            count = gpus.get(name)
+            if count is None:
                 continue
+            free = gpu_free.get(name)
+            if free is None:
+                free = gpu_free[name] = [GPU_MILLI] * count
             for g in replica.gpus:
-                if 0 <= g < len(free):
+                if 0 <= g < count:
                     free[g] -= replica.gpu_milli
-            cpu_free[replica.node] -= r.cpu_milli
-            memory_free[replica.node] -= r.memory_mib
+            cpu_used[name] += r.cpu_milli
+            memory_used[name] += r.memory_mib
     rooms: dict[str | None, _FlavorRoom] = {None: _FlavorRoom()}
     for n in schedulable:
-        args = (gpu_free[n.name], cpu_free[n.name], memory_free[n.name])
-        rooms[None].add(*args)
+        free = gpu_free.get(n.name)
+        node = (
+            _NodeRoom.empty(n)
+            if free is None
+            else _NodeRoom.of(
+                free, n.cpu_milli - cpu_used[n.name], n.memory_mib - memory_used[n.name]
+            )
+        )
+        rooms[None].add(node)
         if n.flavor is not None:
-            rooms.setdefault(n.flavor, _FlavorRoom()).add(*args)
+            room = rooms.get(n.flavor)
+            if room is None:
+                room = rooms[n.flavor] = _FlavorRoom()
+            room.add(node)
     return rooms
 
 

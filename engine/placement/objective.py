@@ -32,7 +32,7 @@ from engine.model import (
     Queue,
     TopologyMode,
 )
-from engine.placement.plan import JobOutcome, OutcomeStatus, PlacementInstance
+from engine.placement.plan import RUNNING_STATUSES, JobOutcome, OutcomeStatus, PlacementInstance
 from engine.placement.topology import Span, Tree, gang_topology, span_of
 from engine.units import GPU_MILLI, gpus_from_milli, milli_from_gpus
 
@@ -76,10 +76,28 @@ class Weights:
         return out
 
 
+def jobs_by_key(instance: PlacementInstance) -> Mapping[str, Job]:
+    """The instance's jobs by key, worked out once per instance."""
+    return instance.derived(_jobs_by_key)
+
+
+def _jobs_by_key(instance: PlacementInstance) -> dict[str, Job]:
+    return {j.key: j for j in instance.jobs}
+
+
+def nodes_by_name(instance: PlacementInstance) -> Mapping[str, Node]:
+    """The instance's nodes by name, worked out once per instance."""
+    return instance.derived(_nodes_by_name)
+
+
+def _nodes_by_name(instance: PlacementInstance) -> dict[str, Node]:
+    return {n.name: n for n in instance.nodes}
+
+
 def _small_terms_bound(instance: PlacementInstance) -> float:
     """The most the small terms (level 3) can add up to in the instance."""
     policy = instance.policy
-    jobs = {j.key: j for j in instance.jobs}
+    jobs = jobs_by_key(instance)
     total = 1.0
     for key in sorted(instance.current):
         job = jobs.get(key)
@@ -101,25 +119,36 @@ def weights(instance: PlacementInstance) -> Weights:
     (one replica) is worth more than all lower classes and the small terms can add up to;
     the same again above that for GPUs within nominal quota. Where that needs a range of
     weights wider than WEIGHT_RANGE (large instances, many classes), the levels are spaced
-    evenly inside it instead. With `priorityWeight: 0` every class weighs the same."""
+    evenly inside it instead. With `priorityWeight: 0` every class weighs the same.
+    Worked out once per instance (a solve scores many plans)."""
     if instance.basis is not None:
         return weights(instance.basis)
+    return instance.derived(_weights)
+
+
+def _weights(instance: PlacementInstance) -> Weights:
     capacity = sum(n.gpus for n in instance.nodes if n.schedulable) or 1
     total: dict[int, float] = defaultdict(float)
-    step: dict[int, float] = {}
+    # The smallest step in milli-GPU (x / GPU_MILLI is monotone: the least milli gives the
+    # least step, the same float as the least of the steps).
+    least: dict[int, int] = {}
+    least_gpu = 0  # of the jobs that ask for GPUs; 0: none does
+    flat = not instance.policy.priority_weight
     for job in instance.jobs:
-        p = job.priority if instance.policy.priority_weight else 0
+        p = 0 if flat else job.priority
         total[p] += gpu_value(job, job.replicas)
-        step[p] = min(step.get(p, float("inf")), gpu_value(job, 1))
+        milli = job.resources.gpu_milli
+        one = milli or CPU_JOB_VALUE_MILLI
+        if one < least.get(p, one + 1):
+            least[p] = one
+        if milli and (not least_gpu or milli < least_gpu):
+            least_gpu = milli
     below = _small_terms_bound(instance)
     running: dict[int, float] = {}
     for p in sorted(total):
-        running[p] = MARGIN * below / step[p]
+        running[p] = MARGIN * below / gpus_from_milli(least[p])
         below += running[p] * min(total[p], capacity)
-    gpu_steps = [
-        gpus_from_milli(j.resources.gpu_milli) for j in instance.jobs if j.resources.gpu_milli
-    ]
-    scale = MARGIN * below / (min(gpu_steps) if gpu_steps else 1.0)
+    scale = MARGIN * below / (gpus_from_milli(least_gpu) if least_gpu else 1.0)
     base = min(running.values(), default=1.0)
     nominal = {p: scale * w / base for p, w in running.items()}
     if max(nominal.values(), default=1.0) > WEIGHT_RANGE:
@@ -202,6 +231,10 @@ def instance_tree(instance: PlacementInstance) -> Tree:
     return tree
 
 
+def _node_gpu_milli(instance: PlacementInstance) -> dict[str, int]:
+    return {n.name: milli_from_gpus(n.gpus) for n in instance.nodes}
+
+
 def node_fragmentation(capacity_milli: int, used_milli: int) -> float:
     """The share of a node's GPUs stranded next to work: 0 for an empty or full node."""
     if capacity_milli <= 0 or used_milli <= 0 or used_milli >= capacity_milli:
@@ -217,6 +250,15 @@ def quota_exempt(job: Job, outcome_status: OutcomeStatus) -> bool:
 # -- fairness: weighted dominant resource shares --------------------------------------------
 
 
+def instance_capacity(instance: PlacementInstance) -> Mapping[str, int]:
+    """`capacity_vector` of the instance's nodes, worked out once per instance."""
+    return instance.derived(_instance_capacity)
+
+
+def _instance_capacity(instance: PlacementInstance) -> dict[str, int]:
+    return capacity_vector(instance.nodes)
+
+
 def capacity_vector(nodes: Iterable[Node]) -> dict[str, int]:
     cap = {"gpu": 0, "cpu": 0, "memory": 0}
     for n in nodes:
@@ -227,13 +269,14 @@ def capacity_vector(nodes: Iterable[Node]) -> dict[str, int]:
     return cap
 
 
-def job_demand(job: Job, replicas: int) -> dict[str, int]:
+def demand_vector(job: Job, replicas: int) -> tuple[int, int, int]:
+    """What `replicas` replicas of the job take, in RESOURCES' order."""
     r = job.resources
-    return {
-        "gpu": replicas * r.gpu_milli,
-        "cpu": replicas * r.cpu_milli,
-        "memory": replicas * r.memory_mib,
-    }
+    return replicas * r.gpu_milli, replicas * r.cpu_milli, replicas * r.memory_mib
+
+
+def job_demand(job: Job, replicas: int) -> dict[str, int]:
+    return dict(zip(RESOURCES, demand_vector(job, replicas), strict=True))
 
 
 @dataclass(frozen=True, slots=True)
@@ -254,11 +297,16 @@ def fair_targets(
     resource in the proportion of its demand, until its demand is met or a
     resource runs out (progressive filling).
     """
-    demand: dict[str, dict[str, int]] = {q.name: {r: 0 for r in RESOURCES} for q in queues}
+    # Each queue's demand in RESOURCES' order (integers: no dict per job).
+    summed: dict[str, list[int]] = {q.name: [0, 0, 0] for q in queues}
     for job in jobs:
-        if job.queue in demand:
-            for r, v in job_demand(job, job.replicas).items():
-                demand[job.queue][r] += v
+        acc = summed.get(job.queue)
+        if acc is not None:
+            gpu, cpu, memory = demand_vector(job, job.replicas)
+            acc[0] += gpu
+            acc[1] += cpu
+            acc[2] += memory
+    demand = {name: dict(zip(RESOURCES, acc, strict=True)) for name, acc in summed.items()}
     weight = {q.name: max(q.weight, 1e-9) for q in queues}
     dominant: dict[str, tuple[str, float]] = {}
     for q, d in demand.items():
@@ -304,7 +352,7 @@ def fairness_penalty_per_share(instance: PlacementInstance) -> float:
     weighs the same and fairness orders queues whatever their jobs' priorities."""
     if not instance.policy.fairness_weight:
         return 0.0
-    gpus = gpus_from_milli(capacity_vector(instance.nodes)["gpu"])
+    gpus = gpus_from_milli(instance_capacity(instance)["gpu"])
     return instance.policy.fairness_weight * max(gpus, 1.0)
 
 
@@ -321,24 +369,18 @@ def usage_weights(queues: Sequence[Queue], usage: Mapping[str, float]) -> dict[s
     return out
 
 
-_FAIR: dict[int, tuple[PlacementInstance, dict[str, FairTarget]]] = {}
-
-
-def instance_fair_targets(instance: PlacementInstance) -> dict[str, FairTarget]:
+def instance_fair_targets(instance: PlacementInstance) -> Mapping[str, FairTarget]:
     """The instance's fair dominant shares, each queue weighted by its share and its recent
     usage (computed once per instance: plans are scored many times a solve)."""
-    found = _FAIR.get(id(instance))
-    if found is not None and found[0] is instance:
-        return found[1]
-    if len(_FAIR) > 8:
-        _FAIR.clear()
+    return instance.derived(_instance_fair_targets)
+
+
+def _instance_fair_targets(instance: PlacementInstance) -> dict[str, FairTarget]:
     queues: Sequence[Queue] = instance.queues
     if instance.usage:
         adjusted = usage_weights(instance.queues, instance.usage)
         queues = [replace(q, weight=adjusted[q.name]) for q in instance.queues]
-    targets = fair_targets(queues, instance.jobs, capacity_vector(instance.nodes))
-    _FAIR[id(instance)] = (instance, targets)
-    return targets
+    return fair_targets(queues, instance.jobs, instance_capacity(instance))
 
 
 # -- scoring a whole plan -------------------------------------------------------------------
@@ -372,39 +414,53 @@ class ObjectiveTerms:
 
 def objective_terms(instance: PlacementInstance, outcomes: Sequence[JobOutcome]) -> ObjectiveTerms:
     """Every term of the objective for a plan, computed from the plan alone."""
-    jobs = {j.key: j for j in instance.jobs}
-    nodes = {n.name: n for n in instance.nodes}
+    return _terms(instance, outcomes, spans=True)
+
+
+def _terms(
+    instance: PlacementInstance, outcomes: Sequence[JobOutcome], spans: bool
+) -> ObjectiveTerms:
+    """The objective's terms; the second criterion (compactness: every gang's span) only
+    with `spans`, as it is no part of the score."""
+    jobs = jobs_by_key(instance)
+    nodes = nodes_by_name(instance)
     policy = instance.policy
     w = weights(instance)
     value = moves = preemptions = topology = compactness = 0.0
-    tree = instance_tree(instance)
+    tree = instance_tree(instance) if spans else None
     node_used: dict[str, int] = defaultdict(int)
     quota_used: dict[tuple[str, str], dict[int, int]] = defaultdict(lambda: defaultdict(int))
-    queue_used: dict[str, dict[str, int]] = defaultdict(lambda: {r: 0 for r in RESOURCES})
+    # Per queue, job_demand of its running replicas in RESOURCES' order (integers).
+    queue_use: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
+    worth = w.value
     for o in outcomes:
         job = jobs.get(o.job)
         if job is None:
             continue
-        if o.running:
+        status = o.status
+        if status in RUNNING_STATUSES:
             count = len(o.replicas)
-            value += w.value(job, count)
+            value += worth(job, count)
             for replica in o.replicas:
                 node_used[replica.node] += replica.gpu_milli * len(replica.gpus)
-            if o.flavor is not None and not quota_exempt(job, o.status):
+            if o.flavor is not None and not quota_exempt(job, status):
                 quota_used[(job.queue, o.flavor)][job.priority] += count * job.resources.gpu_milli
-            for r, v in job_demand(job, count).items():
-                queue_used[job.queue][r] += v
+            use = queue_use[job.queue]
+            gpu, cpu, memory = demand_vector(job, count)
+            use[0] += gpu
+            use[1] += cpu
+            use[2] += memory
             topo = job.topology
             if topo is not None and topo.mode is TopologyMode.PREFERRED and topo.level:
                 domains = {nodes[r.node].domain(topo.level) for r in o.replicas if r.node in nodes}
                 if len(domains) > 1:
                     topology += topology_spread_penalty(job, policy)
-            if count > 1 and policy.compactness_weight:
+            if tree is not None and count > 1 and policy.compactness_weight:
                 span = span_of(tree, (r.node for r in o.replicas))
                 compactness += compactness_penalty(job, span, policy)
-        if o.status is OutcomeStatus.MOVED:
-            moves += move_penalty(job, policy)
-        if o.status is OutcomeStatus.PREEMPTED:
+            if status is OutcomeStatus.MOVED:
+                moves += move_penalty(job, policy)
+        elif status is OutcomeStatus.PREEMPTED:
             preemptions += preemption_penalty(job, o.lost_gpu_seconds, policy)
     bonus = 0.0
     queues = {q.name: q for q in instance.queues}
@@ -419,18 +475,19 @@ def objective_terms(instance: PlacementInstance, outcomes: Sequence[JobOutcome])
             bonus += gpus_from_milli(rate * min(above, fq.nominal))
     fragmentation = 0.0
     if policy.fragmentation_weight:
+        gpu_milli = instance.derived(_node_gpu_milli)
         for name, used in node_used.items():
-            node = nodes.get(name)
-            if node is not None:
-                fragmentation += node_fragmentation(milli_from_gpus(node.gpus), used)
+            capacity_milli = gpu_milli.get(name)
+            if capacity_milli is not None:
+                fragmentation += node_fragmentation(capacity_milli, used)
         fragmentation *= policy.fragmentation_weight
     fairness = 0.0
     if policy.fairness_weight:
-        capacity = capacity_vector(instance.nodes)
+        capacity = instance_capacity(instance)
         rate = fairness_penalty_per_share(instance)
         for target in instance_fair_targets(instance).values():
-            share = queue_used[target.queue][target.resource] / capacity[target.resource]
-            fairness += rate * max(0.0, target.share - share)
+            used = queue_use[target.queue][RESOURCES.index(target.resource)]
+            fairness += rate * max(0.0, target.share - used / capacity[target.resource])
     return ObjectiveTerms(
         value, bonus, moves, preemptions, fragmentation, fairness, topology, compactness
     )
@@ -452,15 +509,15 @@ def plan_compactness(instance: PlacementInstance, outcomes: Sequence[JobOutcome]
 
 def plan_objective(instance: PlacementInstance, outcomes: Sequence[JobOutcome]) -> float:
     """Score any plan, the same way for every solver."""
-    return objective_terms(instance, outcomes).total
+    return _terms(instance, outcomes, spans=False).total
 
 
 def broken_soft_constraints(
     instance: PlacementInstance, outcomes: Sequence[JobOutcome]
 ) -> tuple[str, ...]:
     """Soft rules the plan breaks, named like constraints: topology__job__level, fairness__queue."""
-    nodes = {n.name: n for n in instance.nodes}
-    jobs = {j.key: j for j in instance.jobs}
+    nodes = nodes_by_name(instance)
+    jobs = jobs_by_key(instance)
     broken: list[str] = []
     queue_used: dict[str, dict[str, int]] = defaultdict(lambda: {r: 0 for r in RESOURCES})
     for o in outcomes:
@@ -475,7 +532,7 @@ def broken_soft_constraints(
             if len(domains) > 1:
                 broken.append(f"topology__{job.key}__{topo.level}")
     if instance.policy.fairness_weight:
-        capacity = capacity_vector(instance.nodes)
+        capacity = instance_capacity(instance)
         for target in instance_fair_targets(instance).values():
             share = queue_used[target.queue][target.resource] / capacity[target.resource]
             if target.share - share > 1e-6:

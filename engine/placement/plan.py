@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields
 from enum import StrEnum
-from typing import Protocol
+from typing import Any, Protocol, TypeVar, cast
 
 from engine.model import ClusterSpec, Job, Node, Placement, Policy, Queue, ReplicaPlacement
 from engine.shapes import JobShape
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +35,29 @@ class PlacementInstance:
     # The job shapes the cluster has seen (engine.shapes.learned_shapes of
     # the folded state) with their weights: node choice keeps room for them. Empty: unknown.
     shapes: tuple[tuple[JobShape, int], ...] = ()
+    # What `derived` has worked out of this instance. Not data: no constructor argument,
+    # no part of equality, not pickled (a part sent to a worker works it out there).
+    _derived: dict[Callable[..., Any], Any] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
+
+    def derived(self, compute: Callable[[PlacementInstance], T]) -> T:
+        """`compute(self)`, worked out once per instance: `compute` must be a pure function
+        of the instance (its weights, fair shares, jobs by key), read by every plan a
+        solve scores. A changed instance (dataclasses.replace) is a new one and starts
+        afresh."""
+        memo = self._derived
+        if compute not in memo:
+            memo[compute] = compute(self)
+        return cast(T, memo[compute])
+
+    def __getstate__(self) -> list[Any]:
+        return [getattr(self, f.name) for f in fields(self) if f.init]
+
+    def __setstate__(self, state: list[Any]) -> None:
+        for f, value in zip((f for f in fields(self) if f.init), state, strict=True):
+            object.__setattr__(self, f.name, value)
+        object.__setattr__(self, "_derived", {})
 
     def queue(self, name: str) -> Queue | None:
         for q in self.queues:
@@ -49,6 +74,10 @@ class OutcomeStatus(StrEnum):
     PENDING = "pending"  # was not running and still is not
 
 
+# The outcomes of a job that runs once the plan is applied.
+RUNNING_STATUSES = frozenset((OutcomeStatus.PLACED, OutcomeStatus.KEPT, OutcomeStatus.MOVED))
+
+
 @dataclass(frozen=True, slots=True)
 class JobOutcome:
     job: str
@@ -63,7 +92,7 @@ class JobOutcome:
 
     @property
     def running(self) -> bool:
-        return self.status in (OutcomeStatus.PLACED, OutcomeStatus.KEPT, OutcomeStatus.MOVED)
+        return self.status in RUNNING_STATUSES
 
 
 @dataclass(frozen=True, slots=True)

@@ -68,3 +68,18 @@ def test_retry_counts_what_runs_but_the_jobs_the_commit_changed() -> None:
     inst = _one_node([job("r", gpu=6), job("w", gpu=4)], running)
     assert waiting_to_retry(inst, ()) == ()  # 2 GPUs free, "w" needs 4
     assert waiting_to_retry(inst, ("q/r",)) == ("q/w",)  # "r" is decided again
+
+
+def test_retry_reads_whole_gpus_on_idle_nodes_and_shares_on_busy_ones() -> None:
+    # "h": every GPU 600 milli used by a shared job; "e": one GPU, nothing on it.
+    shared = tuple(ReplicaPlacement("h", (g,), 600) for g in range(8))
+    running = {"q/f": Placement("q/f", "h100", shared)}
+    jobs = [
+        job("f", replicas=8, gpu=0.6),
+        job("two", gpu=2, submitted_at="1"),  # no node has 2 whole GPUs free
+        job("one", gpu=1, submitted_at="2"),  # "e"'s whole GPU
+        job("share", gpu=0.4, submitted_at="3"),  # 400 milli left on each of "h"'s GPUs
+    ]
+    nodes = [node("h", flavor="h100", gpus=8), node("e", flavor="h100", gpus=1)]
+    inst = instance(nodes, [queue("q")], jobs, running)
+    assert waiting_to_retry(inst, ()) == ("q/one", "q/share")
