@@ -110,7 +110,7 @@ class RepositoryCheck:
     Each job's findings depend on the job's own document and on the frame the other
     documents make (the cluster, the queues, the admission limits, the files with
     errors of their own), and a job's name must be unique in its queue. So while the
-    frame's documents are the same objects as last time (schemas.SpecCache hands out
+    frame's documents are the same objects as last time (the reconciler's SpecCache hands out
     the same Document while its file is unchanged), a commit that adds or removes jobs
     is checked in the size of the commit: its jobs' findings, and the names of the
     queues they join or leave; every other job's findings are the ones kept. Anything
