@@ -271,6 +271,20 @@ class _FileRead:
     invalid: tuple[Document, ...] = ()
     errors: tuple[Finding, ...] = ()
     owners: tuple[str, tuple[Owner, ...]] | None = None
+    # The valid documents by the group build_desired puts them in, in their order.
+    groups: tuple[tuple[str | None, tuple[Document, ...]], ...] = ()
+
+
+def _group(kind: str | None) -> str | None:
+    """The group build_desired takes a document of `kind` from: nodes and node pools together."""
+    return "Node" if kind == "NodePool" else kind
+
+
+def _groups(docs: Iterable[Document]) -> dict[str | None, list[Document]]:
+    grouped: dict[str | None, list[Document]] = {}
+    for doc in docs:  # (a document's kind is looked up in its data: once each)
+        grouped.setdefault(_group(doc.kind), []).append(doc)
+    return grouped
 
 
 def _read(f: SourceFile, limits: Limits) -> _FileRead:
@@ -296,7 +310,9 @@ def _read(f: SourceFile, limits: Limits) -> _FileRead:
                 ),
             )
         )
-    return _FileRead(*_parse_file(f.path, f.content, limits))
+    valid, invalid, errors = _parse_file(f.path, f.content, limits)
+    groups = tuple((group, tuple(docs)) for group, docs in _groups(valid).items())
+    return _FileRead(valid, invalid, errors, groups=groups)
 
 
 class _LastTwoLoads(Generic[K, V]):
@@ -375,13 +391,14 @@ class SpecCache:
 
     def keep_jobs(
         self,
-        docs: Sequence[Document],
+        others: Sequence[Document],
         frame: tuple[object, ...],
         jobs: dict[int, tuple[Document, str, Job]],
     ) -> None:
-        """Keep this build's jobs; forget the models of documents no longer in the repository."""
+        """Keep this build's jobs; forget the models of documents (`others`: all but the
+        jobs, the ones `model` is asked for) no longer in the repository."""
         self._jobs, self._jobs_frame = jobs, frame
-        live = {id(d) for d in docs}
+        live = {id(d) for d in others}
         self._models = {k: v for k, v in self._models.items() if k in live}
 
     def is_spec_file(self, path: str) -> bool:
@@ -449,21 +466,24 @@ def parse_files(
     valid: list[Document] = []
     invalid: list[Document] = []
     owners: dict[str, tuple[Owner, ...]] = {}
+    by_group: dict[str | None, list[Document]] = {}
     reads = cache.reads(files, limits) if cache is not None else [_read(f, limits) for f in files]
     for read in reads:
         valid.extend(read.valid)
         invalid.extend(read.invalid)
         errors.extend(read.errors)
+        for group, docs in read.groups:
+            by_group.setdefault(group, []).extend(docs)
         if read.owners is not None:
             owners[read.owners[0]] = read.owners[1]
-    merged = policies.merge_policies([d for d in valid if d.kind == "Policy"])
+    merged = policies.merge_policies(by_group.get("Policy", []))
     # Cross-file rules run on every valid document even when others failed, and the
     # references of those that failed their schema are checked too: one run, every error.
     check = cache.rules.check if cache is not None else policies.check_repository
     errors.extend(check(valid, merged, unchecked=invalid, broken_files={e.file for e in errors}))
     if not errors:
         try:
-            desired = build_desired(valid, merged, owners, cache)
+            desired = build_desired(valid, merged, owners, cache, by_group=by_group)
         except _ModelError as e:
             errors.append(e.error)
         else:
@@ -489,11 +509,12 @@ def build_desired(
     merged_policy: Mapping[str, Any],
     owners: Mapping[str, tuple[Owner, ...]] | None = None,
     cache: SpecCache | None = None,
+    *,
+    by_group: Mapping[str | None, Sequence[Document]] | None = None,
 ) -> DesiredState:
-    by_kind: dict[str | None, list[Document]] = {}
-    for doc in docs:  # (a document's kind is looked up in its data: once each)
-        kind = doc.kind
-        by_kind.setdefault("Node" if kind == "NodePool" else kind, []).append(doc)
+    """The desired state `docs` declare; `by_group`, when given, is `docs` by `_group`
+    of their kind, in their order."""
+    by_kind = _groups(docs) if by_group is None else by_group
 
     def model(doc: Document, context: tuple[object, ...], make: Callable[[], V]) -> V:
         return make() if cache is None else cache.model(doc, context, make)
@@ -542,7 +563,9 @@ def build_desired(
         made[id(doc)] = (doc, job.key, job)
         jobs[job.key] = job
     if cache is not None:
-        cache.keep_jobs(docs, frame, made)
+        cache.keep_jobs(
+            [d for group, ds in by_kind.items() if group != "Job" for d in ds], frame, made
+        )
     return DesiredState(
         cluster=cluster,
         policy=policy_of(merged_policy),
