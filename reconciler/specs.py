@@ -444,7 +444,8 @@ class SpecCache:
         return [files[p] for p in paths]
 
     def reads(self, files: Sequence[SourceFile], limits: Limits) -> list[_FileRead]:
-        """What each file gives, read again only where its SourceFile is another object."""
+        """What each file gives, read again only where the file differs from the one at its
+        path last time (the same object, while the listing is a difference from the last)."""
         if limits != self._reads_limits:
             self._reads, self._reads_limits = {}, limits
         kept = self._reads
@@ -452,7 +453,10 @@ class SpecCache:
         out: list[_FileRead] = []
         for f in files:
             found = kept.get(f.path)
-            read = found[1] if found is not None and found[0] is f else _read(f, limits)
+            if found is not None and (found[0] is f or found[0] == f):
+                read = found[1]
+            else:
+                read = _read(f, limits)
             now[f.path] = (f, read)
             out.append(read)
         self._reads = now

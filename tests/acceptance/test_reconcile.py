@@ -388,6 +388,7 @@ def test_a_spec_cache_keeps_the_models_of_unchanged_documents_and_rebuilds_the_r
 def test_a_spec_cache_reads_a_commit_as_the_difference_from_the_last_and_loads_what_a_fresh_read_loads(
     bootstrapped: ClusterRepo, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    import schemas
     from reconciler.git import GitRepo
     from reconciler.specs import SpecCache, load_commit, read_commit
 
@@ -433,6 +434,19 @@ def test_a_spec_cache_reads_a_commit_as_the_difference_from_the_last_and_loads_w
         "teams/ml/jobs/big.yaml",
         "teams/ml/jobs/d[1]*.yaml",
     ]
+    # Listed in full (by a name), a file the same as at its path last time is not parsed again.
+    load_commit(repo, shas[3], cache=cache)
+    parsed: list[str] = []
+    real_parse = schemas.parse_documents
+
+    def parse_documents(content, path, limits):  # type: ignore[no-untyped-def]
+        parsed.append(path)
+        return real_parse(content, path, limits)
+
+    monkeypatch.setattr(schemas, "parse_documents", parse_documents)
+    by_name = load_commit(repo, "main", cache=cache)
+    assert parsed == []
+    assert by_name == load_commit(repo, shas[3])
 
 
 def test_a_commit_records_author_date_and_committer_and_is_decided_at_its_committer_date(
