@@ -5,11 +5,12 @@ built-in policy library that ships inside this package.
 """
 
 from policies.policy import default_policy, merge_policies
-from policies.rules import CLUSTER_FILE, Place, check_repository, place_of
+from policies.rules import CLUSTER_FILE, Place, RepositoryCheck, check_repository, place_of
 
 __all__ = [
     "CLUSTER_FILE",
     "Place",
+    "RepositoryCheck",
     "check_repository",
     "default_policy",
     "merge_policies",

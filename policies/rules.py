@@ -6,6 +6,7 @@ line of the field that breaks it, and a pull request shows all of them at once.
 
 from __future__ import annotations
 
+import bisect
 import difflib
 import functools
 from collections import defaultdict
@@ -88,7 +89,164 @@ def check_repository(
     every error, as check-jsonschema does. `broken_files` had errors of their own: a
     job whose queue lives in one is not also told that its queue is missing.
     """
-    ordered = sorted(docs, key=lambda d: (d.file, d.index))
+    ordered = sorted(docs, key=_doc_order)
+    frame, errors = _frame([d for d in ordered if d.kind != "Job"], policy, unchecked, broken_files)
+    jobs_by_queue: dict[str, list[Document]] = defaultdict(list)
+    for doc in ordered:
+        if doc.kind == "Job":
+            queue, found = _job_findings(doc, frame)
+            if queue is not None:
+                jobs_by_queue[queue].append(doc)
+            errors.extend(found)
+    for queue_name, jobs in jobs_by_queue.items():
+        errors.extend(_duplicate_jobs(jobs, queue_name))
+    errors.extend(_unchecked_findings(unchecked, frame))
+    return _in_order(errors)
+
+
+class RepositoryCheck:
+    """`check_repository` kept from commit to commit, for a reader of one repository.
+
+    Each job's findings depend on the job's own document and on the frame the other
+    documents make (the cluster, the queues, the admission limits, the files with
+    errors of their own), and a job's name must be unique in its queue. So while the
+    frame's documents are the same objects as last time (the reconciler's SpecCache hands out
+    the same Document while its file is unchanged), a commit that adds or removes jobs
+    is checked in the size of the commit: its jobs' findings, and the names of the
+    queues they join or leave; every other job's findings are the ones kept. Anything
+    else (a frame document changed, other policy limits, another set of broken files)
+    is checked in full. Either way the findings are those of `check_repository`.
+    """
+
+    def __init__(self) -> None:
+        # Every document of the last check by id: held, so no other object takes an id.
+        self._docs: dict[int, Document] = {}
+        self._frame_key: tuple[object, ...] | None = None
+        self._frame: _Frame | None = None
+        self._frame_errors: list[Finding] = []
+        self._unchecked: tuple[Document, ...] = ()
+        # Each job's queue and findings, by id(doc); the jobs that have findings.
+        self._jobs: dict[int, tuple[str | None, tuple[Finding, ...]]] = {}
+        self._failing: dict[int, Document] = {}
+        # Jobs by queue and name, each list in document order; the names taken twice.
+        self._names: dict[tuple[str, str], list[Document]] = {}
+        self._twice: set[tuple[str, str]] = set()
+
+    def check(
+        self,
+        docs: Sequence[Document],
+        policy: Mapping[str, Any],
+        *,
+        unchecked: Sequence[Document] = (),
+        broken_files: Collection[str] = (),
+    ) -> tuple[Finding, ...]:
+        """`check_repository(docs, policy, unchecked=..., broken_files=...)`."""
+        current = {id(d): d for d in docs}
+        if len(current) != len(docs):  # one document twice: no case to keep
+            self._docs, self._frame = {}, None
+            return check_repository(docs, policy, unchecked=unchecked, broken_files=broken_files)
+        admission = policy.get("admission")
+        frame_key = (
+            dict(admission) if isinstance(admission, Mapping) else None,
+            tuple(id(d) for d in unchecked),
+            frozenset(broken_files),
+        )
+        added = [current[i] for i in current.keys() - self._docs.keys()]
+        removed = [self._docs[i] for i in self._docs.keys() - current.keys()]
+        if (
+            self._frame is None
+            or frame_key != self._frame_key
+            or any(i not in self._jobs for i in map(id, removed))
+            or any(d.kind != "Job" for d in added)
+        ):
+            self._rebuild(current, policy, unchecked, broken_files)
+            # The key names the unchecked documents by id: held, so the ids stay theirs.
+            self._frame_key, self._unchecked = frame_key, tuple(unchecked)
+        else:
+            for doc in removed:
+                self._forget_job(doc)
+            for doc in sorted(added, key=_doc_order):
+                self._add_job(doc, self._frame)
+            self._docs = current
+        assert self._frame is not None
+        errors = list(self._frame_errors)
+        for doc in sorted(self._failing.values(), key=_doc_order):
+            errors.extend(self._jobs[id(doc)][1])
+        for queue, name in sorted(self._twice):
+            errors.extend(_duplicate_jobs(self._names[queue, name], queue))
+        errors.extend(_unchecked_findings(unchecked, self._frame))
+        return _in_order(errors)
+
+    def _rebuild(
+        self,
+        current: dict[int, Document],
+        policy: Mapping[str, Any],
+        unchecked: Sequence[Document],
+        broken_files: Collection[str],
+    ) -> None:
+        ordered = sorted(current.values(), key=_doc_order)
+        self._frame, self._frame_errors = _frame(
+            [d for d in ordered if d.kind != "Job"], policy, unchecked, broken_files
+        )
+        self._docs = current
+        self._jobs, self._failing, self._names, self._twice = {}, {}, {}, set()
+        for doc in ordered:
+            if doc.kind == "Job":
+                self._add_job(doc, self._frame)
+
+    def _add_job(self, doc: Document, frame: _Frame) -> None:
+        queue, found = _job_findings(doc, frame)
+        self._jobs[id(doc)] = (queue, found)
+        if found:
+            self._failing[id(doc)] = doc
+        if queue is None:
+            return
+        key = (queue, _name(doc))
+        group = self._names.setdefault(key, [])
+        bisect.insort(group, doc, key=_doc_order)
+        if len(group) > 1:
+            self._twice.add(key)
+
+    def _forget_job(self, doc: Document) -> None:
+        queue, _ = self._jobs.pop(id(doc))
+        self._failing.pop(id(doc), None)
+        if queue is None:
+            return
+        key = (queue, _name(doc))
+        group = self._names[key]
+        group.remove(doc)
+        if len(group) < 2:
+            self._twice.discard(key)
+        if not group:
+            del self._names[key]
+
+
+@dataclass(frozen=True, slots=True)
+class _Frame:
+    """What a job's findings depend on besides its own document."""
+
+    cluster: _Cluster | None
+    queues: Mapping[str, Document]
+    team_queues: Mapping[str, Document]
+    broken_queues: QueuesInBrokenFiles
+    limits: Mapping[str, Any]
+
+
+def _doc_order(doc: Document) -> tuple[str, int]:
+    return (doc.file, doc.index)
+
+
+def _in_order(errors: Iterable[Finding]) -> tuple[Finding, ...]:
+    return tuple(sorted(errors, key=lambda e: (e.file, e.line or 0, e.column or 0, e.message)))
+
+
+def _frame(
+    ordered: Sequence[Document],
+    policy: Mapping[str, Any],
+    unchecked: Sequence[Document],
+    broken_files: Collection[str],
+) -> tuple[_Frame, list[Finding]]:
+    """The frame the documents other than jobs make (in file order), and their findings."""
     errors: list[Finding] = list(_layout(ordered))
     by_kind: dict[str, list[Document]] = defaultdict(list)
     for doc in ordered:
@@ -125,21 +283,29 @@ def check_repository(
         errors.extend(_check_pool(doc, cluster))
     for doc in by_kind["Queue"]:
         errors.extend(_check_queue(doc, cluster))
-
-    jobs_by_queue: dict[str, list[Document]] = defaultdict(list)
     admission = policy.get("admission")
     limits: Mapping[str, Any] = admission if isinstance(admission, Mapping) else {}
-    for doc in by_kind["Job"]:
-        queue = _job_queue(doc, queues, team_queues, broken_queues, errors)
-        if queue is not None:
-            jobs_by_queue[_name(queue)].append(doc)
-        errors.extend(_check_job(doc, queue, cluster, limits))
-    for queue_name, jobs in jobs_by_queue.items():
-        errors.extend(_duplicate_names(jobs, "Job", f" in queue '{queue_name}'"))
-    for doc in sorted(unchecked, key=lambda d: (d.file, d.index)):
-        errors.extend(_unchecked_references(doc, cluster, queues, team_queues, broken_queues))
+    return _Frame(cluster, queues, team_queues, broken_queues, limits), errors
 
-    return tuple(sorted(errors, key=lambda e: (e.file, e.line or 0, e.column or 0, e.message)))
+
+def _job_findings(doc: Document, frame: _Frame) -> tuple[str | None, tuple[Finding, ...]]:
+    """A job's queue (None when it names none that exists) and its own findings: where
+    it sits, which queue it goes to, what it asks for."""
+    errors: list[Finding] = list(_layout((doc,)))
+    queue = _job_queue(doc, frame.queues, frame.team_queues, frame.broken_queues, errors)
+    errors.extend(_check_job(doc, queue, frame.cluster, frame.limits))
+    return (None if queue is None else _name(queue)), tuple(errors)
+
+
+def _duplicate_jobs(jobs: Sequence[Document], queue: str) -> Iterator[Finding]:
+    return _duplicate_names(jobs, "Job", f" in queue '{queue}'")
+
+
+def _unchecked_findings(unchecked: Sequence[Document], frame: _Frame) -> Iterator[Finding]:
+    for doc in sorted(unchecked, key=_doc_order):
+        yield from _unchecked_references(
+            doc, frame.cluster, frame.queues, frame.team_queues, frame.broken_queues
+        )
 
 
 # --- layout and names ---

@@ -159,8 +159,15 @@ class GitRepo:
             )
         return self.commits(f"{last_applied}..{head}")
 
-    def tree(self, rev: str) -> list[TreeEntry]:
-        out = self._run_bytes("ls-tree", "-r", "-z", "--long", "--full-tree", rev)
+    def tree(self, rev: str, paths: Sequence[str] | None = None) -> list[TreeEntry]:
+        """The files of `rev`'s tree; with `paths`, only those (and what lies under them)."""
+        if paths is not None and not paths:
+            return []
+        # Literal pathspecs: a path with '*' or ':' in its name names that file only.
+        selected = () if paths is None else ("--", *paths)
+        out = self._run_bytes(
+            "--literal-pathspecs", "ls-tree", "-r", "-z", "--long", "--full-tree", rev, *selected
+        )
         entries: list[TreeEntry] = []
         for raw in out.split(b"\0"):
             if not raw:
@@ -177,6 +184,13 @@ class GitRepo:
                 )
             )
         return entries
+
+    def changed_paths(self, old: str, new: str, most: int) -> list[str] | None:
+        """The paths whose entry differs between the trees of commits `old` and `new`
+        (added, removed, changed content, mode or type), or None when more than `most`."""
+        out = self._run_bytes("diff-tree", "-r", "-z", "--no-renames", "--name-only", old, new)
+        paths = [p.decode("utf-8", "surrogateescape") for p in out.split(b"\0") if p]
+        return paths if len(paths) <= most else None
 
     def read_blobs(self, shas: Sequence[str]) -> dict[str, bytes]:
         """Contents of many blobs in one `git cat-file --batch`."""

@@ -6,8 +6,10 @@ is either fully valid (a DesiredState) or rejected with all of its errors.
 
 from __future__ import annotations
 
+import bisect
 import os
-from collections.abc import Callable, Mapping, Sequence
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path, PurePosixPath
@@ -40,13 +42,17 @@ from engine.units import mib_from_gib, milli_from_cores, milli_from_gpus
 from findings import Finding
 from policies.approval import parse_owners
 from policies.fit import fit_warnings
-from reconciler.git import GitRepo
+from reconciler.git import GitError, GitRepo, TreeEntry
 from schemas import Document, Limits
 
 YAML_SUFFIXES = (".yaml", ".yml")
 IGNORED_DIRS = (".git", ".gitsched")
 DEFAULT_LIMITS = Limits()
 MAX_KEPT_PATHS = 250_000  # paths a SpecCache remembers as spec files or not, about
+# A commit that changes at most this many paths is read as a difference from the last one
+# read (`git diff-tree`, then `git ls-tree` of those paths); more, and the tree is listed.
+MAX_CHANGED_PATHS = 2_000
+_COMMIT_ID = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,11 +102,24 @@ def is_owners_file(path: str) -> bool:
 def read_commit(
     repo: GitRepo, rev: str, limits: Limits = DEFAULT_LIMITS, cache: SpecCache | None = None
 ) -> list[SourceFile]:
-    """The spec files of a commit, straight from git objects (no checkout)."""
+    """The spec files of a commit, straight from git objects (no checkout), by path."""
+    if cache is not None:
+        return cache.source_files(repo, rev, limits)
+    files = _source_files(repo, repo.tree(rev), limits, repo.read_blobs, is_spec_file)
+    return sorted(files, key=lambda f: f.path)
+
+
+def _source_files(
+    repo: GitRepo,
+    entries: Iterable[TreeEntry],
+    limits: Limits,
+    read: Callable[[Sequence[str]], Mapping[str, bytes]],
+    spec_file: Callable[[str], bool],
+) -> list[SourceFile]:
+    """The spec files among tree entries, read (`read`: blob contents by id)."""
     files: list[SourceFile] = []
     wanted: list[tuple[str, str]] = []
-    spec_file = is_spec_file if cache is None else cache.is_spec_file
-    for entry in repo.tree(rev):
+    for entry in entries:
         if not spec_file(entry.path):
             continue
         if entry.is_symlink:
@@ -125,10 +144,9 @@ def read_commit(
             files.append(SourceFile(entry.path, None, _too_large(entry.path, entry.size, limits)))
         else:
             wanted.append((entry.path, entry.sha))
-    shas = [sha for _, sha in wanted]
-    blobs = repo.read_blobs(shas) if cache is None else cache.blobs(repo, shas)
+    blobs = read([sha for _, sha in wanted])
     files.extend(SourceFile(path, blobs[sha]) for path, sha in wanted)
-    return sorted(files, key=lambda f: f.path)
+    return files
 
 
 def read_worktree(root: Path, limits: Limits = DEFAULT_LIMITS) -> list[SourceFile]:
@@ -244,6 +262,59 @@ def _parse_file(path: str, content: bytes, limits: Limits) -> _Parsed:
     return tuple(valid), tuple(invalid), tuple(all_errors)
 
 
+@dataclass(frozen=True, slots=True)
+class _FileRead:
+    """What one file gives a load: its documents that passed their schema and those that
+    did not, its own errors, and for an OWNERS file the team and its owners."""
+
+    valid: tuple[Document, ...] = ()
+    invalid: tuple[Document, ...] = ()
+    errors: tuple[Finding, ...] = ()
+    owners: tuple[str, tuple[Owner, ...]] | None = None
+    # The valid documents by the group build_desired puts them in, in their order.
+    groups: tuple[tuple[str | None, tuple[Document, ...]], ...] = ()
+
+
+def _group(kind: str | None) -> str | None:
+    """The group build_desired takes a document of `kind` from: nodes and node pools together."""
+    return "Node" if kind == "NodePool" else kind
+
+
+def _groups(docs: Iterable[Document]) -> dict[str | None, list[Document]]:
+    grouped: dict[str | None, list[Document]] = {}
+    for doc in docs:  # (a document's kind is looked up in its data: once each)
+        grouped.setdefault(_group(doc.kind), []).append(doc)
+    return grouped
+
+
+def _read(f: SourceFile, limits: Limits) -> _FileRead:
+    if f.problem is not None:
+        return _FileRead(errors=(f.problem,))
+    assert f.content is not None
+    if is_owners_file(f.path):
+        team = PurePosixPath(f.path).parts[1]
+        listed, problems = parse_owners(f.content.decode("utf-8", "replace"))
+        found = tuple(Finding(f.path, n, None, "$", m, "owners") for n, m in problems)
+        return _FileRead(errors=found, owners=(team, listed))
+    if policies.place_of(f.path).area == "elsewhere":
+        return _FileRead(
+            errors=(
+                Finding(
+                    f.path,
+                    None,
+                    None,
+                    "$",
+                    "YAML file outside the cluster repo layout (cluster.yaml, inventory/, "
+                    "teams/<team>/queue.yaml, teams/<team>/jobs/, policies/): it would be ignored",
+                    "layout",
+                ),
+            )
+        )
+    valid, invalid, errors = _parse_file(f.path, f.content, limits)
+    groups = tuple((group, tuple(docs)) for group, docs in _groups(valid).items())
+    return _FileRead(valid, invalid, errors, groups=groups)
+
+
 class _LastTwoLoads(Generic[K, V]):
     """Values by key, made when first asked for; a load keeps what it and the load
     before it used, and drops the rest."""
@@ -263,26 +334,45 @@ class _LastTwoLoads(Generic[K, V]):
         return [self._values[k] for k in keys]
 
 
+@dataclass(frozen=True, slots=True)
+class _Listing:
+    """The spec files of the commit read last, by path, and their paths in order."""
+
+    rev: str
+    limits: Limits
+    files: dict[str, SourceFile]
+    paths: list[str]
+
+
 class SpecCache:
     """What a long-running reader of one repository keeps from commit to commit.
 
-    Blob contents by git object id, and each file's valid documents and its own
-    errors (YAML, schema) by path and content: a commit that changes a few of
-    5,000 files reads, parses and validates only those, while the cross-file
-    rules and the model still see every document. What the last two loads did
-    not use is dropped, so it holds about two commits' files. The models built from
-    unchanged documents (clusters, nodes, queues, jobs) are kept too, and which paths
-    are spec files.
+    The spec files of the commit read last, so the next is read as a difference from it
+    (`git diff-tree`: a commit of 50 files among 50,000 lists and reads those 50); what
+    each file gave (documents that passed their schema, its own errors), so only changed
+    files are parsed and validated; the cross-file rules' findings
+    (policies.RepositoryCheck), so a commit of jobs re-checks its jobs; and the models
+    built from unchanged documents (clusters, nodes, queues, jobs). A load gives the same
+    result as one without the cache. Blob contents by git object id are kept for the last
+    two loads, and which paths are spec files.
     """
 
     def __init__(self) -> None:
         self._blobs: _LastTwoLoads[str, bytes] = _LastTwoLoads()
-        self._files: _LastTwoLoads[tuple[str, bytes, Limits], _Parsed] = _LastTwoLoads()
+        self._listing: _Listing | None = None
+        # Each file's read, by path, while its SourceFile is the same object.
+        self._reads: dict[str, tuple[SourceFile, _FileRead]] = {}
+        self._reads_limits: Limits | None = None
+        self.rules = policies.RepositoryCheck()
         # Each valid document's model, by the document object the file cache hands out
         # again while the file is unchanged (checked by identity: ids are reused), with
         # what else the model was made from (a job's queue and cluster: the cluster's
         # model is kept too, so the tuples compare by identity first, in C).
         self._models: dict[int, tuple[Document, tuple[object, ...], Any]] = {}
+        # Each job document's key and model, by id, while the queues of the teams and
+        # the cluster (the frame) are those of the last build.
+        self._jobs: dict[int, tuple[Document, str, Job]] = {}
+        self._jobs_frame: tuple[object, ...] | None = None
         self._spec_paths: dict[str, bool] = {}
 
     def model(self, doc: Document, context: tuple[object, ...], make: Callable[[], V]) -> V:
@@ -295,12 +385,20 @@ class SpecCache:
         self._models[id(doc)] = (doc, context, value)
         return value
 
-    def job(self, doc: Document, queue: str, cluster: ClusterSpec, make: Callable[[], Job]) -> Job:
-        return self.model(doc, (queue, cluster), make)
+    def kept_jobs(self, frame: tuple[object, ...]) -> dict[int, tuple[Document, str, Job]]:
+        """The jobs the last build made, if it had the same frame; else none."""
+        return self._jobs if frame == self._jobs_frame else {}
 
-    def keep_jobs(self, docs: Sequence[Document]) -> None:
-        """Forget the models of documents no longer in the repository."""
-        live = {id(d) for d in docs}
+    def keep_jobs(
+        self,
+        others: Sequence[Document],
+        frame: tuple[object, ...],
+        jobs: dict[int, tuple[Document, str, Job]],
+    ) -> None:
+        """Keep this build's jobs; forget the models of documents (`others`: all but the
+        jobs, the ones `model` is asked for) no longer in the repository."""
+        self._jobs, self._jobs_frame = jobs, frame
+        live = {id(d) for d in others}
         self._models = {k: v for k, v in self._models.items() if k in live}
 
     def is_spec_file(self, path: str) -> bool:
@@ -314,11 +412,55 @@ class SpecCache:
     def blobs(self, repo: GitRepo, shas: Sequence[str]) -> dict[str, bytes]:
         return dict(zip(shas, self._blobs.load(shas, repo.read_blobs), strict=True))
 
-    def parsed(self, files: Sequence[tuple[str, bytes]], limits: Limits) -> list[_Parsed]:
-        return self._files.load(
-            [(path, content, limits) for path, content in files],
-            lambda missing: {key: _parse_file(*key) for key in missing},
-        )
+    def source_files(self, repo: GitRepo, rev: str, limits: Limits) -> list[SourceFile]:
+        """`read_commit(repo, rev, limits)`: as a difference from the commit read last when
+        both are named by commit id (a name may move) and few paths changed."""
+        last = self._listing
+        changed = None
+        if last is not None and last.limits == limits and _COMMIT_ID.fullmatch(rev):
+            try:
+                changed = repo.changed_paths(last.rev, rev, MAX_CHANGED_PATHS)
+            except GitError:  # the last commit is gone (history rewritten): list it all
+                changed = None
+        read = partial(self.blobs, repo)
+        if last is None or changed is None:
+            entries = repo.tree(rev)
+            files = {
+                f.path: f for f in _source_files(repo, entries, limits, read, self.is_spec_file)
+            }
+            paths = sorted(files)
+        else:
+            files, paths = dict(last.files), list(last.paths)
+            for path in changed:
+                if files.pop(path, None) is not None:
+                    del paths[bisect.bisect_left(paths, path)]
+            entries = repo.tree(rev, changed)
+            for f in _source_files(repo, entries, limits, read, self.is_spec_file):
+                if files.get(f.path) is None:
+                    bisect.insort(paths, f.path)
+                files[f.path] = f
+        if _COMMIT_ID.fullmatch(rev):
+            self._listing = _Listing(rev, limits, files, paths)
+        return [files[p] for p in paths]
+
+    def reads(self, files: Sequence[SourceFile], limits: Limits) -> list[_FileRead]:
+        """What each file gives, read again only where the file differs from the one at its
+        path last time (the same object, while the listing is a difference from the last)."""
+        if limits != self._reads_limits:
+            self._reads, self._reads_limits = {}, limits
+        kept = self._reads
+        now: dict[str, tuple[SourceFile, _FileRead]] = {}
+        out: list[_FileRead] = []
+        for f in files:
+            found = kept.get(f.path)
+            if found is not None and (found[0] is f or found[0] == f):
+                read = found[1]
+            else:
+                read = _read(f, limits)
+            now[f.path] = (f, read)
+            out.append(read)
+        self._reads = now
+        return out
 
 
 def parse_files(
@@ -326,54 +468,26 @@ def parse_files(
 ) -> LoadedSpecs:
     errors: list[Finding] = []
     valid: list[Document] = []
-    owners: dict[str, tuple[Owner, ...]] = {}
-    specs: list[tuple[str, bytes]] = []
-    for f in files:
-        if f.problem is not None:
-            errors.append(f.problem)
-            continue
-        assert f.content is not None
-        if is_owners_file(f.path):
-            team = PurePosixPath(f.path).parts[1]
-            listed, problems = parse_owners(f.content.decode("utf-8", "replace"))
-            owners[team] = listed
-            errors.extend(Finding(f.path, n, None, "$", m, "owners") for n, m in problems)
-            continue
-        if policies.place_of(f.path).area == "elsewhere":
-            errors.append(
-                Finding(
-                    f.path,
-                    None,
-                    None,
-                    "$",
-                    "YAML file outside the cluster repo layout (cluster.yaml, inventory/, "
-                    "teams/<team>/queue.yaml, teams/<team>/jobs/, policies/): it would be ignored",
-                    "layout",
-                )
-            )
-            continue
-        specs.append((f.path, f.content))
-    parsed = (
-        cache.parsed(specs, limits)
-        if cache is not None
-        else [_parse_file(path, content, limits) for path, content in specs]
-    )
     invalid: list[Document] = []
-    for docs, broken_docs, file_errors in parsed:
-        valid.extend(docs)
-        invalid.extend(broken_docs)
-        errors.extend(file_errors)
-    merged = policies.merge_policies([d for d in valid if d.kind == "Policy"])
+    owners: dict[str, tuple[Owner, ...]] = {}
+    by_group: dict[str | None, list[Document]] = {}
+    reads = cache.reads(files, limits) if cache is not None else [_read(f, limits) for f in files]
+    for read in reads:
+        valid.extend(read.valid)
+        invalid.extend(read.invalid)
+        errors.extend(read.errors)
+        for group, docs in read.groups:
+            by_group.setdefault(group, []).extend(docs)
+        if read.owners is not None:
+            owners[read.owners[0]] = read.owners[1]
+    merged = policies.merge_policies(by_group.get("Policy", []))
     # Cross-file rules run on every valid document even when others failed, and the
     # references of those that failed their schema are checked too: one run, every error.
-    errors.extend(
-        policies.check_repository(
-            valid, merged, unchecked=invalid, broken_files={e.file for e in errors}
-        )
-    )
+    check = cache.rules.check if cache is not None else policies.check_repository
+    errors.extend(check(valid, merged, unchecked=invalid, broken_files={e.file for e in errors}))
     if not errors:
         try:
-            desired = build_desired(valid, merged, owners, cache)
+            desired = build_desired(valid, merged, owners, cache, by_group=by_group)
         except _ModelError as e:
             errors.append(e.error)
         else:
@@ -399,11 +513,12 @@ def build_desired(
     merged_policy: Mapping[str, Any],
     owners: Mapping[str, tuple[Owner, ...]] | None = None,
     cache: SpecCache | None = None,
+    *,
+    by_group: Mapping[str | None, Sequence[Document]] | None = None,
 ) -> DesiredState:
-    by_kind: dict[str | None, list[Document]] = {}
-    for doc in docs:  # (a document's kind is looked up in its data: once each)
-        kind = doc.kind
-        by_kind.setdefault("Node" if kind == "NodePool" else kind, []).append(doc)
+    """The desired state `docs` declare; `by_group`, when given, is `docs` by `_group`
+    of their kind, in their order."""
+    by_kind = _groups(docs) if by_group is None else by_group
 
     def model(doc: Document, context: tuple[object, ...], make: Callable[[], V]) -> V:
         return make() if cache is None else cache.model(doc, context, make)
@@ -435,18 +550,26 @@ def build_desired(
         queues[queue.name] = queue
         team_queue[team] = queue.name
     jobs: dict[str, Job] = {}
+    # A job's model depends on its document, its team's queue and the cluster.
+    frame = (tuple(team_queue.items()), cluster)
+    kept = cache.kept_jobs(frame) if cache is not None else {}
+    made: dict[int, tuple[Document, str, Job]] = {}
     for doc in by_kind.get("Job", []):
+        found = kept.get(id(doc))
+        if found is not None and found[0] is doc:
+            made[id(doc)] = found
+            jobs[found[1]] = found[2]
+            continue
         team = policies.place_of(doc.file).team or ""
         spec = doc.data["spec"]
         queue_name = spec.get("queue") or team_queue.get(team, team)
-        job = model(
-            doc,
-            (queue_name, cluster),
-            partial(_job, doc.name or "", spec, queue_name, cluster, doc.file),
-        )
+        job = _job(doc.name or "", spec, queue_name, cluster, doc.file)
+        made[id(doc)] = (doc, job.key, job)
         jobs[job.key] = job
     if cache is not None:
-        cache.keep_jobs(docs)
+        cache.keep_jobs(
+            [d for group, ds in by_kind.items() if group != "Job" for d in ds], frame, made
+        )
     return DesiredState(
         cluster=cluster,
         policy=policy_of(merged_policy),

@@ -385,6 +385,70 @@ def test_a_spec_cache_keeps_the_models_of_unchanged_documents_and_rebuilds_the_r
     assert [one, two, three] == [load_commit(repo, sha).desired for sha in (first, second, third)]
 
 
+def test_a_spec_cache_reads_a_commit_as_the_difference_from_the_last_and_loads_what_a_fresh_read_loads(
+    bootstrapped: ClusterRepo, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import schemas
+    from reconciler.git import GitRepo
+    from reconciler.specs import SpecCache, load_commit, read_commit
+
+    shas = [bootstrapped.head()]
+    for name in ("a", "b", "c"):
+        bootstrapped.write(f"teams/ml/jobs/{name}.yaml", job_yaml(name))
+    bootstrapped.write("README.md", "not a spec file\n")
+    shas.append(bootstrapped.commit("ml: three jobs", author=ANA))
+    bootstrapped.write("teams/ml/jobs/b.yaml", job_yaml("b", gpu=4))  # edited
+    bootstrapped.remove("teams/ml/jobs/c.yaml")  # removed
+    bootstrapped.write("teams/ml/jobs/d[1]*.yaml", job_yaml("d"))  # a name git would glob
+    bootstrapped.write("teams/ml/jobs/big.yaml", "# " + "x" * (1 << 20) + "\n")  # too large
+    shas.append(bootstrapped.commit("ml: b smaller, c gone, d, a large file", author=ANA))
+    bootstrapped.remove("teams/ml/jobs/a.yaml")
+    bootstrapped.write("teams/ml/jobs/a.yaml/inner.yaml", job_yaml("a"))  # a file, now a folder
+    bootstrapped.symlink("teams/ml/jobs/e.yaml", "b.yaml")  # a link
+    bootstrapped.remove("teams/ml/jobs/big.yaml")
+    shas.append(bootstrapped.commit("ml: a moved into a folder, e links to b", author=ANA))
+    repo = GitRepo(bootstrapped.path)
+
+    listed: list[object] = []
+    real_tree = GitRepo.tree
+
+    def tree(self: GitRepo, rev: str, paths: object = None) -> object:
+        listed.append(paths)
+        return real_tree(self, rev, paths)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(GitRepo, "tree", tree)
+    cache = SpecCache()
+    # Forward, back, forward again, the same one twice: each as a difference from the last.
+    for sha in (*shas, shas[1], shas[3], shas[3], shas[0]):
+        assert read_commit(repo, sha, cache=cache) == read_commit(repo, sha)
+        assert load_commit(repo, sha, cache=cache) == load_commit(repo, sha)
+    # A name may move: read in full; the commit read last (shas[0]) stays the base.
+    assert read_commit(repo, "main", cache=cache) == read_commit(repo, shas[3])
+    listed.clear()
+    read_commit(repo, shas[2], cache=cache)
+    assert len(listed) == 1  # only the paths that differ from the base are listed
+    assert sorted(listed[0]) == [  # type: ignore[arg-type]
+        "README.md",
+        "teams/ml/jobs/a.yaml",
+        "teams/ml/jobs/b.yaml",
+        "teams/ml/jobs/big.yaml",
+        "teams/ml/jobs/d[1]*.yaml",
+    ]
+    # Listed in full (by a name), a file the same as at its path last time is not parsed again.
+    load_commit(repo, shas[3], cache=cache)
+    parsed: list[str] = []
+    real_parse = schemas.parse_documents
+
+    def parse_documents(content, path, limits):  # type: ignore[no-untyped-def]
+        parsed.append(path)
+        return real_parse(content, path, limits)
+
+    monkeypatch.setattr(schemas, "parse_documents", parse_documents)
+    by_name = load_commit(repo, "main", cache=cache)
+    assert parsed == []
+    assert by_name == load_commit(repo, shas[3])
+
+
 def test_a_commit_records_author_date_and_committer_and_is_decided_at_its_committer_date(
     bootstrapped: ClusterRepo,
 ) -> None:
