@@ -519,11 +519,11 @@ def partition(
     counted: set[int] = set()
     for i in order:
         job = waiting[i]
-        for p in sorted(running_by_priority, reverse=True):
-            if p >= job.priority and p not in counted:
-                counted.add(p)
-                for pair, k, used in running_by_priority[p]:
-                    demand[pair][k] += used
+        for level in sorted(running_by_priority, reverse=True):
+            if level >= job.priority and level not in counted:
+                counted.add(level)
+                for pair, at, milli in running_by_priority[level]:
+                    demand[pair][at] += milli
         shape = (job.resources, job.isolation, job.residency, job.gpu_flavors, job.replicas)
         options = eligible_cache.get(shape)
         if options is None:
