@@ -224,3 +224,37 @@ def test_the_fluid_bound_frees_a_non_preemptible_job_whose_node_is_gone() -> Non
     bound = fluid_bound(gone)
     assert bound is not None and bound >= best.stats.objective - 1e-6 * abs(bound)
     assert bound > weights(gone).value(high, 1)  # the high job's value and its bonus
+
+
+def test_high_priority_work_follows_the_nominal_its_queue_holds_with_running_jobs() -> None:
+    """Queue q's nominal quota is all held by its running low-priority jobs, in one part:
+    its waiting high-priority jobs go there, where they may take that quota back (within
+    the queue), not to a part where q has no quota at all. So the parts' fluid bounds add
+    up to the whole's: the cut strands nothing."""
+    nodes = [node(f"n{i}", rack=f"r{i}") for i in range(8)]
+    queues = [
+        queue("q", quotas={"h100": (32.0, None, None)}),
+        queue("o", quotas={"h100": (32.0, None, None)}),
+    ]
+    low = [job(f"low{i}", queue="q", gpu=8, priority=100) for i in range(4)]
+    high = [job(f"high{i}", queue="q", gpu=8, priority=900) for i in range(4)]
+    other = [job(f"other{i}", queue="o", gpu=8, priority=500) for i in range(4)]
+    jobs = [*low, *high, *other]
+    bare = factory_instance(nodes, queues, jobs)
+    homes = partition(bare, 2).node_part
+    mine = sorted(n.name for n in nodes if homes[n.name] == homes[nodes[0].name])
+    current = {}
+    for j, name in zip(low, mine, strict=True):
+        alone = GreedyPlacer().solve(
+            factory_instance([n for n in nodes if n.name == name], queues, [j])
+        )
+        current[j.key] = Placement(j.key, "h100", alone.outcomes[0].replicas)
+    held = replace(bare, current=current)
+    cut = partition(held, 2)
+    assert cut.node_part == homes
+    part_of_q = homes[nodes[0].name]
+    assert {cut.job_part[j.key] for j in high} == {part_of_q}
+    whole = fluid_bound(held)
+    parts = [fluid_bound(replace(p, basis=held)) for p in cut.parts]
+    assert whole is not None and all(b is not None for b in parts)
+    assert sum(b for b in parts if b is not None) == pytest.approx(whole, rel=1e-9)
