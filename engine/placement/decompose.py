@@ -501,21 +501,12 @@ def partition(
     def accepted(job: Job) -> tuple[str, ...]:
         return tuple(f for f in (job.gpu_flavors or flavors) if f in capacity)
 
-    # Highest priority first, and within a priority the jobs with the fewest flavors,
-    # then the largest, first (stable on the seeded order): a queue's nominal quota of a
-    # flavor in a part is filled by its highest-priority work there, running or waiting,
-    # so each priority's demand is dealt over the parts and flavors in proportion to the
-    # queue's nominal quota, counting the running jobs of that priority or above where
-    # they run; a job goes where it fits within the quota left (first fit decreasing: a
-    # gang that overflows a part's share runs beyond nominal there, where the whole
-    # would have run it within).
-    order.sort(
-        key=lambda i: (
-            -waiting[i].priority,
-            len(accepted(waiting[i])),
-            -waiting[i].replicas * waiting[i].resources.gpu_milli,
-        )
-    )
+    # Highest priority first, and within a priority the jobs with the fewest flavors
+    # first (stable on the seeded order): a queue's nominal quota of a flavor in a part
+    # is filled by its highest-priority work there, running or waiting, so each
+    # priority's demand is dealt over the parts and flavors in proportion to the queue's
+    # nominal quota, counting the running jobs of that priority or above where they run.
+    order.sort(key=lambda i: (-waiting[i].priority, len(accepted(waiting[i]))))
     counted: set[int] = set()
     for i in order:
         job = waiting[i]
@@ -541,8 +532,7 @@ def partition(
             options = [(k, 1.0) for k in live]
         size = job.replicas * (job.resources.gpu_milli or CPU_JOB_VALUE_MILLI)
         # Where the job's queue has nominal quota of a flavor it takes, the part and
-        # flavor it overflows least, then the least asked per quota GPU; else where it
-        # fits, the least asked per GPU.
+        # flavor asked least per quota GPU; else where it fits, the least asked per GPU.
         quota = [
             ((job.queue, f), k, n)
             for k, _ in options
@@ -550,14 +540,7 @@ def partition(
             if (n := nominal.get((job.queue, f), [0] * count)[k]) > 0
         ]
         if quota:
-            pair, k, _ = min(
-                quota,
-                key=lambda o: (
-                    max(0, demand[o[0]][o[1]] + size - o[2]),
-                    (demand[o[0]][o[1]] + size) / o[2],
-                    o[1],
-                ),
-            )
+            pair, k, _ = min(quota, key=lambda o: ((demand[o[0]][o[1]] + size) / o[2], o[1]))
             demand[pair][k] += size
         else:
             q = demand[(job.queue, "")]
