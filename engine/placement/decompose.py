@@ -9,8 +9,11 @@ How the cut keeps the merged plan legal:
 - Nodes: whole top-level domains (blocks) go to one part, so every topology requirement
   a part can meet is met in the whole; blocks that a running job spans stay together.
   Each part holds a share of every flavor, dealt in a seeded order balanced by GPUs.
-- Jobs: a running job goes with its nodes; a waiting job goes to the part where its
-  queue has the least demand per eligible GPU (ties: the seeded order).
+- Jobs: a running job goes with its nodes; waiting jobs, highest priority first, go to
+  the part and flavor where their queue's nominal quota is least asked for by work of
+  their priority or above, running jobs included (ties: the seeded order), so that each
+  part's share of a queue's nominal quota is filled by the work the whole would put in
+  it first.
 - Quotas: every quota figure of every queue (nominal, borrowing limit, the guaranteed
   part that is never lent, and lending) is split over the parts so that the parts add
   up to the whole, each part first getting what its running jobs already use. Every
@@ -47,7 +50,7 @@ from engine.placement.greedy import GreedyPlacer
 from engine.placement.linear import LinearModel, SolveLimits, solve
 from engine.placement.milp import TIME_LIMIT_STATUS, MilpPlacer
 from engine.placement.objective import (
-    gpu_value,
+    CPU_JOB_VALUE_MILLI,
     jobs_by_key,
     plan_objective,
     quota_exempt,
@@ -60,6 +63,7 @@ from engine.placement.plan import (
     PlacementPlan,
     SolveStats,
 )
+from engine.placement.running import keep_problem
 from engine.placement.topology import Tree
 from engine.units import GPU_MILLI, gpus_from_milli
 
@@ -448,6 +452,7 @@ def partition(
     jobs = jobs_by_key(instance)
     job_part: dict[str, int] = {}
     running_use: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0] * count)
+    running_by_priority: dict[int, list[tuple[tuple[str, str], int, int]]] = defaultdict(list)
     for key in running_keys:
         job = jobs.get(key)
         placement = current[key]
@@ -458,6 +463,9 @@ def partition(
         job_part[key] = k
         if placement.flavor is not None and not quota_exempt(job, OutcomeStatus.KEPT):
             running_use[(job.queue, placement.flavor)][k] += _usage(job, placement)
+            running_by_priority[job.priority].append(
+                ((job.queue, placement.flavor), k, _usage(job, placement))
+            )
     # Capacity per part and flavor, and one node of each kind per part for eligibility.
     # (Summed from the parts' domains; flavors in the order their first nodes come.)
     capacity: dict[str, list[float]] = defaultdict(lambda: [0.0] * count)
@@ -479,15 +487,39 @@ def partition(
         for flavor in sorted(first, key=lambda f: first[f]):
             capacity[flavor][k] += gpus_of[flavor]
     share = _fill(instance.queues, running_use, capacity, live, count, rng)
-    demand: dict[str, list[float]] = defaultdict(lambda: [0.0] * count)
+    split = split_quotas(instance.queues, running_use, share, count)
+    nominal: dict[tuple[str, str], list[int]] = {
+        (q.name, fq.flavor): [split[k][i].quotas[j].nominal for k in range(count)]
+        for i, q in enumerate(instance.queues)
+        for j, fq in enumerate(q.quotas)
+    }
+    # Milli-GPUs each (queue, flavor) is asked per part, running work included.
+    demand: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0] * count)
     eligible_cache: dict[tuple[object, ...], list[tuple[int, float]]] = {}
     waiting = [
         j for j in instance.jobs if j.key not in job_part and (assign is None or j.key in assign)
     ]
     order = list(range(len(waiting)))
     rng.shuffle(order)
+    flavors = tuple(capacity)
+
+    def accepted(job: Job) -> tuple[str, ...]:
+        return tuple(f for f in (job.gpu_flavors or flavors) if f in capacity)
+
+    # Highest priority first, and within a priority the jobs with the fewest flavors
+    # first (stable on the seeded order): a queue's nominal quota of a flavor in a part
+    # is filled by its highest-priority work there, running or waiting, so each
+    # priority's demand is dealt over the parts and flavors in proportion to the queue's
+    # nominal quota, counting the running jobs of that priority or above where they run.
+    order.sort(key=lambda i: (-waiting[i].priority, len(accepted(waiting[i]))))
+    counted: set[int] = set()
     for i in order:
         job = waiting[i]
+        for level in sorted(running_by_priority, reverse=True):
+            if level >= job.priority and level not in counted:
+                counted.add(level)
+                for pair, at, milli in running_by_priority[level]:
+                    demand[pair][at] += milli
         shape = (job.resources, job.isolation, job.residency, job.gpu_flavors, job.replicas)
         options = eligible_cache.get(shape)
         if options is None:
@@ -495,28 +527,31 @@ def partition(
             for k in live:
                 gpus = 0.0
                 for sig, node in kinds[k].items():
-                    flavors = job.gpu_flavors or (node.flavor,)
-                    if node.flavor in flavors and node_rejection(job, node, node.flavor) is None:
+                    flavors_of = job.gpu_flavors or (node.flavor,)
+                    if node.flavor in flavors_of and node_rejection(job, node, node.flavor) is None:
                         gpus += kind_gpus[k][sig]
                 if gpus:
                     options.append((k, gpus))
             eligible_cache[shape] = options
         if not options:
             options = [(k, 1.0) for k in live]
-        # Where the job's queue has quota to fill, in proportion; else where it fits.
-        accepted = job.gpu_flavors or tuple(capacity)
-        room = [
-            (k, w)
+        size = job.replicas * (job.resources.gpu_milli or CPU_JOB_VALUE_MILLI)
+        # Where the job's queue has nominal quota of a flavor it takes, the part and
+        # flavor asked least per quota GPU; else where it fits, the least asked per GPU.
+        quota = [
+            ((job.queue, f), k, n)
             for k, _ in options
-            if (w := sum(share.get((job.queue, f), [0.0] * count)[k] for f in accepted)) > 0
+            for f in accepted(job)
+            if (n := nominal.get((job.queue, f), [0] * count)[k]) > 0
         ]
-        options = room or options
-        size = gpu_value(job, job.replicas)
-        q = demand[job.queue]
-        k = min(options, key=lambda o: ((q[o[0]] + size) / o[1], o[0]))[0]
-        q[k] += size
+        if quota:
+            pair, k, _ = min(quota, key=lambda o: ((demand[o[0]][o[1]] + size) / o[2], o[1]))
+            demand[pair][k] += size
+        else:
+            q = demand[(job.queue, "")]
+            k = min(options, key=lambda o: ((q[o[0]] + size) / o[1], o[0]))[0]
+            q[k] += size
         job_part[job.key] = k
-    split = split_quotas(instance.queues, running_use, share, count)
     by_part: list[list[Job]] = [[] for _ in range(count)]
     homes_of: list[dict[str, Placement]] = [{} for _ in range(count)]
     for j in instance.jobs:
@@ -570,7 +605,14 @@ def fluid_bound(instance: PlacementInstance, time_limit_s: float = 30.0) -> floa
     the usage at or above that priority (objective.py's bonus: min of the two); the
     value term is linear in replicas; every other term (moves, preemptions,
     fragmentation, fairness, topology) is a penalty >= 0 and is dropped. Quota-exempt
-    jobs (non-preemptible and kept) may leave quota rows. None if the LP did not solve."""
+    jobs (non-preemptible and kept) may leave quota rows. A non-preemptible running job
+    whose placement may stay as it is (running.keep_problem: its nodes are there and take
+    it) runs in every plan check.py accepts (a placer stops a running job only as
+    preempted, and check.py rejects that for a non-preemptible job unless a node of it is
+    lost), with at least its smallest gang, so its x adds up to at least smallest gang /
+    replicas: every such plan's point keeps that row, and the bound stays above every
+    plan while no longer handing such a job's GPUs to others (XL: 2.4% lower). None if
+    the LP did not solve."""
     w = weights(instance)
     lp = LinearModel()
     cap: dict[str, int] = defaultdict(int)
@@ -578,6 +620,7 @@ def fluid_bound(instance: PlacementInstance, time_limit_s: float = 30.0) -> floa
         if n.schedulable and n.flavor is not None:
             cap[n.flavor] += n.gpus * GPU_MILLI
     flavors = sorted(cap)
+    node_of = {n.name: n for n in instance.nodes}
     usage: dict[tuple[str, str], list[tuple[int, float]]] = defaultdict(list)
     by_priority: dict[tuple[str, str], dict[int, list[tuple[int, float]]]] = defaultdict(
         lambda: defaultdict(list)
@@ -593,7 +636,20 @@ def fluid_bound(instance: PlacementInstance, time_limit_s: float = 30.0) -> floa
             continue
         gang = job.replicas * job.resources.gpu_milli
         cols = [lp.var(f"x__{job.key}__{f}", 0.0, 1.0, value, integer=False) for f in options]
-        lp.row(f"one__{job.key}", ((c, 1.0) for c in cols), upper=1.0)
+        held = instance.current.get(job.key)
+        stays = (
+            held is not None
+            and not job.preemptible
+            and keep_problem(instance, job, held, node_of) is None
+        )
+        lp.row(
+            f"one__{job.key}",
+            ((c, 1.0) for c in cols),
+            lower=min(len(held.replicas), job.smallest_gang) / job.replicas
+            if stays and held
+            else 0.0,
+            upper=1.0,
+        )
         exempt = job.key in instance.current and not job.preemptible
         for f, c in zip(options, cols, strict=True):
             capacity_terms[f].append((c, float(gang)))

@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 
-from engine.model import NodeState, Policy
+from engine.model import Job, Node, NodeState, Placement, Policy, Queue
 from engine.placement import decompose, solvers
 from engine.placement.check import check_plan
 from engine.placement.decompose import (
@@ -19,8 +19,11 @@ from engine.placement.decompose import (
 )
 from engine.placement.greedy import GreedyPlacer
 from engine.placement.milp import MilpPlacer
+from engine.placement.objective import weights
 from engine.placement.plan import JobOutcome, OutcomeStatus, PlacementInstance
 from simulation.synth import CLUSTER, NOW, synth_jobs, synth_nodes, synth_queues
+from tests.support.factories import instance as factory_instance
+from tests.support.factories import job, node, queue
 
 
 def tiny(nodes: int = 36, jobs: int = 90, seed: int = 1, gap: float = 0.0) -> PlacementInstance:
@@ -182,3 +185,76 @@ def test_the_cut_of_a_kept_node_list_is_the_cut_made_afresh() -> None:
     assert kept == partition(drained, 3)
     free = sum(u.schedulable_milli for u in decompose._DOMAINS[3].units.values())
     assert free == sum(n.gpus * 1000 for n in instance.nodes[1:])
+
+
+def _held(nodes: list[Node], queues: list[Queue], held: Job) -> dict[str, Placement]:
+    """`held` running where greedy puts it alone on the nodes."""
+    alone = GreedyPlacer().solve(factory_instance(nodes, queues, [held])).outcomes[0]
+    return {held.key: Placement(held.key, alone.flavor, alone.replicas)}
+
+
+def test_the_fluid_bound_keeps_a_non_preemptible_job_running() -> None:
+    """A non-preemptible running job on schedulable nodes runs in every plan (check.py), so
+    the bound keeps it: it cannot hand its GPUs to a higher-priority job that waits."""
+    nodes, queues = [node("n1")], [queue("q")]
+    low = job("low", gpu=8, priority=100, preemptible=False)
+    high = job("high", gpu=8, priority=900)
+    held = factory_instance(nodes, queues, [low, high], _held(nodes, queues, low))
+    best = MilpPlacer("highs").solve(held)
+    assert best.outcome(low.key).status is OutcomeStatus.KEPT  # type: ignore[union-attr]
+    bound = fluid_bound(held)
+    assert bound is not None
+    # The kept job's value, all a plan can have (it is exempt from quota: no bonus).
+    assert bound == pytest.approx(weights(held).value(low, 1))
+    assert bound >= best.stats.objective - 1e-9
+    # Were it preemptible, the bound would run the high-priority job in nominal quota.
+    loose = fluid_bound(replace(held, jobs=(replace(low, preemptible=True), high)))
+    assert loose is not None and loose > 10 * bound
+
+
+def test_the_fluid_bound_frees_a_non_preemptible_job_whose_node_is_gone() -> None:
+    nodes, queues = [node("n1"), node("n2")], [queue("q")]
+    low = job("low", gpu=8, priority=100, preemptible=False)
+    high = job("high", gpu=8, priority=900)
+    held = _held(nodes[:1], queues, low)
+    drained = [replace(nodes[0], state=NodeState.DRAINED), nodes[1]]
+    gone = factory_instance(drained, queues, [low, high], held)
+    best = MilpPlacer("highs").solve(gone)
+    assert best.outcome(high.key).running  # type: ignore[union-attr]
+    bound = fluid_bound(gone)
+    assert bound is not None and bound >= best.stats.objective - 1e-6 * abs(bound)
+    assert bound > weights(gone).value(high, 1)  # the high job's value and its bonus
+
+
+def test_high_priority_work_follows_the_nominal_its_queue_holds_with_running_jobs() -> None:
+    """Queue q's nominal quota is all held by its running low-priority jobs, in one part:
+    its waiting high-priority jobs go there, where they may take that quota back (within
+    the queue), not to a part where q has no quota at all. So the parts' fluid bounds add
+    up to the whole's: the cut strands nothing."""
+    nodes = [node(f"n{i}", rack=f"r{i}") for i in range(8)]
+    queues = [
+        queue("q", quotas={"h100": (32.0, None, None)}),
+        queue("o", quotas={"h100": (32.0, None, None)}),
+    ]
+    low = [job(f"low{i}", queue="q", gpu=8, priority=100) for i in range(4)]
+    high = [job(f"high{i}", queue="q", gpu=8, priority=900) for i in range(4)]
+    other = [job(f"other{i}", queue="o", gpu=8, priority=500) for i in range(4)]
+    jobs = [*low, *high, *other]
+    bare = factory_instance(nodes, queues, jobs)
+    homes = partition(bare, 2).node_part
+    mine = sorted(n.name for n in nodes if homes[n.name] == homes[nodes[0].name])
+    current = {}
+    for j, name in zip(low, mine, strict=True):
+        alone = GreedyPlacer().solve(
+            factory_instance([n for n in nodes if n.name == name], queues, [j])
+        )
+        current[j.key] = Placement(j.key, "h100", alone.outcomes[0].replicas)
+    held = replace(bare, current=current)
+    cut = partition(held, 2)
+    assert cut.node_part == homes
+    part_of_q = homes[nodes[0].name]
+    assert {cut.job_part[j.key] for j in high} == {part_of_q}
+    whole = fluid_bound(held)
+    parts = [fluid_bound(replace(p, basis=held)) for p in cut.parts]
+    assert whole is not None and all(b is not None for b in parts)
+    assert sum(b for b in parts if b is not None) == pytest.approx(whole, rel=1e-9)
