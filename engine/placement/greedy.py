@@ -33,6 +33,7 @@ from engine.placement.constraints import (
 from engine.placement.fragmentation import NodeScorer
 from engine.placement.objective import (
     broken_soft_constraints,
+    instance_tree,
     lost_gpu_seconds,
     plan_objective,
 )
@@ -54,7 +55,6 @@ from engine.placement.preemption import (
     victim_order,
 )
 from engine.placement.topology import (
-    Tree,
     compact_allocation,
     gang_topology,
     largest_domain_room,
@@ -133,7 +133,7 @@ class Packing:
         self._left_of: dict[str, Left] = {}
         self._stale: dict[str, None] = dict.fromkeys(self.free)
         self._domains: dict[tuple[object, ...], dict[str, list[Node]]] = {}
-        self.tree = Tree.of(instance.cluster, instance.nodes)
+        self.tree = instance_tree(instance)  # read only: one per node list, as the MILP's
         self._parties: dict[str, Party] = {}
         self.flavor_free: dict[str | None, int] = defaultdict(int)  # free milli-GPU per flavor
         # Node choice over the job shapes the cluster has seen (None: plain best fit).
