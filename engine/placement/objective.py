@@ -216,18 +216,21 @@ def compactness_penalty(job: Job, span: Span, policy: Policy) -> float:
     return unit * sum((1 << rank) * (used - 1) for rank, used in enumerate(span.used) if used > 1)
 
 
-_TREES: dict[int, tuple[tuple[Node, ...], Tree]] = {}
+_TREES: dict[int, tuple[tuple[Node, ...], tuple[str, ...] | None, Tree]] = {}
 
 
 def instance_tree(instance: PlacementInstance) -> Tree:
-    """The instance's tree, built once per node list (plans are scored many times a solve)."""
+    """The instance's tree, built once per node list and topology levels (what the tree is
+    made of): plans are scored many times a solve, and successive solves hand over the
+    same node tuple."""
+    levels = instance.cluster.topology_levels if instance.cluster is not None else None
     found = _TREES.get(id(instance.nodes))
-    if found is not None and found[0] is instance.nodes:
-        return found[1]
+    if found is not None and found[0] is instance.nodes and found[1] == levels:
+        return found[2]
     if len(_TREES) > 8:
         _TREES.clear()
     tree = Tree.of(instance.cluster, instance.nodes)
-    _TREES[id(instance.nodes)] = (instance.nodes, tree)
+    _TREES[id(instance.nodes)] = (instance.nodes, levels, tree)
     return tree
 
 

@@ -6,6 +6,8 @@ The tree: one datacenter, three spines, two blocks per spine, two 8-GPU nodes pe
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -28,6 +30,7 @@ from engine.placement import milp
 from engine.placement.check import check_plan
 from engine.placement.greedy import GreedyPlacer
 from engine.placement.milp import MilpPlacer
+from engine.placement.objective import instance_tree
 from engine.placement.plan import (
     JobOutcome,
     OutcomeStatus,
@@ -37,6 +40,7 @@ from engine.placement.plan import (
 )
 from engine.placement.topology import (
     CLUSTER_LEVEL,
+    NODE_LEVEL,
     Tree,
     compact_allocation,
     gang_spans,
@@ -318,3 +322,14 @@ def test_a_compact_allocation_is_the_tightest_and_keeps_every_rule(
     if sliced:
         for i in range(0, count, 2):
             assert replicas[i][:3] == replicas[i + 1][:3]
+
+
+def test_an_instance_tree_follows_the_clusters_levels_not_only_its_node_list() -> None:
+    """Two instances over the very same node tuple whose clusters name other topology
+    levels have other trees (the tree is cached per node tuple across solves)."""
+    first = instance()
+    flat = replace(first, cluster=replace(CLUSTER, topology_levels=("spine", "datacenter")))
+    assert flat.nodes is first.nodes
+    assert instance_tree(first).levels == (NODE_LEVEL, "block", "spine", "datacenter")
+    assert instance_tree(flat).levels == (NODE_LEVEL, "spine", "datacenter")
+    assert instance_tree(first) is instance_tree(replace(first, jobs=(gang("g"),)))
