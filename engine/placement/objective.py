@@ -498,7 +498,7 @@ def _terms(
 
 def plan_compactness(instance: PlacementInstance, outcomes: Sequence[JobOutcome]) -> float:
     """The plan's second criterion: what its gangs' spans cost (lower is tighter)."""
-    jobs = {j.key: j for j in instance.jobs}
+    jobs = jobs_by_key(instance)
     tree = instance_tree(instance)
     cost = 0.0
     for o in outcomes:
