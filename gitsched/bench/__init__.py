@@ -19,6 +19,7 @@ from gitsched.options import LazyGroup
         "audit": "gitsched.bench.audit:command",
         "reconcile": "gitsched.bench.reconcile:command",
         "kube": "gitsched.bench.kube:command",
+        "trace": "gitsched.bench.trace:command",
     },
 )
 def bench() -> None:

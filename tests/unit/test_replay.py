@@ -1,0 +1,169 @@
+"""The trace replay (simulation.replay): the trace's readers, the cluster it sizes, and
+waits measured through the reconciler's own step at the events' times."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from engine.model import Policy
+from engine.units import GPU_MILLI
+from gitsched.cli import main
+from policies.policy import default_policy
+from reconciler.specs import policy_of
+from simulation.replay import (
+    OVERESTIMATE,
+    ReplayPolicy,
+    TraceError,
+    TraceJob,
+    figures,
+    jain,
+    read_philly,
+    replay,
+    size_cluster,
+    time_limits,
+)
+
+HEADER = "timestamp,duration,num_gpus,gpu_time,cluster\n"
+FIFO = ReplayPolicy("fifo", Policy(solver="greedy", preemption_enabled=False))
+BUILTIN = ReplayPolicy("gitsched", policy_of(default_policy()))
+
+
+def _csv(tmp_path: Path, rows: list[str]) -> Path:
+    path = tmp_path / "philly.csv"
+    path.write_text(HEADER + "".join(r + "\n" for r in rows))
+    return path
+
+
+def test_a_malformed_row_names_its_file_and_line(tmp_path: Path) -> None:
+    path = _csv(
+        tmp_path,
+        ["2017-10-02 00:00:00,60,1,60,a", "2017-10-02 00:01:00,sixty,1,60,a"],
+    )
+    with pytest.raises(TraceError, match=r"philly\.csv:3: duration: not a number"):
+        read_philly(path)
+    bad_time = _csv(tmp_path, ["2017-10-02T00:00,60,1,60,a"])
+    with pytest.raises(TraceError, match=r":2: timestamp"):
+        read_philly(bad_time)
+    short = _csv(tmp_path, ["2017-10-02 00:00:00,60,1"])
+    with pytest.raises(TraceError, match=r":2: "):
+        read_philly(short)
+
+
+def test_the_window_keeps_the_jobs_submitted_in_it(tmp_path: Path) -> None:
+    path = _csv(
+        tmp_path,
+        [
+            "2017-10-01 23:59:59,60,1,60,a",
+            "2017-10-02 00:00:00,60,1,60,a",
+            "2017-10-02 23:59:59,60,2,120,b",
+            "2017-10-03 00:00:00,60,1,60,a",
+        ],
+    )
+    jobs = read_philly(path, "2017-10-02", 1)
+    assert [(j.gpus, j.team) for j in jobs] == [(1, "a"), (2, "b")]
+    assert [j.index for j in jobs] == [0, 1]
+
+
+def test_the_cluster_holds_the_largest_job_and_quotas_add_up() -> None:
+    jobs = [
+        TraceJob(0, 0.0, 3600.0, 32 * GPU_MILLI, "a"),
+        TraceJob(1, 7200.0, 3600.0, 1 * GPU_MILLI, "b"),
+        TraceJob(2, 7200.0, 3600.0, 1 * GPU_MILLI, "c"),
+    ]
+    cluster = size_cluster(jobs, load=1.0)
+    assert cluster.gpus >= 32 and cluster.gpus % 8 == 0
+    nominal = sum(fq.nominal for q in cluster.queues for fq in q.quotas)
+    assert nominal == cluster.gpus * GPU_MILLI
+    assert {q.cohort for q in cluster.queues} == {"philly"}
+    shares = {q.name: q.quotas[0].nominal for q in cluster.queues}
+    assert shares["a"] > shares["b"] == shares["c"]
+
+
+@pytest.mark.parametrize("rp", [FIFO, BUILTIN], ids=lambda rp: rp.name)
+def test_a_job_waits_until_the_gpus_it_needs_free_up(rp: ReplayPolicy) -> None:
+    """One 8-GPU node: a full-node job runs 100 s from t=0; a one-GPU job committed at
+    t=10 starts at t=100, when the first finishes (its JobFinished's time)."""
+    jobs = [
+        TraceJob(0, 0.0, 100.0, 8 * GPU_MILLI, "a"),
+        TraceJob(1, 10.0, 50.0, 1 * GPU_MILLI, "a"),
+    ]
+    cluster = size_cluster(jobs, load=100.0)
+    assert cluster.gpus == 8
+    result = replay(jobs, cluster, rp)
+    runs = {r.trace.index: r for r in result.jobs}
+    assert (runs[0].first_start, runs[0].finish) == (0.0, 100.0)
+    assert (runs[1].first_start, runs[1].finish) == (100.0, 150.0)
+    out = figures(result)
+    assert out["mean_wait_s"] == 45.0
+    assert out["max_wait_s"] == 90.0
+    assert out["makespan_s"] == 150.0
+    assert out["mean_jct_s"] == (100.0 + 140.0) / 2
+    assert out["jobs_never_started"] == 0
+    # 8 GPUs for 100 s, then 1 for 50, over a makespan of 150 s.
+    assert out["gpu_utilisation_makespan"] == pytest.approx((800 + 50) / (8 * 150))
+
+
+def test_time_limits_over_estimate_each_run_by_a_seeded_factor() -> None:
+    jobs = [TraceJob(i, float(i), 600.0 * (i + 1), GPU_MILLI, "a") for i in range(50)]
+    limits = time_limits(jobs, seed=3)
+    assert limits == time_limits(jobs, seed=3)
+    assert limits != time_limits(jobs, seed=4)
+    low, high = OVERESTIMATE
+    for j in jobs:
+        assert low * j.duration_s / 60 <= limits[j.index] <= high * j.duration_s / 60 + 1
+
+
+def test_jain_index() -> None:
+    assert jain([1.0, 1.0, 1.0]) == 1.0
+    assert jain([1.0, 0.0, 0.0, 0.0]) == pytest.approx(0.25)
+
+
+def test_bench_trace_prints_one_json_document_per_run(tmp_path: Path) -> None:
+    path = _csv(
+        tmp_path,
+        [
+            "2017-10-02 00:00:00,600,8,4800,a",
+            "2017-10-02 00:01:00,300,1,300,b",
+            "2017-10-02 00:02:00,60,1,60,b",
+            "2017-10-02 00:03:00,1200,2,2400,a",
+        ],
+    )
+    result = CliRunner().invoke(
+        main,
+        [
+            "bench",
+            "trace",
+            "--trace",
+            str(path),
+            "--start",
+            "2017-10-02",
+            "--days",
+            "1",
+            "--policy",
+            "fifo",
+            "--policy",
+            "sjf-oracle",
+            "--format",
+            "json",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.output)
+    assert [p["policy"] for p in doc["policies"]] == ["fifo", "sjf-oracle"] * 2
+    assert [p["limits_known"] for p in doc["policies"]] == [True, True, False, False]
+    for p in doc["policies"]:
+        assert p["jobs"] == 4 and p["jobs_never_started"] == 0
+        assert {"mean_wait_s", "p99_wait_s", "gpu_utilisation_window", "p99_decision_cpu_s"} <= set(
+            p
+        )
+
+
+def test_bench_trace_stops_at_a_malformed_row(tmp_path: Path) -> None:
+    path = _csv(tmp_path, ["2017-10-02 00:00:00,600,eight,4800,a"])
+    result = CliRunner().invoke(main, ["bench", "trace", "--trace", str(path)])
+    assert result.exit_code == 2
+    assert "philly.csv:2: num_gpus" in result.output
