@@ -234,7 +234,14 @@ class Projector:
         s = self.state
         s.cluster = self.cluster.save()
         batch.open_placements = [
-            (*r.row(), None, None, None, None, None, None, r.queued, r.priority_class, r.attempt)
+            (
+                *r.row(),
+                *(None,) * 6,
+                r.queued,
+                r.priority_class,
+                r.attempt,
+                epoch(r.queued) if r.queued else None,
+            )
             for r in s.running.values()
         ]
         batch.open_versions = [
@@ -334,6 +341,7 @@ class Projector:
                 run.queued,
                 run.priority_class,
                 run.attempt,
+                epoch(run.queued) if run.queued else None,
             )
         )
         if milli:
