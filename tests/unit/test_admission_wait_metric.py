@@ -14,7 +14,8 @@ from engine.retries import due_retries, with_requeues
 from engine.state import ClusterState, fold
 from gitsched.serve import Metrics
 from reconciler.step import solve_step
-from tests.unit.test_retries import at, commit, desired, job, node
+from tests.support.factories import desired, job, node
+from tests.unit.test_retries import at, commit
 
 
 def observed(metrics: Metrics, queue: str = "q") -> tuple[float | None, float | None]:

@@ -6,12 +6,13 @@ re-judges every preemption on the decision's own time."""
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import pytest
 
 from audit import compliance as compliance_query
 from engine import events as ev
-from engine.core import ApplyCommit, decide, decision_time
+from engine.core import ApplyCommit, DesiredState, decide, decision_time
 from engine.model import CommitInfo, NodeState, Policy, PriorityClass
 from engine.placement.preemption import min_runtime_minutes, too_young
 from engine.state import ClusterState, fold
@@ -58,7 +59,7 @@ def running_low(solver: str, queues=None, cluster=CLUSTER):  # type: ignore[no-u
     return state, d
 
 
-def with_high(d, **kwargs):  # type: ignore[no-untyped-def]
+def with_high(d: DesiredState, **kwargs: Any) -> DesiredState:
     jobs = dict(d.jobs)
     high = job("high", gpu=8, priority=900, **kwargs)
     jobs[high.key] = high

@@ -204,7 +204,9 @@ def test_a_failure_that_says_no_time_is_timed_by_the_log_not_the_clock() -> None
     lost = ev.JobInterrupted(job="q/train", reason="pod deleted outside gitsched")
     told = with_requeues(state, [lost])
     # The latest time the log told: the placement at the commit's time (10:00).
-    assert told[1].failed_at == at(0) and told[1].ready_at == at(0, 30)
+    requeued = told[1]
+    assert isinstance(requeued, ev.JobRequeued)
+    assert requeued.failed_at == at(0) and requeued.ready_at == at(0, 30)
 
 
 def test_replaying_the_events_gives_the_same_state() -> None:
