@@ -15,7 +15,7 @@ from engine.state import ClusterState, fold
 from gitsched.serve import Metrics
 from reconciler.step import solve_step
 from tests.support.factories import desired, job, node
-from tests.unit.test_retries import at, commit
+from tests.support.time_steps import at, commit
 
 
 def observed(metrics: Metrics, queue: str = "q") -> tuple[float | None, float | None]:

@@ -11,8 +11,8 @@ from audit import history
 from audit import waits as waits_query
 from engine import events as ev
 from engine.model import RetryPolicy
+from tests.support.audit_log import LogBuilder, bootstrap, hours, placed, submit, ts
 from tests.support.factories import job
-from tests.unit.test_audit_projection import LogBuilder, bootstrap, hours, placed, submit, ts
 
 
 def known_log() -> LogBuilder:

@@ -12,33 +12,17 @@ import pytest
 
 from audit import compliance as compliance_query
 from engine import events as ev
-from engine.core import ApplyCommit, DesiredState, decide, decision_time
-from engine.model import CommitInfo, NodeState, Policy, PriorityClass
+from engine.core import DesiredState
+from engine.model import NodeState, Policy, PriorityClass
 from engine.placement.preemption import min_runtime_minutes, too_young
 from engine.state import ClusterState, fold
 from eventlog.envelope import format_time
 from reconciler.step import solve_step
+from tests.support.audit_log import LogBuilder, bootstrap, hours, placed, submit, violations
 from tests.support.factories import CLUSTER, desired, job, node, queue
-from tests.unit.test_audit_projection import (
-    LogBuilder,
-    bootstrap,
-    hours,
-    placed,
-    submit,
-    violations,
-)
+from tests.support.time_steps import at, commit
 
 SOLVERS = ["greedy", "highs"]
-
-
-def at(minute: int) -> str:
-    return f"2026-11-20T10:{minute:02d}:00.000000Z"
-
-
-def commit(state: ClusterState, n: int, minute: int, d, solver: str) -> ClusterState:  # type: ignore[no-untyped-def]
-    c = CommitInfo(f"{n:040x}", "Ana", "ana@example.com", at(minute), f"commit {n}")
-    state = fold(decide(state, ApplyCommit(c, d)), state)
-    return solve_step(state, c.sha, decision_time(c), solver).state
 
 
 def protected_queue(minutes: int | None = 30):  # type: ignore[no-untyped-def]

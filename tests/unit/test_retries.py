@@ -9,29 +9,15 @@ import dataclasses
 import pytest
 
 from engine import events as ev
-from engine.core import ApplyCommit, decide, decision_time
-from engine.model import CommitInfo, NodeState, Policy, RequeueTimestamp, RetryPolicy
+from engine.model import NodeState, Policy, RequeueTimestamp, RetryPolicy
 from engine.retries import backoff_seconds, due_retries, held_back, next_due, with_requeues
 from engine.state import ClusterState, fold
 from reconciler.step import solve_step
 from tests.support.factories import desired, job, node, queue
+from tests.support.time_steps import at, commit
 
 SOLVERS = ["greedy", "highs"]
 RETRY = RetryPolicy(max_retries=3, backoff_seconds=30, max_backoff_seconds=100)
-
-
-def at(minute: int, second: int = 0) -> str:
-    return f"2026-11-20T10:{minute:02d}:{second:02d}.000000Z"
-
-
-def commit_at(n: int, minute: int) -> CommitInfo:
-    return CommitInfo(f"{n:040x}", "Ana", "ana@example.com", at(minute), f"commit {n}")
-
-
-def commit(state: ClusterState, n: int, minute: int, d, solver: str) -> ClusterState:  # type: ignore[no-untyped-def]
-    c = commit_at(n, minute)
-    state = fold(decide(state, ApplyCommit(c, d)), state)
-    return solve_step(state, c.sha, decision_time(c), solver).state
 
 
 def cluster(state: ClusterState, events: list[ev.Event], now: str, solver: str):  # type: ignore[no-untyped-def]
