@@ -378,17 +378,20 @@ def _job_requeued(s: ClusterState, e: ev.JobRequeued) -> ClusterState:
         placements=_without(s.placements, key),
         started=_without(s.started, key),
         ended=_without(s.ended, key),
-        pending=s.pending.set(key, Pending(requeue_reason(e), "backoff")),
+        pending=s.pending.set(
+            key,
+            Pending(
+                requeue_reason(e.attempt, e.max_retries, e.cause, e.reason, e.ready_at), "backoff"
+            ),
+        ),
         retries=s.retries.set(key, Attempt(e.attempt, e.ready_at, e.reason)),
         needs_placement=True,
     )
 
 
-def requeue_reason(e: ev.JobRequeued) -> str:
-    return (
-        f"retry {e.attempt} of {e.max_retries} after it {e.cause} ({e.reason}):"
-        f" waits until {e.ready_at}"
-    )
+def requeue_reason(attempt: int, max_retries: int, cause: str, reason: str, ready_at: str) -> str:
+    """A requeued job's pending reason (`state`, `audit at`)."""
+    return f"retry {attempt} of {max_retries} after it {cause} ({reason}): waits until {ready_at}"
 
 
 def _job_backoff_ended(s: ClusterState, e: ev.JobBackoffEnded) -> ClusterState:

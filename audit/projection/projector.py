@@ -56,6 +56,7 @@ from audit.projection.vocabulary import (
 )
 from engine.events import EVENT_TYPES
 from engine.model import utc_time
+from engine.state import requeue_reason
 from engine.units import gpus_text as gpus
 from eventlog.codec import upcast
 from eventlog.timeline import COMMIT_EVENTS, Timeline
@@ -546,9 +547,8 @@ class Projector:
         info.attempt = int(d["attempt"]) + 1
         s.jobs[key] = info
         self._failed.pop(key, None)
-        reason = (
-            f"retry {d['attempt']} of {d['max_retries']} after it {d['cause']}"
-            f" ({d['reason']}): waits until {d['ready_at']}"
+        reason = requeue_reason(
+            int(d["attempt"]), int(d["max_retries"]), d["cause"], d["reason"], d["ready_at"]
         )
         self._open_version(KIND_PENDING, key, stored, _pending_data(reason, "backoff"), batch)
         if s.effects_of is not None:
