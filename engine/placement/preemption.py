@@ -15,6 +15,8 @@ The rules (docs/quotas-and-preemption.md has the examples):
 - waiting jobs: per queue by priority (then age), and across queues a job that fits within
   its queue's nominal quota goes before one that would borrow.
 Priority is an order, never a price: lost work chooses victims, not whether to preempt.
+A running job younger than its queue's or priority class's minRuntimeMinutes is no victim
+but of non-preemptible work (`too_young`; docs/time.md).
 """
 
 from __future__ import annotations
