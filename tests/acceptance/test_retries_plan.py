@@ -26,6 +26,7 @@ from tests.support.cluster_repo import (
     POLICY_YAML,
     POOL_YAML,
     ClusterRepo,
+    gitsched,
     job_yaml,
     queue_yaml,
 )
@@ -125,3 +126,11 @@ def test_plan_predicts_reconcile_while_a_job_waits_out_its_backoff(
         assert "ml/train" in placed_in[2]
         state = replay(event_log).state
         assert state.retries["ml/train"].attempt == 1
+    # `audit history --job` lists both attempts with their start, end and reason.
+    rows = gitsched(
+        "audit", "history", "--job", "ml/train", "--repo", repo.path, "--format", "json"
+    ).json()
+    assert [(r["attempt"], r["state"]) for r in rows] == [(1, "FAILED"), (2, "RUNNING")]
+    # (The audit timeline dates a cluster event when serve appended it: 20 s after.)
+    assert rows[0]["end"] == utc(620) and "Error: exit 3" in rows[0]["end_reason"]
+    assert rows[1]["queued"] == utc(600 + 7200) and rows[1]["start"] == utc(3 * 3600)
