@@ -39,7 +39,8 @@ DESCRIPTIONS = {
     "a team with no owners at the base (bootstrap) needs none; the reconciler's rule, "
     "run on the log (SOC 2 CC8.1, change management)",
     CHECK_PREEMPTION_RULES: "every preemption is one the quota and preemption rules allow "
-    "(within a queue, reclaim within a cohort, never to borrow), judged on the state at the time",
+    "(within a queue, reclaim within a cohort, never to borrow, never before the victim's "
+    "minimum run time), judged on the state at the time",
 }
 
 CHECKED_WHAT = {

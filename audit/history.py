@@ -2,7 +2,8 @@
 
 Each interval has NodeList, Start, End, State and why it started (admitted,
 moved) and ended (moved, preempted, node failed, drained or removed, finished,
-withdrawn), read from the audit view's `placements` table.
+failed, withdrawn), and the job's attempt it belongs to (a job requeued after a
+failure runs again as attempt 2, 3, ...), read from the audit view's `placements` table.
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ STATES = {
 
 HEADERS = [
     "job",
+    "attempt",
     "user",
     "nodes",
     "replicas",
@@ -88,6 +90,10 @@ class Interval(NamedTuple):
     # interval) and how long it waited, in seconds (0 for a move).
     queued: str = ""
     wait_s: float | None = None
+    # Which attempt of the job (1, then one more per requeue after a failure: retries),
+    # and the job's priority class when it started.
+    attempt: int = 1
+    priority_class: str = ""
 
     @property
     def state(self) -> str:
@@ -96,6 +102,7 @@ class Interval(NamedTuple):
     def to_dict(self) -> dict[str, Any]:
         return {
             "job": self.job,
+            "attempt": self.attempt,
             "queue": self.queue,
             "team": self.team,
             "user": self.user,
@@ -132,14 +139,15 @@ def _reason(kind: str, detail: str | None) -> str:
 _COLUMNS = (
     "p.id, p.job, p.queue, p.team, p.user, p.flavor, p.nodes, p.replicas, p.gpu_milli, "
     "p.start_time, p.start_seq, p.start_kind, p.start_reason, p.end_time, p.end_seq, p.end_kind, "
-    "p.end_reason, p.start_cause, p.end_cause, p.start_ts, p.end_ts, p.queued_time"
+    "p.end_reason, p.start_cause, p.end_cause, p.start_ts, p.end_ts, p.queued_time, "
+    "p.priority_class, p.attempt"
 )
 
 
 def _interval(r: tuple[Any, ...]) -> Interval:
     (_, job, queue, team, user, flavor, nodes, replicas, milli, start, start_seq, start_kind,
      start_reason, end, end_seq, end_kind, end_reason, cause, end_cause, start_ts, end_ts,
-     queued) = r  # fmt: skip
+     queued, priority_class, attempt) = r  # fmt: skip
     gpus = gpus_from_milli(milli)
     return Interval(
         job,
@@ -163,6 +171,8 @@ def _interval(r: tuple[Any, ...]) -> Interval:
         None if end_ts is None else round(gpus * (end_ts - start_ts) / 3600.0, 6),
         queued,
         round(start_ts - epoch(queued), 6) if queued else None,
+        attempt,
+        priority_class,
     )
 
 

@@ -1,7 +1,8 @@
 """`audit report`: one self-contained HTML page for an auditor, from the audit view.
 
-Summary, utilisation per team over time, a Gantt chart of placements per node,
-changes with provenance and compliance results. Charts are plotly figures with
+Summary, utilisation per team and of the whole cluster over time, waits per queue
+over time, a Gantt chart of placements per node, changes with provenance and
+compliance results. Charts are plotly figures with
 plotly.js inlined once, so the page opens offline; nothing in it depends on the
 clock or on chance (fixed element ids, sorted rows), so the same log and period
 always give the same bytes (the caller fixes the period: `audit.window.period`).
@@ -22,6 +23,7 @@ from plotly.offline import get_plotlyjs
 from audit import changes as changes_query
 from audit import compliance as compliance_query
 from audit import history, usage
+from audit import waits as waits_query
 from audit.store import AuditStore, LogReader, rows
 from audit.verify import Verification
 from audit.window import seq_before
@@ -155,6 +157,64 @@ def utilisation_figure(store: AuditStore, since: float, until: float) -> go.Figu
     fig.update_layout(
         xaxis_title="time (UTC)",
         yaxis_title="GPUs in use (average per slice)",
+        legend={"orientation": "h", "y": -0.2},
+        template="plotly_white",
+    )
+    return fig
+
+
+def gpu_utilisation_figure(store: AuditStore, since: float, until: float) -> go.Figure:
+    """GPUs in use as a share of the Ready GPUs, per slice of the period."""
+    starts, series = usage.over_time(store, since, until, BUCKETS)
+    capacity = _capacity_over_time(store, starts, since, until)
+    used = [sum(values[i] for values in series.values()) for i in range(len(starts))]
+    fig = go.Figure()
+    if capacity:
+        fig.add_trace(
+            go.Scatter(
+                x=[_plot_time(t) for t in starts],
+                y=[
+                    round(100.0 * u / c, 2) if c > 0 else None
+                    for u, c in zip(used, capacity, strict=True)
+                ],
+                name="GPU utilisation",
+                mode="lines",
+                line={"color": "#0969da", "width": 1.5},
+                hovertemplate="%{y:.1f}% of Ready GPUs<extra></extra>",
+            )
+        )
+    fig.update_layout(
+        xaxis_title="time (UTC)",
+        yaxis_title="GPUs in use, % of Ready GPUs",
+        yaxis={"range": [0, 105]},
+        template="plotly_white",
+        showlegend=False,
+    )
+    return fig
+
+
+def wait_figure(store: AuditStore, since: float, until: float) -> go.Figure:
+    """Per queue, the mean wait of the jobs admitted in each slice of the period."""
+    fig = go.Figure()
+    for queue, points in sorted(
+        waits_query.waits_over_time(store, since, until, BUCKETS // 2).items()
+    ):
+        fig.add_trace(
+            go.Scatter(
+                x=[_plot_time(t) for t, _, _ in points],
+                y=[round(w / 60.0, 3) for _, w, _ in points],
+                customdata=[n for _, _, n in points],
+                name=queue,
+                mode="lines+markers",
+                hovertemplate=(
+                    f"{html.escape(queue)}: %{{y:.1f}} min mean wait, %{{customdata}} admitted"
+                    "<extra></extra>"
+                ),
+            )
+        )
+    fig.update_layout(
+        xaxis_title="time (UTC, when admitted)",
+        yaxis_title="mean wait (minutes)",
         legend={"orientation": "h", "y": -0.2},
         template="plotly_white",
     )
@@ -388,6 +448,28 @@ def render_report(
     parts.append(
         "<p class=\"note\">Lent GPU-hours: what a queue's unused quota served of its cohort's "
         "borrowing, shared among lenders in proportion to what each could lend.</p></section>"
+    )
+
+    parts.append('<section id="gpu-utilisation"><h2>GPU utilisation over time</h2>')
+    parts.append(
+        _figure_html(gpu_utilisation_figure(store, since, until), "gpu-utilisation-chart", 320)
+    )
+    parts.append("</section>")
+
+    waits = waits_query.waits(store, by="queue", since=since, until=until)
+    parts.append('<section id="waits"><h2>Waits per queue</h2>')
+    parts.append(_figure_html(wait_figure(store, since, until), "wait-chart", 360))
+    parts.append(
+        _table(
+            waits_query.HEADERS,
+            [[r[h] for h in waits_query.HEADERS] for r in [*waits["rows"], waits["all"]]],
+            numeric=range(1, 7),
+        )
+    )
+    parts.append(
+        '<p class="note">A wait runs from when a job began waiting (its commit, the end of '
+        "its last interval or of its retry backoff) to the start of the interval it was "
+        "admitted to; <code>gitsched audit waits</code> gives the same figures.</p></section>"
     )
 
     gantt, shown, total = gantt_figure(intervals, since, until)

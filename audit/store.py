@@ -35,7 +35,8 @@ _PLACEMENT_COLUMNS = """
     start_seq INTEGER NOT NULL, start_time TEXT NOT NULL, start_ts REAL NOT NULL,
     start_kind TEXT NOT NULL, start_reason TEXT NOT NULL, start_cause TEXT NOT NULL,
     end_seq INTEGER, end_time TEXT, end_ts REAL, end_kind TEXT, end_reason TEXT, end_cause TEXT,
-    queued_time TEXT NOT NULL
+    queued_time TEXT NOT NULL, priority_class TEXT NOT NULL, attempt INTEGER NOT NULL,
+    queued_ts REAL
 """
 _VERSION_COLUMNS = """
     id INTEGER PRIMARY KEY, kind TEXT NOT NULL, key TEXT NOT NULL,
@@ -159,7 +160,7 @@ _MULTI_ROW = 128
 
 _INSERTS: tuple[tuple[str, str, int, bool], ...] = (
     # batch list, INSERT ... INTO table, row width, many rows a statement
-    ("placements", "INSERT INTO placements", 23, False),
+    ("placements", "INSERT INTO placements", 26, False),
     ("placement_nodes", "INSERT INTO placement_nodes", 2, True),
     ("versions", "INSERT INTO versions", 10, True),
     ("segments", "INSERT INTO segments", 13, True),
@@ -186,7 +187,7 @@ _UPDATES: tuple[tuple[str, str], ...] = (
     ("violation_close", "UPDATE violations SET end_seq=?, end_time=? WHERE id=?"),
 )
 _OPEN: tuple[tuple[str, str, int], ...] = (
-    ("open_placements", "open_placements", 23),
+    ("open_placements", "open_placements", 26),
     ("open_versions", "open_versions", 10),
     ("open_segments", "open_segments", 13),
 )

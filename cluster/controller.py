@@ -15,6 +15,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
 from cluster.actuator import ActuationReport, Actuator
 from cluster.api import KubeApi
@@ -23,6 +24,7 @@ from cluster.inventory import InventoryConfig, node_events
 from cluster.observer import job_events
 from cluster.pods import SELECTOR
 from engine.events import Event
+from engine.retries import due_retries, with_requeues
 from engine.state import ClusterState, fold
 from eventlog.base import ConcurrencyConflict, DuplicateEvent, EventLog
 from eventlog.codec import encode
@@ -42,6 +44,12 @@ class StepReport:
     state: ClusterState = field(default_factory=ClusterState)
     last_seq: int = 0
     decided_at: float = 0.0  # time.monotonic() once the log held this pass's placements
+
+
+def _clock_now() -> str:
+    """The wall clock in the log's time format: only ever asked whether a moment the log
+    already fixed (a backoff's end) has come, never written as a decision's time."""
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 class Controller:
@@ -106,7 +114,11 @@ class Controller:
         if self.nodes is not None and self.inventory is not None:
             events.extend(node_events(state, self.nodes.snapshot().values(), self.inventory))
             state = fold(events, state)
-        events.extend(job_events(state, self.pods.snapshot()))
+        # Each failure followed by its requeue (engine/retries.py), judged on the log's times.
+        events.extend(with_requeues(state, job_events(state, self.pods.snapshot())))
+        # Moments no other event marks: a backoff that has ended is recorded at its end, so a
+        # replay meets the same decision point (the clock only says that it has come).
+        events.extend(due_retries(fold(events, state), _clock_now()))
         if not events:
             return []
         # Ids from the log position they were observed at: a retried append of the same

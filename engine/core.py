@@ -31,6 +31,7 @@ from engine.model import (
 from engine.placement.objective import lost_gpu_seconds
 from engine.placement.plan import OutcomeStatus, PlacementInstance, PlacementPlan
 from engine.placement.preemption import Rule
+from engine.retries import held_back
 from engine.shapes import learned_shapes
 from engine.state import ClusterState, fold
 from findings import Finding
@@ -131,6 +132,7 @@ def _apply_telemetry(state: ClusterState, intent: ApplyTelemetry) -> tuple[ev.Ev
                     lost_gpu_seconds=lost_gpu_seconds(job, placement, streak.until),
                     solve_id=f"idle/{streak.until}",
                     rule=Rule.IDLE.value,
+                    at=streak.until,
                 )
             )
     for key in sorted(after.idle):
@@ -251,6 +253,7 @@ def _apply_plan(state: ClusterState, intent: ApplyPlan) -> tuple[ev.Event, ...]:
                     lost_gpu_seconds=outcome.lost_gpu_seconds,
                     solve_id=intent.solve_id,
                     rule=outcome.rule,
+                    at=intent.at,
                 )
             )
         elif outcome.status is OutcomeStatus.PENDING:
@@ -314,10 +317,15 @@ def placement_instance(state: ClusterState, now: str) -> PlacementInstance:
     """What the solver sees of the state: every job, node, queue, and what runs where.
 
     A job flagged idle (engine/idle.py) ranks below every priority class while it runs
-    ("preemptible"), or is left out, waiting, until its owner changes it ("reclaim")."""
+    ("preemptible"), or is left out, waiting, until its owner changes it ("reclaim"). A
+    requeued job is left out until its backoff ends (engine/retries.py)."""
     lowest = min((j.priority for j in state.jobs.values()), default=0) - 1
     jobs = []
+    # A requeued job waits out its backoff (engine/retries.py): no decision before it ends.
+    backoff = held_back(state, now) if state.retries else frozenset()
     for key in sorted(state.jobs):
+        if key in backoff:
+            continue
         job = state.jobs[key]
         flag = state.idle.get(key)
         if flag is not None and flag.action == IdleAction.RECLAIM:

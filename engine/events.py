@@ -207,16 +207,19 @@ class PlacementDecided(Event):
 @dataclass(frozen=True, slots=True)
 class JobPreempted(Event):
     """A running job stopped. v2: `rule`, what allowed it (engine.placement.preemption.Rule:
-    within-queue, reclaim, place-gone; v1 events read as "unrecorded")."""
+    within-queue, reclaim, place-gone; v1 events read as "unrecorded"). v3: `at`, the time
+    of the decision that stopped it ("now" of its solve; "" for v1 and v2 events), so
+    `audit compliance` re-judges the minimum run time on the decision's own time."""
 
     type: ClassVar[str] = "JobPreempted"
-    schema_version: ClassVar[int] = 2
+    schema_version: ClassVar[int] = 3
     job: str
     reason: str
     preempted_by: str | None
     lost_gpu_seconds: float
     solve_id: str
     rule: str = ""
+    at: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -305,6 +308,38 @@ class JobIdleCleared(Event):
     utilization_percent: float
 
 
+@dataclass(frozen=True, slots=True)
+class JobRequeued(Event):
+    """A job that failed (`cause` "failed": a pod Failed; "interrupted": its gang lost a
+    node or a pod) waits to run again (engine/retries.py): attempt `attempt` of at most
+    `max_retries`, not placed before `ready_at` = `failed_at` + the backoff. `job` is the
+    job as it waits again: its submitted_at is its place in the queue (the policy's
+    requeueTimestamp: its first submission, or `failed_at`). Times are the failure's, as
+    the cluster reported it, never the clock's."""
+
+    type: ClassVar[str] = "JobRequeued"
+    job: Job
+    attempt: int
+    max_retries: int
+    reason: str
+    cause: str
+    failed_at: str
+    ready_at: str
+    backoff_seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class JobBackoffEnded(Event):
+    """The backoff of a requeued job ended at `at` (its JobRequeued.ready_at): recorded
+    by `serve` at that moment (engine.retries.due_retries), so a replay meets the same
+    decision point as the daemon did."""
+
+    type: ClassVar[str] = "JobBackoffEnded"
+    job: str
+    attempt: int
+    at: str
+
+
 EVENT_TYPES: dict[str, type[Event]] = {
     cls.type: cls
     for cls in (
@@ -333,5 +368,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         GpuUtilizationReported,
         JobIdle,
         JobIdleCleared,
+        JobRequeued,
+        JobBackoffEnded,
     )
 }

@@ -43,6 +43,8 @@ class GpuFlavor:
 class PriorityClass:
     name: str
     value: int
+    # preemption.minRuntimeMinutes (engine/placement/preemption.py: min_runtime_protection)
+    min_runtime_minutes: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +118,9 @@ class Queue:
     max_priority_class: str | None = None
     quotas: tuple[FlavorQuota, ...] = ()
     owners: tuple[str, ...] = ()
+    # -- retries and minimum run time (engine/retries.py, engine/placement/preemption.py) --
+    retry: RetryPolicy | None = None  # spec.retry: the default of its jobs
+    min_runtime_minutes: int | None = None  # spec.preemption.minRuntimeMinutes
 
     def quota(self, flavor: str) -> FlavorQuota | None:
         for q in self.quotas:
@@ -175,6 +180,8 @@ class Job:
     # The pod template (spec.template, a Kubernetes PodTemplateSpec as in Kueue and
     # JobSet) the cluster actuator makes each replica's pod from; opaque to placement.
     template: dict[str, object] | None = None
+    # -- retries (engine/retries.py): spec.retry; None takes the queue's, then the policy's --
+    retry: RetryPolicy | None = None
     # "queue/name", worked out once when the job is made (a commit on 50,000 jobs reads
     # keys ~700,000 times). Derived, not data: no constructor argument, no part of
     # equality, and engine.codec leaves it out of events (init=False).
@@ -202,6 +209,23 @@ class Job:
             self.isolation,
             self.residency,
         )
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """spec.retry: how often a failed job is requeued, and how long it waits before each
+    attempt: backoff_seconds x 2^(attempt-1), at most max_backoff_seconds (engine/retries.py)."""
+
+    max_retries: int = 0
+    backoff_seconds: int = 10
+    max_backoff_seconds: int = 3600
+
+
+class RequeueTimestamp(StrEnum):
+    """Where a requeued job goes in its queue (Kueue's requeuingStrategy.timestamp)."""
+
+    CREATION = "Creation"  # keeps its first submission time: ahead of jobs submitted after it
+    EVICTION = "Eviction"  # the time it failed: behind every job already waiting
 
 
 def job_key(queue: str, name: str) -> str:
@@ -241,6 +265,9 @@ class Policy:
     # Idle GPU reclamation (engine/idle.py). Off by default here, so a policy logged before
     # it existed reads as it acted; the built-in policy turns it on.
     idle: IdlePolicy = field(default_factory=lambda: IdlePolicy())
+    # -- retries (engine/retries.py): the default of queues that set none, and the order --
+    retry: RetryPolicy | None = None
+    requeue_timestamp: RequeueTimestamp = RequeueTimestamp.CREATION
 
 
 class IdleAction(StrEnum):

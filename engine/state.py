@@ -38,6 +38,18 @@ class Pending:
 
 
 @dataclass(frozen=True, slots=True)
+class Attempt:
+    """A requeued job's last JobRequeued (engine/retries.py): how many times it was
+    requeued, the reason of the last failure, and when it may run again."""
+
+    attempt: int
+    ready_at: str
+    reason: str
+    # JobBackoffEnded was recorded for this attempt (serve appends it once).
+    due: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class ClusterState:
     cluster: ClusterSpec | None = None
     policy: Policy = field(default_factory=Policy)
@@ -70,6 +82,8 @@ class ClusterState:
     shapes: Map[str, int] = field(default_factory=Map)
     shapes_window: Map[str, int] = field(default_factory=Map)
     shapes_window_jobs: int = 0
+    # job -> its last requeue after a failure (engine/retries.py), while the job is known
+    retries: Map[str, Attempt] = field(default_factory=Map)
 
     def placement_of(self, job: str) -> Placement | None:
         return self.placements.get(job)
@@ -240,6 +254,7 @@ def _job_gone(
         pending=_without(s.pending, key),
         started=_without(s.started, key),
         ended=_without(s.ended, key) if ended is None else ended,
+        retries=_without(s.retries, key),
         needs_placement=True,
     )
 
@@ -350,6 +365,47 @@ def _job_idle_cleared(s: ClusterState, e: ev.JobIdleCleared) -> ClusterState:
     return _replace(s, idle=_without(s.idle, e.job))
 
 
+def _job_requeued(s: ClusterState, e: ev.JobRequeued) -> ClusterState:
+    """The failed job is back, waiting: not placed before its backoff ends."""
+    key = e.job.key
+    clock = _later(s, e.failed_at)
+    return _replace(
+        s,
+        usage=_usage_stopped(s, key, clock),
+        clock=clock,
+        **_not_idle(s, key),
+        jobs=s.jobs.set(key, e.job),
+        placements=_without(s.placements, key),
+        started=_without(s.started, key),
+        ended=_without(s.ended, key),
+        pending=s.pending.set(
+            key,
+            Pending(
+                requeue_reason(e.attempt, e.max_retries, e.cause, e.reason, e.ready_at), "backoff"
+            ),
+        ),
+        retries=s.retries.set(key, Attempt(e.attempt, e.ready_at, e.reason)),
+        needs_placement=True,
+    )
+
+
+def requeue_reason(attempt: int, max_retries: int, cause: str, reason: str, ready_at: str) -> str:
+    """A requeued job's pending reason (`state`, `audit at`)."""
+    return f"retry {attempt} of {max_retries} after it {cause} ({reason}): waits until {ready_at}"
+
+
+def _job_backoff_ended(s: ClusterState, e: ev.JobBackoffEnded) -> ClusterState:
+    found = s.retries.get(e.job)
+    if found is None or found.attempt != e.attempt:
+        return _replace(s, clock=_later(s, e.at))
+    return _replace(
+        s,
+        retries=s.retries.set(e.job, dataclasses.replace(found, due=True)),
+        clock=_later(s, e.at),
+        needs_placement=True,
+    )
+
+
 _HANDLERS: dict[type[ev.Event], Callable[[ClusterState, Any], ClusterState]] = {
     ev.CommitApplied: _commit_applied,
     ev.CommitRejected: _commit_rejected,
@@ -376,6 +432,8 @@ _HANDLERS: dict[type[ev.Event], Callable[[ClusterState, Any], ClusterState]] = {
     ev.GpuUtilizationReported: _gpu_utilization_reported,
     ev.JobIdle: _job_idle,
     ev.JobIdleCleared: _job_idle_cleared,
+    ev.JobRequeued: _job_requeued,
+    ev.JobBackoffEnded: _job_backoff_ended,
 }
 
 assert set(_HANDLERS) == set(ev.EVENT_TYPES.values()), "every event type needs a handler"

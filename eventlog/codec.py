@@ -22,9 +22,15 @@ def _job_preempted_v1(data: dict[str, Any]) -> dict[str, Any]:
     return {**data, "rule": "unrecorded"}
 
 
+def _job_preempted_v2(data: dict[str, Any]) -> dict[str, Any]:
+    """v2 did not record the time of the decision that stopped the job: unknown ("")."""
+    return {**data, "at": ""}
+
+
 # (type, from_version) -> function producing version from_version + 1.
 UPCASTERS: dict[tuple[str, int], Upcaster] = {
     ("JobPreempted", 1): _job_preempted_v1,
+    ("JobPreempted", 2): _job_preempted_v2,
 }
 
 

@@ -25,6 +25,7 @@ from audit import history as history_query
 from audit import pointintime
 from audit import solves as solves_query
 from audit import usage as usage_query
+from audit import waits as waits_query
 from audit.catchup import CatchUp, ChainBroken, Progress, open_view, verify_view
 from audit.catchup import rebuild as rebuild_view
 from audit.store import AuditStore
@@ -412,6 +413,40 @@ def usage(
     if fmt == "text":
         click.echo(f"GPU-hours by {by}, {_iso(start)} .. {_iso(end)}")
     emit_rows(rows, usage_query.HEADERS[by], fmt)
+
+
+@audit.command()
+@log_option
+@repo_opt
+@db_option
+@click.option(
+    "--by", type=click.Choice(waits_query.BY), default="queue", show_default=True, help="Group by."
+)
+@since_until
+@format_option("text", "csv", "json")
+def waits(
+    log_url: str | None,
+    repo: str,
+    db_path: str | None,
+    by: str,
+    since: str | None,
+    until: str | None,
+    fmt: str,
+) -> None:
+    """How long jobs waited to run: count, mean, p50, p95, p99 and max wait per queue,
+    priority class or size, of the admissions that started in the period."""
+    with view(log_url, repo, db_path) as (_, store):
+        start, end = _period(store, since, until)
+        result = waits_query.waits(store, by=by, since=start, until=end)
+    if fmt == "json":
+        click.echo(
+            json.dumps({"by": by, "since": _iso(start), "until": _iso(end), **result}, indent=2)
+        )
+        return
+    rows = [*result["rows"], result["all"]]
+    if fmt == "text":
+        click.echo(f"Waits by {by}, {_iso(start)} .. {_iso(end)} (seconds)")
+    emit_rows(rows, waits_query.HEADERS, fmt)
 
 
 @audit.command()

@@ -40,6 +40,8 @@ from cluster.controller import Controller, StepReport
 from cluster.inventory import InventoryConfig
 from cluster.lease import LeaderElector
 from engine.errors import TemporaryError
+from engine.model import Job
+from engine.state import ClusterState
 from eventlog import open_log
 from eventlog.base import EventLog, LogUnavailable
 from gitsched.config import resolve_log_url
@@ -91,6 +93,19 @@ class Metrics:
             ["result"],
             registry=r,
         )
+        # Waits, as Kueue's kueue_local_queue_admission_wait_time_seconds: from when a job
+        # began waiting (its commit, the end of its retry backoff, its preemption) to the
+        # decision that admitted it, in the log's own times. Per queue: pending jobs above
+        # (gitsched_jobs_pending); reserved GPUs per queue come with the backfill
+        # reservations (issue 30 item 2) as gitsched_reserved_gpus{queue}, set in `record`.
+        self.admission_wait = Histogram(
+            "gitsched_admission_wait_seconds",
+            "From a job's start of waiting to its admission, by queue and priority class",
+            ["queue", "priority_class"],
+            buckets=(1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, 14400, 43200, 86400),
+            registry=r,
+        )
+        self._waits = AdmissionWaits()
 
     def record(self, report: StepReport, now: datetime) -> None:
         self.events.labels("cluster").inc(len(report.observed))
@@ -115,9 +130,64 @@ class Metrics:
                 pending[job.queue] = pending.get(job.queue, 0) + 1
         for queue, n in pending.items():
             self.pending.labels(queue).set(n)
+        for job, wait in self._waits.admitted(state):
+            self.admission_wait.labels(job.queue, job.priority_class).observe(wait)
         total = sum(n.gpus for n in state.nodes.values() if n.schedulable) * 1000
         used = sum(p.gpu_milli for p in state.placements.values())
         self.gpu_ratio.set(used / total if total else 0.0)
+
+
+class AdmissionWaits:
+    """Which jobs each pass admitted, and how long each waited, from the folded state: a
+    placement not seen before is an admission (a new time on a running job is a move);
+    a job waits from its commit, from the end of its retry backoff, or, preempted, from
+    the latest time the log told when it was seen waiting. The first pass only learns
+    what runs (admitted before this process started)."""
+
+    def __init__(self) -> None:
+        self._running: dict[str, str] | None = None  # job -> its placement's time
+        # waiting job -> (when it began waiting, its retry attempt then)
+        self._since: dict[str, tuple[str, int]] = {}
+
+    def admitted(self, state: ClusterState) -> list[tuple[Job, float]]:
+        out: list[tuple[Job, float]] = []
+        before = self._running
+        running = {key: p.started_at for key, p in state.placements.items()}
+        for key, at in sorted(running.items()):
+            job = state.jobs.get(key)
+            if before is None or job is None or key in before:
+                continue  # known, or moved (a move is no admission)
+            known = self._since.get(key)
+            since = _parse(known[0] if known else _waiting_since(state, key))
+            start = _parse(at)
+            if since is not None and start is not None:
+                out.append((job, max(0.0, (start - since).total_seconds())))
+        clock = datetime.fromtimestamp(state.clock, UTC).isoformat()
+        waiting: dict[str, tuple[str, int]] = {}
+        for key in state.jobs:
+            if key in running:
+                continue
+            retry = state.retries.get(key)
+            attempt = retry.attempt if retry is not None else 0
+            known = self._since.get(key)
+            if known is not None and known[1] == attempt:
+                waiting[key] = known  # still waiting since then
+            elif retry is not None and (known is not None or before is None or key in before):
+                waiting[key] = (retry.ready_at, attempt)  # requeued after a failure
+            elif before is not None and key in before:
+                waiting[key] = (clock, attempt)  # preempted
+            else:
+                waiting[key] = (_waiting_since(state, key), attempt)
+        self._running, self._since = running, waiting
+        return out
+
+
+def _waiting_since(state: ClusterState, key: str) -> str:
+    attempt = state.retries.get(key)
+    if attempt is not None:
+        return attempt.ready_at
+    job = state.jobs.get(key)
+    return job.submitted_at if job is not None else ""
 
 
 def _parse(text: str) -> datetime | None:

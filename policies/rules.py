@@ -283,6 +283,8 @@ def _frame(
         errors.extend(_check_pool(doc, cluster))
     for doc in by_kind["Queue"]:
         errors.extend(_check_queue(doc, cluster))
+    for doc in by_kind["Policy"]:
+        errors.extend(check_retry(doc))
     admission = policy.get("admission")
     limits: Mapping[str, Any] = admission if isinstance(admission, Mapping) else {}
     return _Frame(cluster, queues, team_queues, broken_queues, limits), errors
@@ -545,6 +547,7 @@ def _check_queue(doc: Document, cluster: _Cluster | None) -> Iterator[Finding]:
         )
     if cluster is not None:
         yield from _queue_references(doc, spec, cluster)
+    yield from check_retry(doc)
     seen: dict[str, int] = {}
     for index, quota in enumerate(spec.get("quotas", [])):
         flavor = quota["flavor"]
@@ -726,8 +729,25 @@ def _check_job(
             " jobs to list their allowed regions (admission.requireResidencyForIsolated)",
             "policy",
         )
+    yield from check_retry(doc)
     if cluster is not None and queue is not None:
         yield from _check_job_priority(doc, spec, queue, cluster)
+
+
+def check_retry(doc: Document) -> Iterator[Finding]:
+    """spec.retry of a Job, Queue or Policy: the first backoff is at most the longest
+    (each bound alone is the schema's)."""
+    retry = _spec(doc).get("retry")
+    if not isinstance(retry, Mapping):
+        return
+    first, longest = retry.get("backoffSeconds", 10), retry.get("maxBackoffSeconds", 3600)
+    if isinstance(first, int) and isinstance(longest, int) and first > longest:
+        yield doc.error(
+            ("spec", "retry", "backoffSeconds"),
+            f"backoffSeconds ({first}) is more than maxBackoffSeconds ({longest});"
+            " the first wait cannot be longer than the longest",
+            "policy",
+        )
 
 
 def _check_job_references(

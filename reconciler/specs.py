@@ -33,7 +33,9 @@ from engine.model import (
     PreemptionScope,
     PriorityClass,
     Queue,
+    RequeueTimestamp,
     Resources,
+    RetryPolicy,
     TopologyMode,
     TopologyRequirement,
     job_key,
@@ -597,7 +599,10 @@ def _cluster(spec: Mapping[str, Any], name: str) -> ClusterSpec:
             for f in spec.get("gpuFlavors", ())
         ),
         priority_classes=tuple(
-            PriorityClass(p["name"], int(p["value"])) for p in spec.get("priorityClasses", ())
+            PriorityClass(
+                p["name"], int(p["value"]), (p.get("preemption") or {}).get("minRuntimeMinutes")
+            )
+            for p in spec.get("priorityClasses", ())
         ),
         default_priority_class=spec.get("defaultPriorityClass", ""),
     )
@@ -657,6 +662,20 @@ def _queue(name: str, spec: Mapping[str, Any], team: str) -> Queue:
             )
             for q in spec.get("quotas", ())
         ),
+        retry=retry_of(spec.get("retry")),
+        min_runtime_minutes=(spec.get("preemption") or {}).get("minRuntimeMinutes"),
+    )
+
+
+def retry_of(spec: Mapping[str, Any] | None) -> RetryPolicy | None:
+    """spec.retry of a Job, Queue or Policy; None when it is not there."""
+    if spec is None:
+        return None
+    base = RetryPolicy()
+    return RetryPolicy(
+        max_retries=int(spec.get("maxRetries", base.max_retries)),
+        backoff_seconds=int(spec.get("backoffSeconds", base.backoff_seconds)),
+        max_backoff_seconds=int(spec.get("maxBackoffSeconds", base.max_backoff_seconds)),
     )
 
 
@@ -691,6 +710,7 @@ def _job(name: str, spec: Mapping[str, Any], queue: str, cluster: ClusterSpec, f
         residency=tuple(spec.get("residency", ())),
         file=file,
         template=spec.get("template"),
+        retry=retry_of(spec.get("retry")),
     )
 
 
@@ -729,6 +749,10 @@ def policy_of(spec: Mapping[str, Any]) -> Policy:
             spec.get("fairness", {}).get("usageHalfLifeHours", base.usage_half_life_hours)
         ),
         idle=_idle_policy(spec.get("idle", {}), base.idle),
+        retry=retry_of(spec.get("retry")),
+        requeue_timestamp=RequeueTimestamp(
+            spec.get("retry", {}).get("requeueTimestamp", base.requeue_timestamp)
+        ),
     )
 
 

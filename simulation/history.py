@@ -287,6 +287,7 @@ class Simulation:
             "file": f"teams/{job.queue}/jobs/{name}.yaml",
             "submitted_at": self.stamp,
             "template": None,
+            "retry": None,
         }
 
     def _submit(self) -> None:
@@ -524,6 +525,7 @@ class Simulation:
                                 "lost_gpu_seconds": 0.0,
                                 "solve_id": solve_id,
                                 "rule": "place-gone",
+                                "at": at,
                             },
                         )
                     )
@@ -554,6 +556,7 @@ class Simulation:
                                 "lost_gpu_seconds": 60.0,
                                 "solve_id": solve_id,
                                 "rule": "within-queue",
+                                "at": at,
                             },
                         )
                     )

@@ -2,7 +2,8 @@
 engine's own rule (`engine.placement.preemption.judge`), on what the fold knows at that
 event: the policy, both jobs, their queues, and what each queue runs of the flavor.
 
-A stop that no rule allows is a violation: a preemptor that may not preempt the victim,
+A stop that no rule allows is a violation: a preemptor that may not preempt the victim
+or a victim younger than its minimum run time (`too_young`, on the decision's time),
 a reclaim from a queue that did not borrow or by a queue not below its nominal quota, a
 recorded rule that is not the one the rules give, or a "place-gone" stop with no node,
 spec or quota change since the victim started.
@@ -13,7 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from engine.model import Policy, PreemptionScope
-from engine.placement.preemption import Party, Rule, judge
+from engine.placement.preemption import Party, Rule, judge, protection_minutes, too_young
 
 if TYPE_CHECKING:
     from audit.projection.state import ProjectionState, Running
@@ -44,6 +45,21 @@ def _nominal(state: ProjectionState, queue: str, flavor: str) -> int | None:
     info = state.queues.get(queue)
     quota = info.quotas.get(flavor) if info is not None else None
     return quota[0] if quota else None
+
+
+def _min_runtime(state: ProjectionState, queue: str, priority_class: str) -> int:
+    """`engine.placement.preemption.min_runtime_minutes`, on what the fold keeps."""
+    info = state.queues.get(queue)
+    by_queue = info.data.get("min_runtime_minutes") if info is not None else None
+    by_class = next(
+        (
+            c.get("min_runtime_minutes")
+            for c in state.priority_classes
+            if c["name"] == priority_class
+        ),
+        None,
+    )
+    return protection_minutes(by_queue, by_class)
 
 
 def check(
@@ -109,6 +125,15 @@ def check(
     )
     if not isinstance(verdict, Rule):
         return f"{key} preempted by {by}, which the rules do not allow: {verdict}", evidence
+    young = too_young(
+        key,
+        _min_runtime(state, victim.queue, victim.priority_class),
+        run.time,
+        d.get("at") or "",  # "" before JobPreempted v3: the decision's time is unknown
+        preemptor_preemptible=preemptor.preemptible,
+    )
+    if young is not None:
+        return f"{key} preempted by {by} too early: {young}", evidence
     if rule != Rule.UNRECORDED and rule != verdict:
         return f"{key} preempted by {by} under rule {rule}, but the rules give {verdict}", evidence
     return None

@@ -56,6 +56,7 @@ from audit.projection.vocabulary import (
 )
 from engine.events import EVENT_TYPES
 from engine.model import utc_time
+from engine.state import requeue_reason
 from engine.units import gpus_text as gpus
 from eventlog.codec import upcast
 from eventlog.timeline import COMMIT_EVENTS, Timeline
@@ -126,9 +127,13 @@ class Projector:
             "GpuUtilizationReported": self._not_projected,
             "JobIdle": self._not_projected,
             "JobIdleCleared": self._not_projected,
+            "JobRequeued": self._job_requeued,
+            # The end of a backoff only wakes the solver: the placement that follows is the row.
+            "JobBackoffEnded": self._not_projected,
         }
         assert set(self._handlers) == set(EVENT_TYPES), "every event type needs a handler"
         self._people: dict[str, str] = {}  # actor -> person(actor): a few authors submit every job
+        self._failed: dict[str, JobInfo] = {}  # the job the last JobFailed forgot
         # type -> (handler, the schema version it reads): one look-up an event
         self._dispatch = {
             name: (handler, EVENT_TYPES[name].schema_version)
@@ -230,7 +235,15 @@ class Projector:
         s = self.state
         s.cluster = self.cluster.save()
         batch.open_placements = [
-            (*r.row(), None, None, None, None, None, None, r.queued) for r in s.running.values()
+            (
+                *r.row(),
+                *(None,) * 6,
+                r.queued,
+                r.priority_class,
+                r.attempt,
+                epoch(r.queued) if r.queued else None,
+            )
+            for r in s.running.values()
         ]
         batch.open_versions = [
             (v[0], v[1], v[2], v[3], v[4], v[5], None, None, None, v[6])
@@ -327,6 +340,9 @@ class Projector:
                 reason,
                 stored.cause,
                 run.queued,
+                run.priority_class,
+                run.attempt,
+                epoch(run.queued) if run.queued else None,
             )
         )
         if milli:
@@ -407,6 +423,8 @@ class Projector:
             reason,
             stored.cause,
             job.waiting_since if job is not None and job.waiting_since else self._time,
+            job.priority_class if job is not None else "",
+            job.attempt if job is not None else 1,
         )
         if milli:
             day_key = (
@@ -506,10 +524,35 @@ class Projector:
     def _job_failed(self, stored: Envelope, d: dict[str, Any], batch: Batch) -> None:
         code = d.get("exit_code")
         reason = f"failed: {d['reason']}" + (f" (exit code {code})" if code is not None else "")
+        info = self.state.jobs.get(d["job"])
         self._job_gone(d["job"], END_FAILED, reason, stored, batch)
+        if info is not None:
+            # A JobRequeued may follow in the same append: it takes the job up again.
+            self._failed = {d["job"]: info}
 
     def _job_interrupted(self, stored: Envelope, d: dict[str, Any], batch: Batch) -> None:
         self._close_interval(d["job"], END_STOPPED, d["reason"], stored, batch)
+
+    def _job_requeued(self, stored: Envelope, d: dict[str, Any], batch: Batch) -> None:
+        """The failed job waits again: its next interval is attempt `attempt` + 1, and it
+        waits from the end of its backoff (Kueue counts a requeued workload's wait from
+        its requeue), the reason in its pending version."""
+        s = self.state
+        job = d["job"]
+        key = f"{job['queue']}/{job['name']}"
+        # An interrupted gang's interval is closed by its JobInterrupted; a failed one's by
+        # its JobFailed, which forgot the job: the user is the one who submitted it.
+        old = s.jobs.get(key) or self._failed.get(key)
+        info = self._job_info(stored, job, old.user if old else person(stored.actor), d["ready_at"])
+        info.attempt = int(d["attempt"]) + 1
+        s.jobs[key] = info
+        self._failed.pop(key, None)
+        reason = requeue_reason(
+            int(d["attempt"]), int(d["max_retries"]), d["cause"], d["reason"], d["ready_at"]
+        )
+        self._open_version(KIND_PENDING, key, stored, _pending_data(reason, "backoff"), batch)
+        if s.effects_of is not None:
+            self._effect(stored, key, f"requeued: {reason}", batch)
 
     def _job_info(
         self, stored: Envelope, job: dict[str, Any], user: str, waiting_since: str

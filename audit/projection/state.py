@@ -71,6 +71,8 @@ class JobInfo:
     seq: int
     # When it last began waiting to be placed: its commit, or the end of its last interval.
     waiting_since: str = ""
+    # 1, then one more each time it is requeued after a failure (JobRequeued)
+    attempt: int = 1
 
 
 @dataclass(slots=True)
@@ -94,6 +96,8 @@ class Running:
     reason: str
     cause: str
     queued: str = ""  # when the job began waiting for this placement
+    priority_class: str = ""
+    attempt: int = 1  # the job's attempt this interval belongs to (retries)
 
     def row(self) -> tuple[Any, ...]:
         return (

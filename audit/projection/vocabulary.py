@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from datetime import datetime
 
-FORMAT_VERSION = "6"  # 6: fair share and solves, folded by the engine
+FORMAT_VERSION = "7"  # 7: placements carry the priority class and the attempt (retries)
 
 # How a placement interval started and ended; `history` shows them like sacct's State.
 START_ADMITTED, START_MOVED = "admitted", "moved"

@@ -50,6 +50,7 @@ from engine.placement.preemption import (
     admission_order,
     below_nominal,
     judge,
+    min_runtime_protection,
     party,
     reason_text,
     victim_order,
@@ -715,6 +716,15 @@ class GreedyPlacer:
             if not isinstance(rule_for(other, fit.flavor), Rule):
                 continue
             was = instance.current.get(key)
+            if was is not None and min_runtime_protection(
+                other,
+                was.started_at,
+                instance.now,
+                packing.queues,
+                instance.cluster,
+                preemptor_preemptible=job.preemptible,
+            ):
+                continue  # younger than its minimum run time
             lost = lost_gpu_seconds(other, was, instance.now) if was else 0.0
             order = victim_order(job, other, lost, was.started_at if was else "")
             candidates.append((order, other))

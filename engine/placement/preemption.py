@@ -15,6 +15,8 @@ The rules (docs/quotas-and-preemption.md has the examples):
 - waiting jobs: per queue by priority (then age), and across queues a job that fits within
   its queue's nominal quota goes before one that would borrow.
 Priority is an order, never a price: lost work chooses victims, not whether to preempt.
+A running job younger than its queue's or priority class's minRuntimeMinutes is no victim
+but of non-preemptible work (`too_young`; docs/time.md).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 
-from engine.model import Job, Placement, Policy, PreemptionScope, Queue
+from engine.model import ClusterSpec, Job, Placement, Policy, PreemptionScope, Queue
 from engine.placement.constraints import QuotaLedger, eligible_flavors
 from engine.placement.plan import JobOutcome, OutcomeStatus, PlacementInstance
 
@@ -92,6 +94,68 @@ def judge(
 def party(job: Job, queues: Mapping[str, Queue]) -> Party:
     queue = queues.get(job.queue)
     return Party(job.queue, queue.cohort if queue else None, job.priority, job.preemptible)
+
+
+# -- minimum run time (KAI's preemptMinRuntime / reclaimMinRuntime) ------------------------
+
+
+def min_runtime_minutes(
+    victim: Job, queues: Mapping[str, Queue], cluster: ClusterSpec | None
+) -> int:
+    """The victim's protection: the longer of its queue's and its priority class's
+    preemption.minRuntimeMinutes (0 when neither sets one)."""
+    queue = queues.get(victim.queue)
+    by_queue = queue.min_runtime_minutes if queue is not None else None
+    by_class = None
+    if cluster is not None:
+        for pc in cluster.priority_classes:
+            if pc.name == victim.priority_class:
+                by_class = pc.min_runtime_minutes
+    return protection_minutes(by_queue, by_class)
+
+
+def protection_minutes(by_queue: int | None, by_class: int | None) -> int:
+    """A queue's and a priority class's minRuntimeMinutes together: the longer protects."""
+    return max(by_queue or 0, by_class or 0)
+
+
+def too_young(
+    victim: str, minutes: int, started_at: str, now: str, *, preemptor_preemptible: bool
+) -> str | None:
+    """Why the job `victim`, running since `started_at` under a minimum run time of
+    `minutes`, is no victim at `now` (the time of the event being decided); None when it
+    may be preempted: old enough, no minimum, or the preemptor is non-preemptible work
+    (which always may). A node loss never asks: a place that is gone is no preemption by
+    a job. Greedy, the MILP (through `Rights` and `attribute`), `plan` and `audit
+    compliance` all ask this one function."""
+    if not preemptor_preemptible or minutes <= 0 or not started_at or not now:
+        return None
+    ran = _epoch(now) - _epoch(started_at)
+    if ran >= minutes * 60:
+        return None
+    return (
+        f"{victim} has run {max(ran, 0.0) / 60:.1f} of its {minutes} minimum minutes"
+        " (preemption.minRuntimeMinutes)"
+    )
+
+
+def min_runtime_protection(
+    victim: Job,
+    started_at: str,
+    now: str,
+    queues: Mapping[str, Queue],
+    cluster: ClusterSpec | None,
+    *,
+    preemptor_preemptible: bool = True,
+) -> str | None:
+    """`too_young` for a job of the instance."""
+    return too_young(
+        victim.key,
+        min_runtime_minutes(victim, queues, cluster),
+        started_at,
+        now,
+        preemptor_preemptible=preemptor_preemptible,
+    )
 
 
 # -- the order of victims and of waiting jobs ------------------------------------------------
@@ -240,6 +304,10 @@ class Rights:
         self.ledger = start_ledger(instance)
         self.queues = self.ledger.queues
         self.current = instance.current
+        self.now = instance.now
+        self.cluster = instance.cluster
+        # Queues with non-preemptible work: a claimant of theirs may preempt a young job.
+        self.unstoppable = frozenset(j.queue for j in instance.jobs if not j.preemptible)
         self.members: dict[str, list[str]] = defaultdict(list)
         for q in instance.queues:
             if q.cohort is not None:
@@ -256,7 +324,18 @@ class Rights:
         placement = self.current.get(victim.key)
         flavor = placement.flavor if placement is not None else None
         found = judge_jobs(self.policy, preemptor, victim, flavor, self.ledger)
-        return found if isinstance(found, Rule) else None
+        if not isinstance(found, Rule):
+            return None
+        if placement is not None and min_runtime_protection(
+            victim,
+            placement.started_at,
+            self.now,
+            self.queues,
+            self.cluster,
+            preemptor_preemptible=preemptor.preemptible,
+        ):
+            return None
+        return found
 
     def claimable(self, claimants: Iterable[Job], candidates: Iterable[Job]) -> set[str]:
         """The candidates some claimant (not the candidate itself) may preempt."""
@@ -287,7 +366,9 @@ class Rights:
             if top is None:
                 continue
             other = self.queues.get(name)
-            claimant = Party(name, other.cohort if other else None, top[0])
+            claimant = Party(
+                name, other.cohort if other else None, top[0], name not in self.unstoppable
+            )
             if self.may(claimant, victim) is not None:
                 return True
         return False
@@ -402,6 +483,16 @@ def attribute(
             if p.key == victim.key or p.key not in after:
                 continue
             verdict = judge_jobs(policy, p, victim, was.flavor, ledger)
+            if isinstance(verdict, Rule):
+                young = min_runtime_protection(
+                    victim,
+                    was.started_at,
+                    instance.now,
+                    ledger.queues,
+                    instance.cluster,
+                    preemptor_preemptible=p.preemptible,
+                )
+                verdict = young or verdict
             if isinstance(verdict, Rule) and borrows_after(p):
                 verdict = f"{p.key} would borrow once admitted (never preempt to borrow)"
             if isinstance(verdict, Rule):

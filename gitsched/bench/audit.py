@@ -26,6 +26,7 @@ import click
 from audit import changes as changes_query
 from audit import compliance as compliance_query
 from audit import fairshare, history, pointintime, solves, usage
+from audit import waits as waits_query
 from audit.catchup import catch_up, rebuild
 from audit.store import AuditStore, EventList, checked_meta
 from audit.verify import verify_log
@@ -203,6 +204,18 @@ def command(events: int, seed: int, work_dir: str, samples: int, fmt: str) -> No
         "usage --by flavor (30 days)",
         runs,
         lambda: usage.by_flavor(store, last_ts - month, last_ts),
+    )
+    timed(
+        "waits --by queue (1 day)",
+        samples,
+        lambda: waits_query.waits(
+            store, by="queue", since=(s := rng.uniform(first_ts, last_ts - 86400)), until=s + 86400
+        ),
+    )
+    timed(
+        "waits --by size (30 days)",
+        runs,
+        lambda: waits_query.waits(store, by="size", since=last_ts - month, until=last_ts),
     )
     timed("changes", runs, lambda: changes_query.changes(store), verify=True)
     timed(

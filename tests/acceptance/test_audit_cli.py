@@ -129,8 +129,35 @@ def test_history_tells_why_each_interval_ended(audited: Path) -> None:
     ).stdout
     assert (
         csv.splitlines()[0]
-        == "job,user,nodes,replicas,gpus,flavor,queued,start,wait_s,end,state,start_reason,end_reason"
+        == "job,attempt,user,nodes,replicas,gpus,flavor,queued,start,wait_s,end,state,start_reason,end_reason"
     )
+
+
+def test_waits_give_the_figures_of_the_admissions_history_lists(audited: Path) -> None:
+    """`audit waits` over a period: per queue, the count and the largest wait of the
+    intervals `audit history` shows admitted in it, and one JSON document."""
+    result = gitsched_cli("audit", "waits", *PERIOD, "--repo", audited, "--format", "json").json()
+    assert (result["by"], result["since"]) == ("queue", "2025-11-16T09:00:00.000000Z")
+    expected: dict[str, list[float]] = {}
+    for team in ("ml", "cv", "risk"):
+        rows = gitsched_cli(
+            "audit", "history", "--team", team, *PERIOD, "--repo", audited, "--format", "json"
+        ).json()
+        for r in rows:
+            start = r["start"].replace(".000000", "")
+            if (
+                r["start_kind"] == "admitted"
+                and r["wait_s"] is not None
+                and PERIOD[1] <= start < PERIOD[3]
+            ):
+                expected.setdefault(r["queue"], []).append(r["wait_s"])
+    got = {r["group"]: (r["count"], r["max_wait_s"]) for r in result["rows"]}
+    assert got == {q: (len(w), max(w)) for q, w in expected.items()}
+    assert result["all"]["count"] == sum(len(w) for w in expected.values()) > 0
+    csv = gitsched_cli("audit", "waits", "--by", "size", "--repo", audited, "--format", "csv")
+    lines = csv.stdout.splitlines()
+    assert lines[0] == "group,count,mean_wait_s,p50_wait_s,p95_wait_s,p99_wait_s,max_wait_s"
+    assert lines[-1].startswith("all,")
 
 
 def test_usage_balances_borrowed_against_lent(audited: Path) -> None:

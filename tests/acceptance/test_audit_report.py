@@ -83,7 +83,7 @@ def test_chromium_draws_the_charts_and_tables(
     assert done.returncode == 0, done.stderr[-2000:]
     dom = done.stdout
     # plotly marks a div it has drawn into and gives every plot two SVG layers.
-    for chart in ("utilisation-chart", "placements-gantt"):
+    for chart in ("utilisation-chart", "gpu-utilisation-chart", "wait-chart", "placements-gantt"):
         match = re.search(rf'<div id="{chart}"[^>]*class="([^"]*)"', dom)
         assert match and "js-plotly-plot" in match.group(1), f"{chart} was not drawn"
     assert dom.count('class="main-svg"') >= 4
@@ -97,9 +97,16 @@ def test_chromium_draws_the_charts_and_tables(
     assert dom.count('class="trace scatter') >= 3
     for team in ("ml", "cv", "risk"):
         assert f'data-unformatted="{team}"' in dom, f"no legend entry for {team}"
+    # The wait table: the same figures as `audit waits` over the report's period.
+    waits = gitsched_cli("audit", "waits", "--repo", audited, "--format", "json").json()
+    assert waits["all"]["count"] > 0
+    for row in waits["rows"]:
+        assert f'<td>{row["group"]}</td><td class="num">{row["count"]}</td>' in dom
     for text in (
         "Audit report: cluster audit-test",
         "Changes with provenance",
+        "GPU utilisation over time",
+        "Waits per queue",
         "quota-approval",
         "FAIL",
     ):

@@ -58,6 +58,7 @@ CASES: dict[str, tuple[tuple[str, ...], tuple[int, ...]]] = {
     "audit history": (("audit", "history", "--team", "ml", "--repo", "{repo}"), (0,)),
     "audit at": (("audit", "at", "--seq", "3", "--repo", "{repo}"), (0,)),
     "audit usage": (("audit", "usage", "--repo", "{repo}"), (0,)),
+    "audit waits": (("audit", "waits", "--by", "size", "--repo", "{repo}"), (0,)),
     "audit fairshare": (("audit", "fairshare", "--repo", "{repo}"), (0,)),
     "audit solves": (("audit", "solves", "--repo", "{repo}"), (0,)),
     "telemetry ingest": (

@@ -126,9 +126,31 @@ def test_a_stored_v1_job_preempted_reads_as_v2_with_its_rule_unrecorded() -> Non
     event = codec.decode(old)
     assert isinstance(event, ev.JobPreempted)
     assert event.rule == "unrecorded" and event.preempted_by == "q/high"
-    assert ev.JobPreempted.schema_version == 2
+    assert ev.JobPreempted.schema_version == 3
     new = codec.encode(event, id="x/1", actor="solver", cause="c")
-    assert new.schema_version == 2 and new.data["rule"] == "unrecorded"
+    assert new.schema_version == 3 and new.data["rule"] == "unrecorded"
+    assert new.data["at"] == ""
+
+
+def test_a_stored_v2_job_preempted_reads_as_v3_with_its_decision_time_unknown() -> None:
+    """v3 records when the decision that stopped the job was made (minimum run time is
+    re-judged on it); a v2 event never knew it."""
+    old = stored(
+        "JobPreempted",
+        2,
+        {
+            "job": "q/low",
+            "reason": "preempted by q/high (priority 900 > 100)",
+            "preempted_by": "q/high",
+            "lost_gpu_seconds": 0.0,
+            "solve_id": "s1",
+            "rule": "within-queue",
+        },
+    )
+    event = codec.decode(old)
+    assert event == ev.JobPreempted(
+        "q/low", "preempted by q/high (priority 900 > 100)", "q/high", 0.0, "s1", "within-queue", ""
+    )
 
 
 def test_a_v1_commit_applied_reads_with_its_author_date_and_committer_unknown() -> None:
