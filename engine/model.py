@@ -116,6 +116,9 @@ class Queue:
     max_priority_class: str | None = None
     quotas: tuple[FlavorQuota, ...] = ()
     owners: tuple[str, ...] = ()
+    # Kueue's ClusterQueue spec.preemption.reclaimWithinCohort: whose borrowed capacity this
+    # queue's jobs may take back; None: the Policy's (engine/placement/preemption.py).
+    reclaim_within_cohort: PreemptionScope | None = None
 
     def quota(self, flavor: str) -> FlavorQuota | None:
         for q in self.quotas:

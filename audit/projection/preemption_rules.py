@@ -32,6 +32,13 @@ def _policy(data: dict[str, Any]) -> Policy:
     )
 
 
+def _reclaim(queue: dict[str, Any]) -> PreemptionScope | None:
+    """The queue's own reclaimWithinCohort, as its QueueDefined recorded it (None: the
+    Policy's; queues logged before the field existed have none)."""
+    value = queue.get("reclaim_within_cohort")
+    return PreemptionScope(value) if value else None
+
+
 def _usage(state: ProjectionState, queue: str, flavor: str, leave_out: str | None) -> int:
     return sum(
         r.gpu_milli
@@ -97,6 +104,7 @@ def check(
             preemptor.queue,
             preemptor_queue.cohort if preemptor_queue else None,
             preemptor.priority,
+            reclaim=_reclaim(preemptor_queue.data if preemptor_queue else {}),
         ),
         Party(
             victim.queue,

@@ -668,17 +668,22 @@ class GreedyPlacer:
         queue = packing.queues.get(job.queue)
         if queue is None:
             return None
-        for flavor in eligible_flavors(job, queue):
-            found = GreedyPlacer._victims_on(packing, job, jobs, flavor)
-            if found is not None:
-                return found
+        flavors = eligible_flavors(job, queue)
+        # Reclaim comes first on every flavor the job may use, then its own queue's
+        # lower-priority jobs (victim_order across flavors: borrowers first).
+        for reclaim_only in (True, False):
+            for flavor in flavors:
+                found = GreedyPlacer._victims_on(packing, job, jobs, flavor, reclaim_only)
+                if found is not None:
+                    return found
         return None
 
     @staticmethod
     def _victims_on(
-        packing: Packing, job: Job, jobs: dict[str, Job], flavor: str | None
+        packing: Packing, job: Job, jobs: dict[str, Job], flavor: str | None, reclaim_only: bool
     ) -> tuple[Fit, list[tuple[Job, Rule, str | None]]] | None:
-        """Victims on one flavor (None: a CPU-only job, which preempts in its own queue)."""
+        """Victims on one flavor (None: a CPU-only job, which preempts in its own queue);
+        with `reclaim_only`, of other queues only."""
         instance = packing.instance
         policy = instance.policy
         ledger = packing.ledger
@@ -712,6 +717,8 @@ class GreedyPlacer:
             other = jobs[key]
             if other.queue != job.queue and (flavor is None or fit.flavor != flavor):
                 continue  # reclaim frees quota and GPUs of the flavor the job needs
+            if reclaim_only and other.queue == job.queue:
+                continue
             if not isinstance(rule_for(other, fit.flavor), Rule):
                 continue
             was = instance.current.get(key)

@@ -49,7 +49,7 @@ from engine.placement.plan import (
     PlacementPlan,
     SolveStats,
 )
-from engine.placement.preemption import Rights
+from engine.placement.preemption import Rights, Rule
 from engine.placement.realise import PACKING_ORDERS, best_realisation, realise
 from engine.placement.running import keep_problem
 from engine.placement.topology import gang_topology
@@ -182,6 +182,10 @@ class MilpPlacer:
         movable = frozenset(
             rights.claimable((jobs[k] for k in sorted(free)), (jobs[k] for k in running))
         )
+        if movable:
+            # The reclaims the rules require of the change, as greedy finds them on the
+            # whole sub-problem (the incremental start keeps every running job).
+            self._reclaims = reclaims(GreedyPlacer().solve(sub))
         options = BuildOptions(
             small=False,
             keep_all=True,
@@ -200,6 +204,7 @@ class MilpPlacer:
         self._split = self._started
         self._rens = (0, 0)
         self._clock_stopped = False
+        self._reclaims: tuple[tuple[str, str], ...] = ()
 
     def _run(
         self, model: LinearModel, limits: SolveLimits, warm: Sequence[float] | None = None
@@ -251,11 +256,18 @@ class MilpPlacer:
         for col in formulation.escapes:
             upper[col] = 0.0
         closed = lp.with_bounds(lp.col_lower, upper) if formulation.escapes else lp
+        lower, upper = list(closed.col_lower), list(closed.col_upper)
+        if fix_reclaims(formulation, self._reclaims or reclaims(greedy_sub), lower, upper):
+            closed = closed.with_bounds(lower, upper)
+            if warm is not None and any(
+                not lo - EPS <= v <= hi + EPS for v, lo, hi in zip(warm, lower, upper, strict=True)
+            ):
+                warm = None
 
         def left() -> float:
             return max(0.2, policy.time_limit_s - (time.perf_counter() - started))
 
-        if lp.num_cols <= DIRECT_COLUMNS and not formulation.escapes and not options.keep_all:
+        if lp.num_cols <= DIRECT_COLUMNS and not formulation.escapes:
             # Small enough to solve outright: its MIP bound is the bound.
             limits = SolveLimits(left(), policy.gap_tolerance, node_limit=policy.node_limit)
             solution = self._run(closed, limits, warm)
@@ -840,3 +852,36 @@ def _contested_classes(formulation: Formulation, lp_values: tuple[float, ...]) -
     if domains:
         hot.update(cls.id for cls in formulation.classes if domains & set(cls.domains.values()))
     return hot
+
+
+def reclaims(plan: PlacementPlan) -> tuple[tuple[str, str], ...]:
+    """(victim, claimant) of every reclaim in a plan that applies the rules' victim choice
+    (greedy's): what the MILP must do too."""
+    return tuple(
+        (o.job, o.preempted_by)
+        for o in plan.outcomes
+        if o.status is OutcomeStatus.PREEMPTED and o.rule == Rule.RECLAIM and o.preempted_by
+    )
+
+
+def fix_reclaims(
+    formulation: Formulation,
+    forced: Sequence[tuple[str, str]],
+    lower: list[float],
+    upper: list[float],
+) -> bool:
+    """Fix in the model the reclaims the rules require (docs/quotas-and-preemption.md:
+    reclaim comes before waiting and before preempting the own queue): each victim stops,
+    each claimant runs. The objective weighs priority within nominal quota, which reclaim
+    with `Any` ignores; the rules decide reclaim, the MILP the rest. Whether it fixed any."""
+    fixed = False
+    for victim, claimant in forced:
+        v, c = formulation.jobs.get(victim), formulation.jobs.get(claimant)
+        if v is None or c is None or c.place < 0:
+            continue
+        for col in (v.keep, v.place):
+            if col >= 0:
+                lower[col] = upper[col] = 0.0
+        lower[c.place] = upper[c.place] = 1.0
+        fixed = True
+    return fixed

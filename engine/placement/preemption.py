@@ -49,6 +49,8 @@ class Party:
     cohort: str | None
     priority: int
     preemptible: bool = True
+    # The party's queue's own reclaimWithinCohort (Kueue: per ClusterQueue); None: the Policy's.
+    reclaim: PreemptionScope | None = None
 
 
 def judge(
@@ -74,7 +76,7 @@ def judge(
         return Rule.WITHIN_QUEUE
     if preemptor.cohort is None or preemptor.cohort != victim.cohort:
         return f"queues {preemptor.queue} and {victim.queue} share no cohort"
-    scope = policy.reclaim_within_cohort
+    scope = preemptor.reclaim or policy.reclaim_within_cohort
     if scope is PreemptionScope.NEVER:
         return "reclaimWithinCohort is Never"
     if scope is PreemptionScope.LOWER_PRIORITY and preemptor.priority <= victim.priority:
@@ -91,7 +93,13 @@ def judge(
 
 def party(job: Job, queues: Mapping[str, Queue]) -> Party:
     queue = queues.get(job.queue)
-    return Party(job.queue, queue.cohort if queue else None, job.priority, job.preemptible)
+    return Party(
+        job.queue,
+        queue.cohort if queue else None,
+        job.priority,
+        job.preemptible,
+        queue.reclaim_within_cohort if queue else None,
+    )
 
 
 # -- the order of victims and of waiting jobs ------------------------------------------------
@@ -287,7 +295,12 @@ class Rights:
             if top is None:
                 continue
             other = self.queues.get(name)
-            claimant = Party(name, other.cohort if other else None, top[0])
+            claimant = Party(
+                name,
+                other.cohort if other else None,
+                top[0],
+                reclaim=other.reclaim_within_cohort if other else None,
+            )
             if self.may(claimant, victim) is not None:
                 return True
         return False
@@ -417,3 +430,4 @@ def attribute(
         p, rule = found
         by[victim.key] = (p.key, rule, reason_text(rule, p, victim, was.flavor))
     return Attribution(by, tuple(problems))
+

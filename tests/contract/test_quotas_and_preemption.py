@@ -54,6 +54,8 @@ class Scenario:
     expect: dict[str, OutcomeStatus | tuple[OutcomeStatus, str, str]]
     gpus: dict[str, int] = field(default_factory=lambda: {"h100": 16})
     policy: Policy = field(default_factory=Policy)
+    # queue -> its own spec.preemption.reclaimWithinCohort (else the Policy's)
+    reclaim: dict[str, PreemptionScope] = field(default_factory=dict)
 
 
 def j(name: str, q: str, gpus: float, level: int, **kw: object) -> Job:
@@ -168,23 +170,109 @@ SCENARIOS: dict[str, Scenario] = {
     ),
 }
 
+# Issue 31's reproduction: 32 GPUs, alpha (nominal 8, borrowingLimit 8) runs a high-priority
+# 2x8 gang and so borrows 8; beta runs 4 within nominal; gamma (nominal 16) asks for a 2x8
+# gang of normal priority. Kueue reclaims the gang (whole workloads) with `Any`.
+ISSUE_31 = dict(
+    queues=[
+        ("alpha", "c", {"h100": (8, 8, None)}),
+        ("beta", "c", {"h100": (8, None, None)}),
+        ("gamma", "c", {"h100": (16, None, None)}),
+    ],
+    running=[Run(j("gang", "alpha", 8, 2, replicas=2)), Run(j("small", "beta", 4, 0))],
+    waiting=[j("g", "gamma", 8, 1, replicas=2)],
+    gpus={"h100": 32},
+)
+RECLAIMED = {
+    "alpha/gang": (R, "reclaim", "gamma/g"),
+    "gamma/g": P,
+    "beta/small": K,
+}
+NOT_RECLAIMED = {"alpha/gang": K, "gamma/g": W, "beta/small": K}
+SCENARIOS.update(
+    {
+        "reclaim a high-priority borrowing gang (Any, the default)": Scenario(
+            **ISSUE_31,  # type: ignore[arg-type]
+            expect=RECLAIMED,
+        ),
+        "reclaim per queue: the queue's Any beats the Policy's Never": Scenario(
+            **ISSUE_31,  # type: ignore[arg-type]
+            expect=RECLAIMED,
+            policy=Policy(reclaim_within_cohort=PreemptionScope.NEVER),
+            reclaim={"gamma": PreemptionScope.ANY},
+        ),
+        "reclaim per queue: LowerPriority keeps a higher-priority borrower": Scenario(
+            **ISSUE_31,  # type: ignore[arg-type]
+            expect=NOT_RECLAIMED,
+            reclaim={"gamma": PreemptionScope.LOWER_PRIORITY},
+        ),
+        "reclaim per queue: Never keeps every borrower": Scenario(
+            **ISSUE_31,  # type: ignore[arg-type]
+            expect=NOT_RECLAIMED,
+            reclaim={"gamma": PreemptionScope.NEVER},
+        ),
+        "reclaim per queue: the borrower's own setting does not protect it": Scenario(
+            **ISSUE_31,  # type: ignore[arg-type]
+            expect=RECLAIMED,
+            reclaim={"alpha": PreemptionScope.NEVER},
+        ),
+        "reclaim before the own queue: lendable part of a lendingLimit": Scenario(
+            [("a", "c", {"h100": (8, None, 4)}), ("b", "c", {"h100": (8, None, None)})],
+            [Run(j("alow", "a", 4, 0)), Run(j("b1", "b", 8, 1), hours=5), Run(j("b2", "b", 4, 1))],
+            [j("ahigh", "a", 4, 2)],
+            {"a/ahigh": P, "a/alow": K, "b/b1": K, "b/b2": (R, "reclaim", "a/ahigh")},
+        ),
+        "reclaim before the own queue: a lendingLimit, the borrower's job straddles": Scenario(
+            [("a", "c", {"h100": (8, None, 4)}), ("b", "c", {"h100": (8, None, None)})],
+            [Run(j("alow", "a", 4, 0)), Run(j("b1", "b", 12, 1))],
+            [j("ahigh", "a", 4, 2)],
+            {"a/ahigh": P, "a/alow": K, "b/b1": (R, "reclaim", "a/ahigh")},
+        ),
+        "reclaim before the own queue: borrowed capacity on another flavor": Scenario(
+            [
+                ("a", "c", {"h100": (4, None, None), "a100": (4, None, None)}),
+                ("b", "c", {"h100": (4, None, None), "a100": (4, None, None)}),
+            ],
+            [
+                Run(job("alow", queue="a", gpu=4, priority=0, flavors=("h100", "a100"))),
+                Run(j("bh", "b", 4, 1)),
+                Run(job("ba1", queue="b", gpu=4, priority=1), flavor="a100", hours=5),
+                Run(job("ba2", queue="b", gpu=4, priority=1), flavor="a100", hours=1),
+            ],
+            [job("ahigh", queue="a", gpu=4, priority=2, flavors=("h100", "a100"))],
+            {
+                "a/ahigh": P,
+                "a/alow": K,
+                "b/bh": K,
+                "b/ba1": K,
+                "b/ba2": (R, "reclaim", "a/ahigh"),
+            },
+            gpus={"h100": 8, "a100": 8},
+        ),
+    }
+)
+
 
 def build(s: Scenario, spacing: int) -> PlacementInstance:
     def spaced(x: Job) -> Job:
         return replace(x, priority=100 + x.priority * spacing)
 
     nodes = [node(f"{f}-node", flavor=f, gpus=n) for f, n in s.gpus.items()]
-    queues = [queue(n, cohort=c, quotas=q) for n, c, q in s.queues]
+    queues = [
+        replace(queue(n, cohort=c, quotas=q), reclaim_within_cohort=s.reclaim.get(n))
+        for n, c, q in s.queues
+    ]
     used = dict.fromkeys(s.gpus, 0)
     current = {}
     for r in s.running:
         k = r.job.resources.whole_gpus
-        gpus = tuple(range(used[r.flavor], used[r.flavor] + k))
-        used[r.flavor] += k
+        replicas = []
+        for _ in range(r.job.replicas):
+            gpus = tuple(range(used[r.flavor], used[r.flavor] + k))
+            used[r.flavor] += k
+            replicas.append(ReplicaPlacement(f"{r.flavor}-node", gpus, GPU_MILLI))
         started = f"2026-11-22T{12 - r.hours:02.0f}:00:00+00:00"
-        current[r.job.key] = Placement(
-            r.job.key, r.flavor, (ReplicaPlacement(f"{r.flavor}-node", gpus, GPU_MILLI),), started
-        )
+        current[r.job.key] = Placement(r.job.key, r.flavor, tuple(replicas), started)
     jobs = [spaced(r.job) for r in s.running] + [spaced(x) for x in s.waiting]
     base = instance(nodes, queues, jobs, current, replace(s.policy, gap_tolerance=0.0))
     return replace(base, now=NOW)
