@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from engine.model import Policy, PreemptionScope
-from engine.placement.preemption import Party, Rule, judge
+from engine.placement.preemption import Party, Rule, judge, protected
 
 if TYPE_CHECKING:
     from audit.projection.state import ProjectionState, Running
@@ -37,6 +37,24 @@ def _reclaim(queue: dict[str, Any]) -> PreemptionScope | None:
     Policy's; queues logged before the field existed have none)."""
     value = queue.get("reclaim_within_cohort")
     return PreemptionScope(value) if value else None
+
+
+def _borrowing(state: ProjectionState, key: str, queue: str, flavor: str | None) -> bool:
+    """Whether a non-preemptible job held borrowed capacity at this event, so that it was
+    preemptible like any other (engine.placement.preemption.protected, the same rule)."""
+    info = state.queues.get(queue)
+    nominal = _nominal(state, queue, flavor) if flavor is not None else None
+    if info is None or info.cohort is None or nominal is None:
+        return False
+    held = [
+        (k, r.time, r.gpu_milli)
+        for k, r in state.running.items()
+        if r.queue == queue
+        and r.flavor == flavor
+        and (job := state.jobs.get(k)) is not None
+        and not job.preemptible
+    ]
+    return key not in protected(nominal, held)
 
 
 def _usage(state: ProjectionState, queue: str, flavor: str, leave_out: str | None) -> int:
@@ -110,7 +128,7 @@ def check(
             victim.queue,
             victim_queue.cohort if victim_queue else None,
             victim.priority,
-            victim.preemptible,
+            victim.preemptible or _borrowing(state, key, victim.queue, flavor),
         ),
         victim_queue_borrows=borrows,
         preemptor_queue_below_nominal=below,

@@ -16,13 +16,15 @@ from engine.placement.constraints import (
     replicas_text,
 )
 from engine.placement.plan import OutcomeStatus, PlacementInstance, PlacementPlan
+from engine.placement.preemption import borrowing_reclaimable, non_preemptible_borrowing
 from engine.placement.topology import Tree, topology_violation
 from engine.units import GPU_MILLI
 
 
 def check_plan(instance: PlacementInstance, plan: PlacementPlan) -> list[str]:
     """Every rule the plan breaks; an empty list means the plan is legal."""
-    problems: list[str] = []
+    instance = borrowing_reclaimable(instance)
+    problems: list[str] = non_preemptible_borrowing(instance, plan.outcomes)
     jobs = {j.key: j for j in instance.jobs}
     nodes = {n.name: n for n in instance.nodes}
     tree = Tree.of(instance.cluster, instance.nodes)

@@ -63,6 +63,7 @@ from engine.placement.plan import (
     PlacementPlan,
     SolveStats,
 )
+from engine.placement.preemption import borrowing_reclaimable
 from engine.placement.running import keep_problem
 from engine.placement.topology import Tree
 from engine.units import GPU_MILLI, gpus_from_milli
@@ -758,6 +759,7 @@ class DecomposedPlacer:
 
     def solve(self, instance: PlacementInstance) -> PlacementPlan:
         started = time.perf_counter()
+        instance = borrowing_reclaimable(instance)
         phases: list[tuple[str, float]] = []
         count = self.parts_for(instance)
         cut = partition(instance, count)
@@ -787,6 +789,7 @@ class DecomposedPlacer:
     ) -> PlacementPlan:
         """The changed jobs go to as few parts as hold them (the parts with the most free
         GPUs); those parts are re-solved incrementally, every other job runs or waits on."""
+        instance = borrowing_reclaimable(instance)
         started = time.perf_counter()
         phases: list[tuple[str, float]] = []
         count = self.parts_for(instance)

@@ -183,6 +183,9 @@ class Builder:
         self.coarse_rows: dict[int, ClassRows] = defaultdict(ClassRows)
         self.quota_terms: dict[tuple[str, str], Terms] = defaultdict(list)
         self.quota_const: dict[tuple[str, str], float] = defaultdict(float)
+        # What non-preemptible jobs hold per queue and flavor, and whether one is placed anew.
+        self.fixed_terms: dict[tuple[str, str], Terms] = defaultdict(list)
+        self.fixed_const: dict[tuple[str, str], float] = defaultdict(float)
         self.usage_terms: dict[tuple[str, str], Terms] = defaultdict(list)
         self.usage_const: dict[tuple[str, str], float] = defaultdict(float)
         self.by_flavor: dict[str | None, list[NodeClass]] = defaultdict(list)
@@ -210,6 +213,8 @@ class Builder:
     def charge(self, job: Job, flavor: str | None, col: int | None, replicas: float) -> None:
         """Quota (GPUs per queue and flavor) and fair-share usage of replicas of `job`."""
         r = job.resources
+        if flavor is not None and r.gpu_milli and not job.preemptible:
+            self.hold_fixed(job, flavor, col, replicas)
         if flavor is not None and r.gpu_milli:
             key = (job.queue, flavor)
             ranked = (job.queue, flavor, job.priority)
@@ -225,6 +230,29 @@ class Builder:
                     self.usage_const[(job.queue, res)] += replicas * amount
                 else:
                     self.usage_terms[(job.queue, res)].append((col, replicas * amount))
+
+    def hold_fixed(self, job: Job, flavor: str, col: int | None, replicas: float) -> None:
+        """What a non-preemptible job holds of its queue's flavor (`no_borrow` rows)."""
+        gpus = gpus_from_milli(replicas * job.resources.gpu_milli)
+        if col is None:
+            self.fixed_const[(job.queue, flavor)] += gpus
+        else:
+            self.fixed_terms[(job.queue, flavor)].append((col, gpus))
+
+    def add_no_borrow(self) -> None:
+        """A non-preemptible job does not borrow: a queue's non-preemptible jobs together
+        hold at most its nominal quota of a flavor (preemption.non_preemptible_fits), so
+        whatever it borrows can be reclaimed."""
+        for key in sorted(self.fixed_terms):
+            name, flavor = key
+            queue = self.queues.get(name)
+            fq = queue.quota(flavor) if queue is not None else None
+            nominal = gpus_from_milli(fq.nominal) if fq is not None else 0.0
+            self.lp.row(
+                f"no_borrow__{name}__{flavor}",
+                self.fixed_terms[key],
+                upper=nominal - self.fixed_const[key],
+            )
 
     def rows_of(self, entry: Entry) -> list[ClassRows]:
         if entry.coarse:
@@ -247,6 +275,8 @@ class Builder:
                 else 0.0
             )
             if rj.fixed:
+                if exempt and rj.placement.flavor is not None and job.resources.gpu_milli:
+                    self.hold_fixed(job, rj.placement.flavor, None, count)
                 self.charge(job, None if exempt else rj.placement.flavor, None, count)
                 self.lp.offset += self.weights.value(job, count) - spread_cost
                 continue
@@ -296,6 +326,8 @@ class Builder:
                     self.kept.on_node[node_name].append((jv.keep, float(gpus)))
                     self.kept.jobs_on_node[node_name].add(jv.keep)
                 self.charge(job, None if exempt else rj.placement.flavor, jv.keep, count)
+                if exempt and rj.placement.flavor is not None and job.resources.gpu_milli:
+                    self.hold_fixed(job, rj.placement.flavor, jv.keep, count)
             outcome = self.warm.get(key)
             moved_by_warm = outcome is not None and outcome.status is OutcomeStatus.MOVED
             if (job.preemptible and self.options.moves) or not rj.keepable or moved_by_warm:
@@ -832,6 +864,7 @@ class Builder:
             emit_class_rows(self.lp, cls, rows, frag, self.aux)
         self.add_quota()
         self.add_never_borrow()
+        self.add_no_borrow()
         if self.policy.fairness_weight:
             self.add_fairness()
         return self.formulation

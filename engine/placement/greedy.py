@@ -49,7 +49,9 @@ from engine.placement.preemption import (
     Rule,
     admission_order,
     below_nominal,
+    borrowing_reclaimable,
     judge,
+    non_preemptible_fits,
     party,
     reason_text,
     victim_order,
@@ -118,6 +120,8 @@ class Packing:
         self.nodes = {n.name: n for n in instance.nodes}
         self.free = {n.name: NodeFree.of(n) for n in instance.nodes}
         self.ledger = QuotaLedger(instance.queues)
+        # What non-preemptible jobs hold per queue and flavor (they stay within nominal).
+        self.fixed: dict[tuple[str, str], int] = defaultdict(int)
         self.queues: dict[str, Queue] = {q.name: q for q in instance.queues}
         self.running: dict[str, Fit] = {}
         self.running_in: dict[str, set[str]] = defaultdict(set)  # queue -> running job keys
@@ -220,6 +224,8 @@ class Packing:
             if free.free_gpu_milli <= 0:
                 self.open.discard(replica.node)
         self.ledger.add(job.queue, fit.flavor, len(fit.replicas) * job.resources.gpu_milli)
+        if not job.preemptible and fit.flavor is not None:
+            self.fixed[(job.queue, fit.flavor)] += len(fit.replicas) * job.resources.gpu_milli
         self.running[job.key] = fit
         self.running_in[job.queue].add(job.key)
 
@@ -234,6 +240,8 @@ class Packing:
             if free.free_gpu_milli > 0:
                 self.open.add(replica.node)
         self.ledger.remove(job.queue, fit.flavor, len(fit.replicas) * job.resources.gpu_milli)
+        if not job.preemptible and fit.flavor is not None:
+            self.fixed[(job.queue, fit.flavor)] -= len(fit.replicas) * job.resources.gpu_milli
         return fit
 
     # -- keeping a running job where it is ---------------------------------------------
@@ -347,6 +355,8 @@ class Packing:
                 and not self.ledger.below_nominal(job.queue, flavor, amount)
             ):
                 quota = (f"queue {job.queue} would borrow", f"quota__{job.queue}__{flavor}")
+            if quota is None and not job.preemptible and flavor is not None:
+                quota = self.non_preemptible_rejection(job, flavor, amount)
             result = self._pack_gang(job, flavor, candidates, count, rooms)
             if quota is None and isinstance(result, Fit):
                 return result
@@ -354,6 +364,23 @@ class Packing:
                 first_miss = self._explain(quota, result)
         assert first_miss is not None
         return first_miss
+
+    def non_preemptible_rejection(
+        self, job: Job, flavor: str, amount: int
+    ) -> tuple[str, str] | None:
+        """Why a non-preemptible job may not take `amount` of `flavor`: it would borrow."""
+        queue = self.queues.get(job.queue)
+        fq = queue.quota(flavor) if queue is not None else None
+        nominal = fq.nominal if fq is not None else 0
+        held = self.fixed[(job.queue, flavor)]
+        if non_preemptible_fits(nominal, held, amount):
+            return None
+        return (
+            f"job {job.key} is not preemptible and does not borrow: queue {job.queue}'s "
+            f"non-preemptible jobs would hold {gpus_text(held + amount)} of its nominal "
+            f"{gpus_text(nominal)} {flavor} GPUs",
+            f"no_borrow__{job.queue}__{flavor}",
+        )
 
     @staticmethod
     def _explain(quota: tuple[str, str] | None, packed: Fit | Miss) -> Miss:
@@ -546,6 +573,7 @@ class GreedyPlacer:
 
     def solve(self, instance: PlacementInstance) -> PlacementPlan:
         started = time.perf_counter()
+        instance = borrowing_reclaimable(instance)
         packing = Packing(instance)
         policy = instance.policy
         jobs = {j.key: j for j in instance.jobs}

@@ -49,7 +49,7 @@ from engine.placement.plan import (
     PlacementPlan,
     SolveStats,
 )
-from engine.placement.preemption import Rights, Rule
+from engine.placement.preemption import Rights, Rule, borrowing_reclaimable
 from engine.placement.realise import PACKING_ORDERS, best_realisation, realise
 from engine.placement.running import keep_problem
 from engine.placement.topology import gang_topology
@@ -118,9 +118,12 @@ class MilpPlacer:
         self._reserve = RESERVE_S
         self._clock_stopped = False
         self._node_limit = 0
+        # The reclaims an incremental solve must do (greedy on the whole sub-problem).
+        self._reclaims: tuple[tuple[str, str], ...] = ()
 
     def solve(self, instance: PlacementInstance) -> PlacementPlan:
         self._start()
+        instance = borrowing_reclaimable(instance)
         self._score = lambda outcomes: plan_objective(instance, outcomes)
         greedy = GreedyPlacer().solve(instance)
         self._mark("greedy")
@@ -137,6 +140,7 @@ class MilpPlacer:
         may preempt it (then it stays or stops, it never moves); every other waiting job
         waits on, for the reason the last solve gave."""
         self._start()
+        instance = borrowing_reclaimable(instance)
         jobs = {j.key: j for j in instance.jobs}
         nodes = {n.name: n for n in instance.nodes}
         running = {k: p for k, p in instance.current.items() if k in jobs}
@@ -204,7 +208,7 @@ class MilpPlacer:
         self._split = self._started
         self._rens = (0, 0)
         self._clock_stopped = False
-        self._reclaims: tuple[tuple[str, str], ...] = ()
+        self._reclaims = ()
 
     def _run(
         self, model: LinearModel, limits: SolveLimits, warm: Sequence[float] | None = None

@@ -22,7 +22,7 @@ from __future__ import annotations
 import heapq
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from enum import StrEnum
 
@@ -100,6 +100,100 @@ def party(job: Job, queues: Mapping[str, Queue]) -> Party:
         job.preemptible,
         queue.reclaim_within_cohort if queue else None,
     )
+
+
+# -- non-preemptible work stays within nominal quota -----------------------------------------
+
+
+def non_preemptible_fits(nominal: int, held: int, amount: int) -> bool:
+    """Whether `amount` more milli-GPU of non-preemptible work fits a queue's nominal quota of
+    a flavor that already holds `held` of it. A non-preemptible job does not borrow (KAI's
+    rule): the queue's non-preemptible jobs together stay within nominal, so whatever the
+    queue borrows is held by preemptible jobs and can always be reclaimed."""
+    return held + amount <= nominal
+
+
+def protected(nominal: int, held: Sequence[tuple[str, str, int]]) -> frozenset[str]:
+    """Of a queue's running non-preemptible jobs on one flavor, as (key, started_at,
+    milli-GPU), those that keep their protection: taken oldest first while they fit the
+    nominal quota together (`non_preemptible_fits`). The others hold borrowed capacity (the
+    flag was added to a borrowing job, or the nominal quota was cut): they are preemptible
+    like any other job. greedy, the MILP, check.py and audit compliance all ask this."""
+    kept: list[str] = []
+    total = 0
+    for key, _, milli in sorted(held, key=lambda h: (h[1], h[0])):
+        if not non_preemptible_fits(nominal, total, milli):
+            break
+        total += milli
+        kept.append(key)
+    return frozenset(kept)
+
+
+def borrowing_reclaimable(instance: PlacementInstance) -> PlacementInstance:
+    """The instance as the rules see it: a running non-preemptible job of a queue in a
+    cohort that `protected` does not protect is preemptible (borrowed capacity is always
+    reclaimable). A queue without a cohort borrows nothing: its jobs keep their flag.
+    Taken once, on the whole instance (its parts keep it)."""
+    if instance.rules_applied:
+        return instance
+    jobs = {j.key: j for j in instance.jobs}
+    queues = {q.name: q for q in instance.queues}
+    held: dict[tuple[str, str], list[tuple[str, str, int]]] = defaultdict(list)
+    for key in sorted(instance.current):
+        job = jobs.get(key)
+        placement = instance.current[key]
+        queue = queues.get(job.queue) if job is not None else None
+        if job is None or job.preemptible or placement.flavor is None:
+            continue
+        if queue is None or queue.cohort is None:
+            continue
+        held[(job.queue, placement.flavor)].append(
+            (key, placement.started_at, _milli(job, placement))
+        )
+    unprotected: set[str] = set()
+    for (name, flavor), items in held.items():
+        fq = queues[name].quota(flavor)
+        keep = protected(fq.nominal if fq is not None else 0, items)
+        unprotected.update(k for k, _, _ in items if k not in keep)
+    return replace(
+        instance,
+        jobs=tuple(
+            replace(j, preemptible=True) if j.key in unprotected else j for j in instance.jobs
+        )
+        if unprotected
+        else instance.jobs,
+        rules_applied=True,
+    )
+
+
+def non_preemptible_borrowing(
+    instance: PlacementInstance, outcomes: Sequence[JobOutcome]
+) -> list[str]:
+    """The queues and flavors whose non-preemptible jobs in a plan hold more than the
+    nominal quota, where one of them is placed anew (check.py's rule)."""
+    jobs = {j.key: j for j in instance.jobs}
+    queues = {q.name: q for q in instance.queues}
+    held: dict[tuple[str, str], int] = defaultdict(int)
+    fresh: set[tuple[str, str]] = set()
+    for o in outcomes:
+        job = jobs.get(o.job)
+        if job is None or job.preemptible or not o.running or o.flavor is None:
+            continue
+        held[(job.queue, o.flavor)] += len(o.replicas) * job.resources.gpu_milli
+        if o.status is not OutcomeStatus.KEPT:
+            fresh.add((job.queue, o.flavor))
+    problems = []
+    for name, flavor in sorted(fresh):
+        queue = queues.get(name)
+        fq = queue.quota(flavor) if queue is not None else None
+        nominal = fq.nominal if fq is not None else 0
+        if not non_preemptible_fits(nominal, 0, held[(name, flavor)]):
+            problems.append(
+                f"queue {name}'s non-preemptible jobs hold {held[(name, flavor)] / 1000:g} "
+                f"{flavor} GPUs, above its nominal {nominal / 1000:g}: a non-preemptible job "
+                "does not borrow"
+            )
+    return problems
 
 
 # -- the order of victims and of waiting jobs ------------------------------------------------
@@ -183,14 +277,15 @@ def admission_order(
 
 
 def start_ledger(instance: PlacementInstance) -> QuotaLedger:
-    """Usage per queue and flavor of what runs before the decision (a non-preemptible job is
-    not charged, as `check.py` counts it)."""
+    """Usage per queue and flavor of what runs before the decision, every job counted (the
+    rules' facts, as greedy's ledger and `audit compliance` count them: a queue whose
+    non-preemptible jobs fill its nominal quota borrows what its other jobs hold)."""
     ledger = QuotaLedger(instance.queues)
     jobs = {j.key: j for j in instance.jobs}
     for key in sorted(instance.current):
         job = jobs.get(key)
         placement = instance.current[key]
-        if job is not None and job.preemptible:
+        if job is not None:
             ledger.add(job.queue, placement.flavor, _milli(job, placement))
     return ledger
 
@@ -343,6 +438,7 @@ def attribute(
     admitted (its queue's usage of the flavor, counting the jobs that stay and those
     admitted up to it in its queue's order, is within nominal). `near`: the preemptors to
     try first (those now on the victim's nodes)."""
+    instance = borrowing_reclaimable(instance)
     jobs = {j.key: j for j in instance.jobs}
     ledger = start_ledger(instance)
     policy = instance.policy
@@ -430,4 +526,3 @@ def attribute(
         p, rule = found
         by[victim.key] = (p.key, rule, reason_text(rule, p, victim, was.flavor))
     return Attribution(by, tuple(problems))
-

@@ -252,6 +252,35 @@ SCENARIOS.update(
     }
 )
 
+SCENARIOS.update(
+    {
+        "a non-preemptible job does not borrow": Scenario(
+            [("a", "c", {"h100": (8, None, None)}), ("b", "c", {"h100": (8, None, None)})],
+            [],
+            [j("np", "a", 12, 1, preemptible=False), j("p", "b", 4, 0)],
+            {"a/np": W, "b/p": P},
+        ),
+        "a non-preemptible job within nominal is admitted and kept": Scenario(
+            [("a", "c", {"h100": (8, None, None)}), ("b", "c", {"h100": (8, None, None)})],
+            [Run(j("np", "a", 8, 0, preemptible=False))],
+            [j("np2", "a", 4, 0, preemptible=False), j("high", "a", 8, 2)],
+            {"a/np": K, "a/np2": W, "a/high": P},
+        ),
+        "a non-preemptible job on borrowed GPUs is reclaimed (issue 32, item 7)": Scenario(
+            [("a", "c", {"h100": (8, None, None)}), ("b", "c", {"h100": (8, None, None)})],
+            [Run(j("np", "a", 16, 2, preemptible=False))],
+            [j("b1", "b", 8, 0)],
+            {"a/np": (R, "reclaim", "b/b1"), "b/b1": P},
+        ),
+        "a non-preemptible job within nominal is never reclaimed": Scenario(
+            [("a", "c", {"h100": (8, None, None)}), ("b", "c", {"h100": (8, None, None)})],
+            [Run(j("np", "a", 8, 2, preemptible=False), hours=5), Run(j("a2", "a", 8, 2))],
+            [j("b1", "b", 8, 0)],
+            {"a/np": K, "a/a2": (R, "reclaim", "b/b1"), "b/b1": P},
+        ),
+    }
+)
+
 
 def build(s: Scenario, spacing: int) -> PlacementInstance:
     def spaced(x: Job) -> Job:
