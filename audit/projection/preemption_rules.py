@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from engine.model import Policy, PreemptionScope
+from engine.placement.constraints import held_gpu_milli
 from engine.placement.preemption import Party, Rule, judge, protected
 
 if TYPE_CHECKING:
@@ -47,7 +48,7 @@ def _borrowing(state: ProjectionState, key: str, queue: str, flavor: str | None)
     if info is None or info.cohort is None or nominal is None:
         return False
     held = [
-        (k, r.time, r.gpu_milli)
+        (k, r.time, _charge(state, k, r))
         for k, r in state.running.items()
         if r.queue == queue
         and r.flavor == flavor
@@ -57,9 +58,17 @@ def _borrowing(state: ProjectionState, key: str, queue: str, flavor: str | None)
     return key not in protected(nominal, held)
 
 
+def _charge(state: ProjectionState, key: str, run: Running) -> int:
+    """What a running job costs its queue's quota (engine.placement.constraints'
+    held_gpu_milli: a dedicated job is charged the nodes it holds)."""
+    job = state.jobs.get(key)
+    nodes = [n.gpus for name in run.nodes if (n := state.nodes.get(name)) is not None]
+    return held_gpu_milli(job is not None and job.dedicated, run.gpu_milli, nodes)
+
+
 def _usage(state: ProjectionState, queue: str, flavor: str, leave_out: str | None) -> int:
     return sum(
-        r.gpu_milli
+        _charge(state, key, r)
         for key, r in state.running.items()
         if r.queue == queue and r.flavor == flavor and key != leave_out
     )

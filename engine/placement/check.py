@@ -12,6 +12,7 @@ from engine.model import Isolation
 from engine.placement.constraints import (
     QuotaLedger,
     node_rejection,
+    quota_charge,
     replica_shape_error,
     replicas_text,
 )
@@ -97,7 +98,7 @@ def check_plan(instance: PlacementInstance, plan: PlacementPlan) -> list[str]:
             problems.append(f"{job.key}: {broken}")
         exempt = outcome.status is OutcomeStatus.KEPT and not job.preemptible
         if not exempt:
-            ledger.add(job.queue, outcome.flavor, count * job.resources.gpu_milli)
+            ledger.add(job.queue, outcome.flavor, quota_charge(job, outcome.replicas, nodes))
 
     for job_key in jobs:
         if job_key not in seen:

@@ -27,6 +27,7 @@ from engine.placement.constraints import (
     QuotaLedger,
     eligible_flavors,
     node_rejection,
+    quota_charge,
     replica_shape_error,
     replicas_text,
 )
@@ -223,9 +224,10 @@ class Packing:
             self.flavor_free[free.node.flavor] -= replica.gpu_milli * len(replica.gpus)
             if free.free_gpu_milli <= 0:
                 self.open.discard(replica.node)
-        self.ledger.add(job.queue, fit.flavor, len(fit.replicas) * job.resources.gpu_milli)
+        charge = quota_charge(job, fit.replicas, self.nodes)
+        self.ledger.add(job.queue, fit.flavor, charge)
         if not job.preemptible and fit.flavor is not None:
-            self.fixed[(job.queue, fit.flavor)] += len(fit.replicas) * job.resources.gpu_milli
+            self.fixed[(job.queue, fit.flavor)] += charge
         self.running[job.key] = fit
         self.running_in[job.queue].add(job.key)
 
@@ -239,9 +241,10 @@ class Packing:
             self.flavor_free[free.node.flavor] += replica.gpu_milli * len(replica.gpus)
             if free.free_gpu_milli > 0:
                 self.open.add(replica.node)
-        self.ledger.remove(job.queue, fit.flavor, len(fit.replicas) * job.resources.gpu_milli)
+        charge = quota_charge(job, fit.replicas, self.nodes)
+        self.ledger.remove(job.queue, fit.flavor, charge)
         if not job.preemptible and fit.flavor is not None:
-            self.fixed[(job.queue, fit.flavor)] -= len(fit.replicas) * job.resources.gpu_milli
+            self.fixed[(job.queue, fit.flavor)] -= charge
         return fit
 
     # -- keeping a running job where it is ---------------------------------------------
@@ -277,7 +280,7 @@ class Packing:
             taken.append(replica)
         for done in taken:
             self.free[done.node].give(done, job.resources, job)
-        amount = len(placement.replicas) * job.resources.gpu_milli
+        amount = quota_charge(job, placement.replicas, self.nodes)
         quota = self.ledger.rejection(job.queue, placement.flavor, amount)
         if quota is not None and job.preemptible:
             return Miss(quota[0], quota[1])
@@ -346,24 +349,36 @@ class Packing:
         for count in range(job.replicas, job.smallest_gang - 1, -1):
             if count % step:
                 continue
-            amount = count * job.resources.gpu_milli
-            quota = self.ledger.rejection(job.queue, flavor, amount)
-            if (
-                quota is None
-                and within_nominal
-                and flavor is not None
-                and not self.ledger.below_nominal(job.queue, flavor, amount)
-            ):
-                quota = (f"queue {job.queue} would borrow", f"quota__{job.queue}__{flavor}")
-            if quota is None and not job.preemptible and flavor is not None:
-                quota = self.non_preemptible_rejection(job, flavor, amount)
             result = self._pack_gang(job, flavor, candidates, count, rooms)
+            amount = (
+                quota_charge(job, result.replicas, self.nodes)
+                if isinstance(result, Fit)
+                else count * job.resources.gpu_milli
+            )
+            quota = self.quota_rejection(job, flavor, amount, within_nominal)
             if quota is None and isinstance(result, Fit):
                 return result
             if first_miss is None:
                 first_miss = self._explain(quota, result)
         assert first_miss is not None
         return first_miss
+
+    def quota_rejection(
+        self, job: Job, flavor: str | None, amount: int, within_nominal: bool
+    ) -> tuple[str, str] | None:
+        """Why `amount` more milli-GPU of `flavor` is not the job's to take: a limit, borrowing
+        where the job may not borrow, or a non-preemptible job's nominal quota."""
+        quota = self.ledger.rejection(job.queue, flavor, amount)
+        if (
+            quota is None
+            and within_nominal
+            and flavor is not None
+            and not self.ledger.below_nominal(job.queue, flavor, amount)
+        ):
+            quota = (f"queue {job.queue} would borrow", f"quota__{job.queue}__{flavor}")
+        if quota is None and not job.preemptible and flavor is not None:
+            quota = self.non_preemptible_rejection(job, flavor, amount)
+        return quota
 
     def non_preemptible_rejection(
         self, job: Job, flavor: str, amount: int

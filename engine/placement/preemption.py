@@ -27,7 +27,7 @@ from datetime import datetime
 from enum import StrEnum
 
 from engine.model import Job, Placement, Policy, PreemptionScope, Queue
-from engine.placement.constraints import QuotaLedger, eligible_flavors
+from engine.placement.constraints import QuotaLedger, eligible_flavors, quota_charge
 from engine.placement.plan import JobOutcome, OutcomeStatus, PlacementInstance
 
 
@@ -138,6 +138,7 @@ def borrowing_reclaimable(instance: PlacementInstance) -> PlacementInstance:
         return instance
     jobs = {j.key: j for j in instance.jobs}
     queues = {q.name: q for q in instance.queues}
+    nodes = {n.name: n for n in instance.nodes}
     held: dict[tuple[str, str], list[tuple[str, str, int]]] = defaultdict(list)
     for key in sorted(instance.current):
         job = jobs.get(key)
@@ -148,7 +149,7 @@ def borrowing_reclaimable(instance: PlacementInstance) -> PlacementInstance:
         if queue is None or queue.cohort is None:
             continue
         held[(job.queue, placement.flavor)].append(
-            (key, placement.started_at, _milli(job, placement))
+            (key, placement.started_at, quota_charge(job, placement.replicas, nodes))
         )
     unprotected: set[str] = set()
     for (name, flavor), items in held.items():
@@ -173,13 +174,14 @@ def non_preemptible_borrowing(
     nominal quota, where one of them is placed anew (check.py's rule)."""
     jobs = {j.key: j for j in instance.jobs}
     queues = {q.name: q for q in instance.queues}
+    nodes = {n.name: n for n in instance.nodes}
     held: dict[tuple[str, str], int] = defaultdict(int)
     fresh: set[tuple[str, str]] = set()
     for o in outcomes:
         job = jobs.get(o.job)
         if job is None or job.preemptible or not o.running or o.flavor is None:
             continue
-        held[(job.queue, o.flavor)] += len(o.replicas) * job.resources.gpu_milli
+        held[(job.queue, o.flavor)] += quota_charge(job, o.replicas, nodes)
         if o.status is not OutcomeStatus.KEPT:
             fresh.add((job.queue, o.flavor))
     problems = []
@@ -282,16 +284,13 @@ def start_ledger(instance: PlacementInstance) -> QuotaLedger:
     non-preemptible jobs fill its nominal quota borrows what its other jobs hold)."""
     ledger = QuotaLedger(instance.queues)
     jobs = {j.key: j for j in instance.jobs}
+    nodes = {n.name: n for n in instance.nodes}
     for key in sorted(instance.current):
         job = jobs.get(key)
         placement = instance.current[key]
         if job is not None:
-            ledger.add(job.queue, placement.flavor, _milli(job, placement))
+            ledger.add(job.queue, placement.flavor, quota_charge(job, placement.replicas, nodes))
     return ledger
-
-
-def _milli(job: Job, placement: Placement) -> int:
-    return len(placement.replicas) * job.resources.gpu_milli
 
 
 def below_nominal(ledger: QuotaLedger, queue: str, flavor: str | None) -> bool:
@@ -463,19 +462,20 @@ def attribute(
     for q in instance.queues:
         if q.cohort is not None:
             cohorts[q.cohort].append(q.name)
+    nodes = {n.name: n for n in instance.nodes}
     flavor_of = {o.job: o.flavor for o in outcomes if o.running}
     stays: dict[tuple[str, str | None], int] = defaultdict(int)
     for o in outcomes:
         kept = jobs.get(o.job)
         if kept is not None and o.status is OutcomeStatus.KEPT and kept.preemptible:
-            stays[(kept.queue, o.flavor)] += len(o.replicas) * kept.resources.gpu_milli
+            stays[(kept.queue, o.flavor)] += quota_charge(kept, o.replicas, nodes)
     # Each admitted job's usage of its queue's flavor once admitted, in its queue's order.
-    size = {o.job: len(o.replicas) for o in outcomes if o.running}
+    held = {o.job: o.replicas for o in outcomes if o.running}
     after: dict[str, int] = {}
     running_total: dict[tuple[str, str | None], int] = dict(stays)
     for job in admitted:
         key = (job.queue, flavor_of.get(job.key))
-        running_total[key] = running_total.get(key, 0) + size[job.key] * job.resources.gpu_milli
+        running_total[key] = running_total.get(key, 0) + quota_charge(job, held[job.key], nodes)
         after[job.key] = running_total[key]
 
     def borrows_after(job: Job) -> bool:

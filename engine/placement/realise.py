@@ -10,7 +10,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from engine.model import Job, Node, Placement, ReplicaPlacement
-from engine.placement.constraints import node_rejection
+from engine.placement.constraints import node_rejection, quota_charge
 from engine.placement.explain import attribution, explain_outcomes
 from engine.placement.formulation import Formulation, JobVars
 from engine.placement.greedy import Fit, Packing, priority_order
@@ -124,7 +124,7 @@ def _stay_where_possible(
             break
         for job in stopped:
             placement = instance.current[job.key]
-            amount = len(placement.replicas) * job.resources.gpu_milli
+            amount = quota_charge(job, placement.replicas, best.packing.nodes)
             if can_take(best.packing, job, placement.replicas) and (
                 best.packing.ledger.rejection(job.queue, placement.flavor, amount) is None
             ):
@@ -274,7 +274,7 @@ def pack_solution(
         if kept and not job.preemptible:
             # A non-preemptible job that stays is not charged to quota (check.py agrees).
             packing.ledger.remove(
-                job.queue, fit.flavor, len(fit.replicas) * job.resources.gpu_milli
+                job.queue, fit.flavor, quota_charge(job, fit.replicas, packing.nodes)
             )
 
     def try_keep(job: Job, placement: Placement) -> bool:
@@ -282,7 +282,7 @@ def pack_solution(
         if not can_take(packing, job, placement.replicas):
             return False
         if job.preemptible:
-            amount = len(placement.replicas) * job.resources.gpu_milli
+            amount = quota_charge(job, placement.replicas, packing.nodes)
             if packing.ledger.rejection(job.queue, placement.flavor, amount) is not None:
                 return False
         commit(job, fit, kept=True)
@@ -512,7 +512,7 @@ def _follow_job(
 
 
 def _quota_ok(packing: Packing, job: Job, fit: Fit) -> bool:
-    amount = len(fit.replicas) * job.resources.gpu_milli
+    amount = quota_charge(job, fit.replicas, packing.nodes)
     return packing.ledger.rejection(job.queue, fit.flavor, amount) is None
 
 

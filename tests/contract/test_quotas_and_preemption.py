@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from engine.model import Job, Placement, Policy, PreemptionScope, ReplicaPlacement
+from engine.model import Isolation, Job, Placement, Policy, PreemptionScope, ReplicaPlacement
 from engine.placement.check import check_plan
 from engine.placement.milp import MilpPlacer, attribution
 from engine.placement.plan import OutcomeStatus, PlacementInstance, PlacementPlan
@@ -411,3 +411,67 @@ def test_every_solver_keeps_the_rules(inst: PlacementInstance, solver: str) -> N
             else:
                 assert inst.policy.reclaim_within_cohort is not PreemptionScope.NEVER
                 assert jobs[o.preempted_by].queue != jobs[o.job].queue
+
+
+# -- isolation: dedicated is charged for what it holds (issue 32, item 9) ----------------------
+
+DEDICATED = Isolation.DEDICATED
+
+
+def dedicated_instance(spacing: int, other_nominal: float, cohort: str | None) -> PlacementInstance:
+    """Two dedicated 8-GPU nodes in region eu. Team `other` runs a low-priority job of
+    2 x 0.25 GPU with isolation: dedicated on one of them (it holds the whole node); team
+    `reg` (nominal 16) asks for a high-priority 2 x 8 job with residency eu."""
+    nodes = [node(f"ded-{i}", gpus=8, isolation=DEDICATED, region="eu") for i in (1, 2)]
+    queues = [
+        queue("reg", cohort=cohort, quotas={"h100": (16, None, None)}),
+        queue("other", cohort=cohort, quotas={"h100": (other_nominal, None, None)}),
+    ]
+    tiny = job("tiny", queue="other", replicas=2, gpu=0.25, priority=100, isolation=DEDICATED)
+    big = job(
+        "big",
+        queue="reg",
+        replicas=2,
+        gpu=8,
+        priority=100 + 2 * spacing,
+        isolation=DEDICATED,
+        residency=("eu",),
+    )
+    held = Placement(
+        tiny.key,
+        "h100",
+        (
+            ReplicaPlacement("ded-1", (0,), 250),
+            ReplicaPlacement("ded-1", (1,), 250),
+        ),
+        "2026-11-22T11:00:00+00:00",
+    )
+    base = instance(nodes, queues, [tiny, big], {tiny.key: held}, Policy(gap_tolerance=0.0))
+    return replace(base, now=NOW)
+
+
+@pytest.mark.parametrize("spacing", SPACINGS)
+@pytest.mark.parametrize("solver", SOLVERS)
+def test_a_dedicated_job_is_charged_the_node_and_reclaimed(solver: str, spacing: int) -> None:
+    """Charged 8 GPUs (not 0.5), `other` (nominal 4) borrows 4: `reg`, below its nominal
+    quota, reclaims the node for its regulated job."""
+    inst = dedicated_instance(spacing, 4, "c")
+    assert start_ledger(inst).usage[("other", "h100")] == 8 * GPU_MILLI
+    plan = placer(solver).solve(inst)
+    assert rules_problems(inst, plan) == []
+    got = {o.job: (o.status, o.rule, o.preempted_by) for o in plan.outcomes}
+    assert got["other/tiny"] == (R, "reclaim", "reg/big")
+    assert got["reg/big"][0] is P
+
+
+@pytest.mark.parametrize("solver", SOLVERS)
+def test_a_dedicated_job_needs_quota_for_the_whole_node(solver: str) -> None:
+    """A queue without a cohort and 4 GPUs of nominal quota cannot hold an 8-GPU node alone,
+    however small the job's share; with 8 it can."""
+    inst = dedicated_instance(1, 4, None)
+    small = replace(inst, current={}, jobs=tuple(j for j in inst.jobs if j.queue == "other"))
+    plan = placer(solver).solve(small)
+    assert [o.status for o in plan.outcomes] == [W]
+    assert "quota" in plan.outcomes[0].constraint or "quota" in plan.outcomes[0].reason
+    enough = replace(small, queues=(queue("other", quotas={"h100": (8, None, None)}),))
+    assert [o.status for o in placer(solver).solve(enough).outcomes] == [P]
