@@ -40,7 +40,9 @@ def _reclaim(queue: dict[str, Any]) -> PreemptionScope | None:
     return PreemptionScope(value) if value else None
 
 
-def _borrowing(state: ProjectionState, key: str, queue: str, flavor: str | None) -> bool:
+def held_borrowed(
+    state: ProjectionState, key: str, queue: str, flavor: str | None, run: Running | None = None
+) -> bool:
     """Whether a non-preemptible job held borrowed capacity at this event, so that it was
     preemptible like any other (engine.placement.preemption.protected, the same rule)."""
     info = state.queues.get(queue)
@@ -55,6 +57,8 @@ def _borrowing(state: ProjectionState, key: str, queue: str, flavor: str | None)
         and (job := state.jobs.get(k)) is not None
         and not job.preemptible
     ]
+    if run is not None and key not in state.running:
+        held.append((key, run.time, _charge(state, key, run)))  # its interval just closed
     return key not in protected(nominal, held)
 
 
@@ -137,7 +141,7 @@ def check(
             victim.queue,
             victim_queue.cohort if victim_queue else None,
             victim.priority,
-            victim.preemptible or _borrowing(state, key, victim.queue, flavor),
+            victim.preemptible or held_borrowed(state, key, victim.queue, flavor),
         ),
         victim_queue_borrows=borrows,
         preemptor_queue_below_nominal=below,
