@@ -8,6 +8,7 @@ no room, or a higher-priority job preempts them.
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import time
 from collections import defaultdict
@@ -35,6 +36,7 @@ from engine.placement.fragmentation import NodeScorer
 from engine.placement.objective import (
     broken_soft_constraints,
     instance_tree,
+    jobs_by_key,
     lost_gpu_seconds,
     plan_objective,
 )
@@ -54,6 +56,7 @@ from engine.placement.preemption import (
     judge,
     non_preemptible_fits,
     party,
+    reclaim_note,
     reason_text,
     victim_order,
 )
@@ -380,6 +383,13 @@ class Packing:
             quota = self.non_preemptible_rejection(job, flavor, amount)
         return quota
 
+    def holders(self, queue: str, flavor: str) -> list[Job]:
+        """The queue's running jobs on `flavor`, by key."""
+        jobs = jobs_by_key(self.instance)
+        return [
+            jobs[k] for k in sorted(self.running_in[queue]) if self.running[k].flavor == flavor
+        ]
+
     def non_preemptible_rejection(
         self, job: Job, flavor: str, amount: int
     ) -> tuple[str, str] | None:
@@ -649,7 +659,12 @@ class GreedyPlacer:
                     ),
                 )
             else:
-                outcomes[job.key] = self._not_running(instance, job, result, displaced)
+                outcome = self._not_running(instance, job, result, displaced)
+                if outcome.status is OutcomeStatus.PENDING:
+                    note = reclaim_note(policy, job, packing.ledger, packing.holders)
+                    if note:
+                        outcome = dataclasses.replace(outcome, reason=f"{outcome.reason}; {note}")
+                outcomes[job.key] = outcome
             retry.extend(preempted_here)
 
         # 3. A preempted job may still fit elsewhere: then it moves instead of stopping.

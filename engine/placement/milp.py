@@ -153,6 +153,18 @@ class MilpPlacer:
             basis=instance,
         )
         greedy_sub, self._template = incremental_start(sub, free)
+        rights = Rights(sub)
+        movable = frozenset(
+            rights.claimable((jobs[k] for k in sorted(free)), (jobs[k] for k in running))
+        )
+        if movable:
+            # The reclaims the rules require of the change, as greedy finds them on the
+            # whole sub-problem (the incremental start keeps every running job): the MILP
+            # does them, and that plan, not the start, is what it falls back to.
+            whole = GreedyPlacer().solve(sub)
+            self._reclaims = reclaims(whole)
+            if self._reclaims:
+                greedy_sub = whole
         waiting = tuple(
             JobOutcome(
                 j.key,
@@ -182,16 +194,10 @@ class MilpPlacer:
             ),
         )
         self._mark("greedy")
-        rights = Rights(sub)
-        movable = frozenset(
-            rights.claimable((jobs[k] for k in sorted(free)), (jobs[k] for k in running))
-        )
-        if movable:
-            # The reclaims the rules require of the change, as greedy finds them on the
-            # whole sub-problem (the incremental start keeps every running job).
-            self._reclaims = reclaims(GreedyPlacer().solve(sub))
+        schedulable = sum(1 for n in sub.nodes if n.schedulable)
         options = BuildOptions(
-            small=False,
+            # A small instance's change is modelled node by node, as its full solve is.
+            small=schedulable <= SMALL_NODES and len(sub.jobs) <= SMALL_JOBS,
             keep_all=True,
             movable=movable,
             moves=False,
@@ -261,7 +267,8 @@ class MilpPlacer:
             upper[col] = 0.0
         closed = lp.with_bounds(lp.col_lower, upper) if formulation.escapes else lp
         lower, upper = list(closed.col_lower), list(closed.col_upper)
-        if fix_reclaims(formulation, self._reclaims or reclaims(greedy_sub), lower, upper):
+        forced = self._reclaims or reclaims(greedy_sub)
+        if fix_reclaims(formulation, forced, lower, upper):
             closed = closed.with_bounds(lower, upper)
             if warm is not None and any(
                 not lo - EPS <= v <= hi + EPS for v, lo, hi in zip(warm, lower, upper, strict=True)
@@ -271,8 +278,16 @@ class MilpPlacer:
         def left() -> float:
             return max(0.2, policy.time_limit_s - (time.perf_counter() - started))
 
-        if lp.num_cols <= DIRECT_COLUMNS and not formulation.escapes:
-            # Small enough to solve outright: its MIP bound is the bound.
+        schedulable = sum(1 for n in sub.nodes if n.schedulable)
+        tiny = schedulable <= SMALL_NODES and len(sub.jobs) <= SMALL_JOBS
+        if (
+            lp.num_cols <= DIRECT_COLUMNS
+            and not formulation.escapes
+            and (not options.keep_all or tiny)
+        ):
+            # Small enough to solve outright (a small instance's incremental solve too): its
+            # MIP bound is the bound; relax-and-fix would report the LP relaxation's, a
+            # "gap" of 20-30% on a plan that is optimal.
             limits = SolveLimits(left(), policy.gap_tolerance, node_limit=policy.node_limit)
             solution = self._run(closed, limits, warm)
             bound = solution.bound
@@ -290,7 +305,12 @@ class MilpPlacer:
         if solution.values is not None:
             orders = 1 if options.keep_all else len(PACKING_ORDERS)
             packed, score = best_realisation(
-                sub, formulation, solution.values, orders, self._template
+                sub,
+                formulation,
+                solution.values,
+                orders,
+                self._template,
+                reclaimed=frozenset(victim for victim, _ in forced),
             )
             self._mark("realise")
             if (

@@ -400,6 +400,59 @@ class Rights:
         return False
 
 
+def reclaim_note(
+    policy: Policy,
+    job: Job,
+    ledger: QuotaLedger,
+    holders: Callable[[str, str], Sequence[Job]],
+) -> str:
+    """Why a waiting job took nothing back from the queues of its cohort that borrow a
+    flavor it may use, in words ("" when none borrows): the rule that refused (`judge`), or
+    that its queue would borrow itself. `holders(queue, flavor)`: that queue's running jobs
+    on the flavor."""
+    queue = ledger.queues.get(job.queue)
+    if queue is None or queue.cohort is None:
+        return ""
+    claimant = party(job, ledger.queues)
+    need = job.smallest_gang * job.resources.gpu_milli
+    notes: list[str] = []
+    for flavor in eligible_flavors(job, queue):
+        if flavor is None:
+            continue
+        for other in sorted(ledger.queues.values(), key=lambda q: q.name):
+            fq = other.quota(flavor)
+            if other.name == job.queue or other.cohort != queue.cohort or fq is None:
+                continue
+            if not ledger.borrowing(other.name, flavor):
+                continue
+            over = ledger.usage[(other.name, flavor)] - fq.nominal
+            if not ledger.below_nominal(job.queue, flavor, need):
+                why = (
+                    f"queue {job.queue} would be above its nominal {flavor} quota with this "
+                    "job (never preempt to borrow)"
+                )
+            else:
+                verdicts = [
+                    judge(
+                        policy,
+                        claimant,
+                        party(victim, ledger.queues),
+                        victim_queue_borrows=True,
+                        preemptor_queue_below_nominal=True,
+                    )
+                    for victim in holders(other.name, flavor)
+                ]
+                refused = [v for v in verdicts if not isinstance(v, Rule)]
+                if len(refused) < len(verdicts):
+                    why = "what it may reclaim would not make room for the job"
+                else:
+                    why = refused[0] if refused else "none of its jobs may be reclaimed"
+            notes.append(
+                f"queue {other.name} borrows {over / 1000:g} {flavor} GPUs; not reclaimed: {why}"
+            )
+    return "; ".join(notes)
+
+
 # -- checking a plan against the rules -------------------------------------------------------
 
 

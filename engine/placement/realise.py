@@ -56,9 +56,11 @@ def best_realisation(
     values: tuple[float, ...],
     orders: int = len(PACKING_ORDERS),
     template: Packing | None = None,
+    reclaimed: frozenset[str] = frozenset(),
 ) -> tuple[tuple[JobOutcome, ...], float]:
     """The best of packing the solution in each of the first `orders` PACKING_ORDERS, and its
-    score. Every order is tried, however long it takes: no clock picks the packing."""
+    score. Every order is tried, however long it takes: no clock picks the packing.
+    `reclaimed`: running jobs the rules stop (milp.fix_reclaims), never kept back."""
     best: Packed | None = None
     best_score = 0.0
     best_order = 0
@@ -70,7 +72,7 @@ def best_realisation(
             best, best_score, best_order = packed, score, order
     assert best is not None
     best, best_score = _stay_where_possible(
-        instance, formulation, values, best, best_score, best_order
+        instance, formulation, values, best, best_score, best_order, reclaimed=reclaimed
     )
     return best.outcomes(instance), best_score
 
@@ -83,6 +85,7 @@ def _stay_where_possible(
     best_score: float,
     order: int,
     follow: bool = False,
+    reclaimed: frozenset[str] = frozenset(),
 ) -> tuple[Packed, float]:
     """A running job the model could only keep or stop (it has no column to move it: an
     incremental solve) and that the packing did not keep stays where it is when no rule
@@ -100,6 +103,7 @@ def _stay_where_possible(
         and jv.keep >= 0
         and jv.place < 0
         and job.key in instance.current
+        and job.key not in reclaimed
     ]
     # Any running job the plan stops, moveable or not: a stop no rule allows is undone.
     running = [job for job in priority_order(instance.jobs) if job.key in instance.current]
