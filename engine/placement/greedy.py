@@ -56,8 +56,8 @@ from engine.placement.preemption import (
     judge,
     non_preemptible_fits,
     party,
-    reclaim_note,
     reason_text,
+    reclaim_note,
     victim_order,
 )
 from engine.placement.topology import (
@@ -386,9 +386,7 @@ class Packing:
     def holders(self, queue: str, flavor: str) -> list[Job]:
         """The queue's running jobs on `flavor`, by key."""
         jobs = jobs_by_key(self.instance)
-        return [
-            jobs[k] for k in sorted(self.running_in[queue]) if self.running[k].flavor == flavor
-        ]
+        return [jobs[k] for k in sorted(self.running_in[queue]) if self.running[k].flavor == flavor]
 
     def non_preemptible_rejection(
         self, job: Job, flavor: str, amount: int
