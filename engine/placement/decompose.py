@@ -45,13 +45,14 @@ from dataclasses import dataclass, replace
 from multiprocessing import get_context
 
 from engine.model import FlavorQuota, Isolation, Job, Node, Placement, Queue
-from engine.placement.constraints import QuotaLedger, node_rejection
+from engine.placement.constraints import QuotaLedger, node_rejection, quota_charge
 from engine.placement.greedy import GreedyPlacer
 from engine.placement.linear import LinearModel, SolveLimits, solve
 from engine.placement.milp import TIME_LIMIT_STATUS, MilpPlacer
 from engine.placement.objective import (
     CPU_JOB_VALUE_MILLI,
     jobs_by_key,
+    nodes_by_name,
     plan_objective,
     quota_exempt,
     weights,
@@ -280,8 +281,8 @@ def _deal_nodes(
     return node_part, members, part_units, domains
 
 
-def _usage(job: Job, placement: Placement) -> int:
-    return len(placement.replicas) * job.resources.gpu_milli
+def _usage(job: Job, placement: Placement, nodes: Mapping[str, Node]) -> int:
+    return quota_charge(job, placement.replicas, nodes)
 
 
 def _split(total: int, need: Sequence[int], share: Sequence[float]) -> list[int]:
@@ -463,10 +464,9 @@ def partition(
         k = min(homes)
         job_part[key] = k
         if placement.flavor is not None and not quota_exempt(job, OutcomeStatus.KEPT):
-            running_use[(job.queue, placement.flavor)][k] += _usage(job, placement)
-            running_by_priority[job.priority].append(
-                ((job.queue, placement.flavor), k, _usage(job, placement))
-            )
+            held = _usage(job, placement, nodes_by_name(instance))
+            running_use[(job.queue, placement.flavor)][k] += held
+            running_by_priority[job.priority].append(((job.queue, placement.flavor), k, held))
     # Capacity per part and flavor, and one node of each kind per part for eligibility.
     # (Summed from the parts' domains; flavors in the order their first nodes come.)
     capacity: dict[str, list[float]] = defaultdict(lambda: [0.0] * count)
@@ -589,10 +589,11 @@ def quota_violations(
     if jobs is None:
         jobs = jobs_by_key(instance)
     ledger = QuotaLedger(instance.queues)
+    nodes = nodes_by_name(instance)
     for o in outcomes:
         job = jobs.get(o.job)
         if job is not None and o.running and not quota_exempt(job, o.status):
-            ledger.add(job.queue, o.flavor, len(o.replicas) * job.resources.gpu_milli)
+            ledger.add(job.queue, o.flavor, quota_charge(job, o.replicas, nodes))
     return list(ledger.violations())
 
 
