@@ -143,6 +143,7 @@ class Packing:
         self._domains: dict[tuple[object, ...], dict[str, list[Node]]] = {}
         self.tree = instance_tree(instance)  # read only: one per node list, as the MILP's
         self._parties: dict[str, Party] = {}
+        self._holders: dict[str, dict[str, list[Job]]] = {}  # see `holders`
         self.flavor_free: dict[str | None, int] = defaultdict(int)  # free milli-GPU per flavor
         # Node choice over the job shapes the cluster has seen (None: plain best fit).
         self.scorer = NodeScorer.of(instance)
@@ -233,10 +234,12 @@ class Packing:
             self.fixed[(job.queue, fit.flavor)] += charge
         self.running[job.key] = fit
         self.running_in[job.queue].add(job.key)
+        self._holders.pop(job.queue, None)
 
     def release(self, job: Job) -> Fit:
         fit = self.running.pop(job.key)
         self.running_in[job.queue].discard(job.key)
+        self._holders.pop(job.queue, None)
         for replica in fit.replicas:
             free = self.free[replica.node]
             free.give(replica, job.resources, job)
@@ -384,9 +387,20 @@ class Packing:
         return quota
 
     def holders(self, queue: str, flavor: str) -> list[Job]:
-        """The queue's running jobs on `flavor`, by key."""
-        jobs = jobs_by_key(self.instance)
-        return [jobs[k] for k in sorted(self.running_in[queue]) if self.running[k].flavor == flavor]
+        """The queue's running jobs on `flavor`, one per (priority, preemptible): all the
+        reclaim rule tells apart (a pending job's reason asks it; kept until the queue's
+        running jobs change, as a large queue is asked once per waiting job)."""
+        per_flavor = self._holders.setdefault(queue, {})
+        found = per_flavor.get(flavor)
+        if found is None:
+            jobs = jobs_by_key(self.instance)
+            seen: dict[tuple[int, bool], Job] = {}
+            for k in sorted(self.running_in[queue]):
+                job = jobs[k]
+                if self.running[k].flavor == flavor:
+                    seen.setdefault((job.priority, job.preemptible), job)
+            found = per_flavor[flavor] = [seen[p] for p in sorted(seen)]
+        return found
 
     def non_preemptible_rejection(
         self, job: Job, flavor: str, amount: int
