@@ -121,6 +121,9 @@ class Queue:
     # -- retries and minimum run time (engine/retries.py, engine/placement/preemption.py) --
     retry: RetryPolicy | None = None  # spec.retry: the default of its jobs
     min_runtime_minutes: int | None = None  # spec.preemption.minRuntimeMinutes
+    # Kueue's ClusterQueue spec.preemption.reclaimWithinCohort: whose borrowed capacity this
+    # queue's jobs may take back; None: the Policy's (engine/placement/preemption.py).
+    reclaim_within_cohort: PreemptionScope | None = None
 
     def quota(self, flavor: str) -> FlavorQuota | None:
         for q in self.quotas:

@@ -653,6 +653,11 @@ def _queue(name: str, spec: Mapping[str, Any], team: str) -> Queue:
         cohort=spec.get("cohort"),
         weight=float(spec.get("weight", 1)),
         max_priority_class=spec.get("maxPriorityClass"),
+        reclaim_within_cohort=(
+            PreemptionScope(spec["preemption"]["reclaimWithinCohort"])
+            if "reclaimWithinCohort" in spec.get("preemption", {})
+            else None
+        ),
         quotas=tuple(
             FlavorQuota(
                 flavor=q["flavor"],

@@ -154,10 +154,15 @@ class ComplianceChecks:
         time: str,
         batch: Batch,
     ) -> None:
-        """A non-preemptible job stopped by anything but its node going away."""
+        """A non-preemptible job stopped by anything but its node going away, or a reclaim of
+        borrowed capacity (a non-preemptible job does not borrow: what it holds beyond its
+        queue's nominal quota is reclaimable, engine.placement.preemption.protected)."""
         s = self.state
         s.checked[CHECK_PREEMPTION] += 1
-        if not job.preemptible and not node_caused:
+        borrowed = run is not None and preemption_rules.held_borrowed(
+            s, key, job.queue, run.flavor, run
+        )
+        if not job.preemptible and not node_caused and not borrowed:
             by = d.get("preempted_by")
             self._violation(
                 CHECK_PREEMPTION,

@@ -14,7 +14,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from engine.model import Policy, PreemptionScope
-from engine.placement.preemption import Party, Rule, judge, protection_minutes, too_young
+from engine.placement.constraints import held_gpu_milli
+from engine.placement.preemption import Party, Rule, judge, protected, protection_minutes, too_young
 
 if TYPE_CHECKING:
     from audit.projection.state import ProjectionState, Running
@@ -33,9 +34,46 @@ def _policy(data: dict[str, Any]) -> Policy:
     )
 
 
+def _reclaim(queue: dict[str, Any]) -> PreemptionScope | None:
+    """The queue's own reclaimWithinCohort, as its QueueDefined recorded it (None: the
+    Policy's; queues logged before the field existed have none)."""
+    value = queue.get("reclaim_within_cohort")
+    return PreemptionScope(value) if value else None
+
+
+def held_borrowed(
+    state: ProjectionState, key: str, queue: str, flavor: str | None, run: Running | None = None
+) -> bool:
+    """Whether a non-preemptible job held borrowed capacity at this event, so that it was
+    preemptible like any other (engine.placement.preemption.protected, the same rule)."""
+    info = state.queues.get(queue)
+    nominal = _nominal(state, queue, flavor) if flavor is not None else None
+    if info is None or info.cohort is None or nominal is None:
+        return False
+    held = [
+        (k, r.time, _charge(state, k, r))
+        for k, r in state.running.items()
+        if r.queue == queue
+        and r.flavor == flavor
+        and (job := state.jobs.get(k)) is not None
+        and not job.preemptible
+    ]
+    if run is not None and key not in state.running:
+        held.append((key, run.time, _charge(state, key, run)))  # its interval just closed
+    return key not in protected(nominal, held)
+
+
+def _charge(state: ProjectionState, key: str, run: Running) -> int:
+    """What a running job costs its queue's quota (engine.placement.constraints'
+    held_gpu_milli: a dedicated job is charged the nodes it holds)."""
+    job = state.jobs.get(key)
+    nodes = [n.gpus for name in run.nodes if (n := state.nodes.get(name)) is not None]
+    return held_gpu_milli(job is not None and job.dedicated, run.gpu_milli, nodes)
+
+
 def _usage(state: ProjectionState, queue: str, flavor: str, leave_out: str | None) -> int:
     return sum(
-        r.gpu_milli
+        _charge(state, key, r)
         for key, r in state.running.items()
         if r.queue == queue and r.flavor == flavor and key != leave_out
     )
@@ -113,12 +151,13 @@ def check(
             preemptor.queue,
             preemptor_queue.cohort if preemptor_queue else None,
             preemptor.priority,
+            reclaim=_reclaim(preemptor_queue.data if preemptor_queue else {}),
         ),
         Party(
             victim.queue,
             victim_queue.cohort if victim_queue else None,
             victim.priority,
-            victim.preemptible,
+            victim.preemptible or held_borrowed(state, key, victim.queue, flavor),
         ),
         victim_queue_borrows=borrows,
         preemptor_queue_below_nominal=below,

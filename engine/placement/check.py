@@ -12,17 +12,20 @@ from engine.model import Isolation
 from engine.placement.constraints import (
     QuotaLedger,
     node_rejection,
+    quota_charge,
     replica_shape_error,
     replicas_text,
 )
 from engine.placement.plan import OutcomeStatus, PlacementInstance, PlacementPlan
+from engine.placement.preemption import borrowing_reclaimable, non_preemptible_borrowing
 from engine.placement.topology import Tree, topology_violation
 from engine.units import GPU_MILLI
 
 
 def check_plan(instance: PlacementInstance, plan: PlacementPlan) -> list[str]:
     """Every rule the plan breaks; an empty list means the plan is legal."""
-    problems: list[str] = []
+    instance = borrowing_reclaimable(instance)
+    problems: list[str] = non_preemptible_borrowing(instance, plan.outcomes)
     jobs = {j.key: j for j in instance.jobs}
     nodes = {n.name: n for n in instance.nodes}
     tree = Tree.of(instance.cluster, instance.nodes)
@@ -95,7 +98,7 @@ def check_plan(instance: PlacementInstance, plan: PlacementPlan) -> list[str]:
             problems.append(f"{job.key}: {broken}")
         exempt = outcome.status is OutcomeStatus.KEPT and not job.preemptible
         if not exempt:
-            ledger.add(job.queue, outcome.flavor, count * job.resources.gpu_milli)
+            ledger.add(job.queue, outcome.flavor, quota_charge(job, outcome.replicas, nodes))
 
     for job_key in jobs:
         if job_key not in seen:

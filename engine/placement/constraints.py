@@ -7,7 +7,7 @@ disagree about what a legal placement is.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from engine.model import (
@@ -24,6 +24,27 @@ from engine.units import GPU_MILLI, gpus_text
 def replicas_text(count: int) -> str:
     """1 -> '1 replica', 3 -> '3 replicas'."""
     return f"{count} replica" if count == 1 else f"{count} replicas"
+
+
+def quota_charge(job: Job, replicas: Iterable[ReplicaPlacement], nodes: Mapping[str, Node]) -> int:
+    """What a placement costs its queue's quota, in milli-GPU: the GPUs it holds. A job with
+    `isolation: dedicated` holds every node it runs on alone, so it is charged each node's
+    GPUs, whatever share it asks (0.25 GPU x 2 on one 8-GPU node: 8 GPUs); any other job
+    its replicas' GPUs. Greedy, the MILP, check.py and `audit compliance` all charge this."""
+    held = list(replicas)
+    names = sorted({r.node for r in held})
+    return held_gpu_milli(
+        job.isolation is Isolation.DEDICATED and job.resources.gpu_milli > 0,
+        len(held) * job.resources.gpu_milli,
+        [nodes[n].gpus for n in names if n in nodes],
+    )
+
+
+def held_gpu_milli(dedicated: bool, replica_milli: int, node_gpus: Iterable[int]) -> int:
+    """`quota_charge` on plain figures (audit reads them from the log): a dedicated job is
+    charged the GPUs of the nodes it holds (`node_gpus`, one entry per node), any other job
+    the milli-GPU its replicas use (`replica_milli`)."""
+    return sum(node_gpus) * GPU_MILLI if dedicated else replica_milli
 
 
 def eligible_flavors(job: Job, queue: Queue | None) -> tuple[str | None, ...]:

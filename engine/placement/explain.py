@@ -12,7 +12,7 @@ from engine.model import Job
 from engine.placement.greedy import Fit, Miss, Packing, priority_order
 from engine.placement.objective import lost_gpu_seconds
 from engine.placement.plan import JobOutcome, OutcomeStatus, PlacementInstance
-from engine.placement.preemption import Attribution, attribute
+from engine.placement.preemption import Attribution, attribute, reclaim_note
 from engine.placement.running import keep_problem
 from engine.placement.topology import explain_spans
 
@@ -46,8 +46,12 @@ def explain_outcomes(
             reason = "fits, but placing it lowers the objective (fragmentation or fairness terms)"
             miss = Miss(reason, f"objective__{key}")
         if was is None:
+            note = reclaim_note(instance.policy, job, packing.ledger, packing.holders)
             out[key] = JobOutcome(
-                key, OutcomeStatus.PENDING, reason=miss.reason, constraint=miss.constraint
+                key,
+                OutcomeStatus.PENDING,
+                reason=f"{miss.reason}; {note}" if note else miss.reason,
+                constraint=miss.constraint,
             )
             continue
         lost = lost_gpu_seconds(job, was, instance.now)

@@ -28,7 +28,7 @@ from engine.placement.classes import (
     node_classes,
     topology_levels,
 )
-from engine.placement.constraints import eligible_flavors, node_rejection
+from engine.placement.constraints import eligible_flavors, node_rejection, quota_charge
 from engine.placement.kept import KeptBlocking
 from engine.placement.linear import INF, LinearModel
 from engine.placement.objective import (
@@ -183,6 +183,10 @@ class Builder:
         self.coarse_rows: dict[int, ClassRows] = defaultdict(ClassRows)
         self.quota_terms: dict[tuple[str, str], Terms] = defaultdict(list)
         self.quota_const: dict[tuple[str, str], float] = defaultdict(float)
+        self.node_of = {n.name: n for n in self.instance.nodes}
+        # What non-preemptible jobs hold per queue and flavor, and whether one is placed anew.
+        self.fixed_terms: dict[tuple[str, str], Terms] = defaultdict(list)
+        self.fixed_const: dict[tuple[str, str], float] = defaultdict(float)
         self.usage_terms: dict[tuple[str, str], Terms] = defaultdict(list)
         self.usage_const: dict[tuple[str, str], float] = defaultdict(float)
         self.by_flavor: dict[str | None, list[NodeClass]] = defaultdict(list)
@@ -207,24 +211,73 @@ class Builder:
         ] = {}
 
     # -- bookkeeping ----------------------------------------------------------------------
-    def charge(self, job: Job, flavor: str | None, col: int | None, replicas: float) -> None:
-        """Quota (GPUs per queue and flavor) and fair-share usage of replicas of `job`."""
+    def charge(
+        self,
+        job: Job,
+        flavor: str | None,
+        col: int | None,
+        replicas: float,
+        quota_gpus: float | None = None,
+        quota: bool = True,
+    ) -> None:
+        """Quota (GPUs per queue and flavor) and fair-share usage of replicas of `job`;
+        `quota_gpus`: what the replicas cost the quota, when not their GPUs (a dedicated
+        job is charged the nodes it holds: constraints.quota_charge). Level 1 of the
+        objective counts the GPUs the replicas use (objective.py); without `quota` only
+        that is counted here."""
         r = job.resources
         if flavor is not None and r.gpu_milli:
-            key = (job.queue, flavor)
+            used = gpus_from_milli(replicas * r.gpu_milli)
             ranked = (job.queue, flavor, job.priority)
             if col is None:
-                self.quota_const[key] += gpus_from_milli(replicas * r.gpu_milli)
-                self.rank_const[ranked] += gpus_from_milli(replicas * r.gpu_milli)
+                self.rank_const[ranked] += used
             else:
-                self.quota_terms[key].append((col, gpus_from_milli(replicas * r.gpu_milli)))
-                self.rank_terms[ranked].append((col, gpus_from_milli(replicas * r.gpu_milli)))
+                self.rank_terms[ranked].append((col, used))
+            if quota:
+                self.charge_quota(job, flavor, col, used if quota_gpus is None else quota_gpus)
         for res, amount in (("gpu", r.gpu_milli), ("cpu", r.cpu_milli), ("memory", r.memory_mib)):
             if amount:
                 if col is None:
                     self.usage_const[(job.queue, res)] += replicas * amount
                 else:
                     self.usage_terms[(job.queue, res)].append((col, replicas * amount))
+
+    def charge_quota(self, job: Job, flavor: str, col: int | None, gpus: float) -> None:
+        """`gpus` of the job's queue's quota of `flavor` (per unit of `col`, or fixed)."""
+        if not gpus:
+            return
+        if not job.preemptible:
+            if col is None:
+                self.fixed_const[(job.queue, flavor)] += gpus
+            else:
+                self.fixed_terms[(job.queue, flavor)].append((col, gpus))
+        key = (job.queue, flavor)
+        if col is None:
+            self.quota_const[key] += gpus
+        else:
+            self.quota_terms[key].append((col, gpus))
+
+    def hold_fixed(self, job: Job, flavor: str, col: int | None, gpus: float) -> None:
+        """What a kept non-preemptible job (not charged to quota) holds (`no_borrow` rows)."""
+        if col is None:
+            self.fixed_const[(job.queue, flavor)] += gpus
+        else:
+            self.fixed_terms[(job.queue, flavor)].append((col, gpus))
+
+    def add_no_borrow(self) -> None:
+        """A non-preemptible job does not borrow: a queue's non-preemptible jobs together
+        hold at most its nominal quota of a flavor (preemption.non_preemptible_fits), so
+        whatever it borrows can be reclaimed."""
+        for key in sorted(self.fixed_terms):
+            name, flavor = key
+            queue = self.queues.get(name)
+            fq = queue.quota(flavor) if queue is not None else None
+            nominal = gpus_from_milli(fq.nominal) if fq is not None else 0.0
+            self.lp.row(
+                f"no_borrow__{name}__{flavor}",
+                self.fixed_terms[key],
+                upper=nominal - self.fixed_const[key],
+            )
 
     def rows_of(self, entry: Entry) -> list[ClassRows]:
         if entry.coarse:
@@ -246,8 +299,11 @@ class Builder:
                 if self.options.compactness
                 else 0.0
             )
+            held = gpus_from_milli(quota_charge(job, rj.placement.replicas, self.node_of))
             if rj.fixed:
-                self.charge(job, None if exempt else rj.placement.flavor, None, count)
+                if exempt and rj.placement.flavor is not None and job.resources.gpu_milli:
+                    self.hold_fixed(job, rj.placement.flavor, None, held)
+                self.charge(job, None if exempt else rj.placement.flavor, None, count, held)
                 self.lp.offset += self.weights.value(job, count) - spread_cost
                 continue
             jv = JobVars(job)
@@ -295,7 +351,9 @@ class Builder:
                 for node_name, gpus in whole_on.items():
                     self.kept.on_node[node_name].append((jv.keep, float(gpus)))
                     self.kept.jobs_on_node[node_name].add(jv.keep)
-                self.charge(job, None if exempt else rj.placement.flavor, jv.keep, count)
+                self.charge(job, None if exempt else rj.placement.flavor, jv.keep, count, held)
+                if exempt and rj.placement.flavor is not None and job.resources.gpu_milli:
+                    self.hold_fixed(job, rj.placement.flavor, jv.keep, held)
             outcome = self.warm.get(key)
             moved_by_warm = outcome is not None and outcome.status is OutcomeStatus.MOVED
             if (job.preemptible and self.options.moves) or not rj.keepable or moved_by_warm:
@@ -446,9 +504,15 @@ class Builder:
                 for rows in self.rows_of(e):
                     rows.fresh = True
                     add_replicas(rows, r, e.col, e.mult, items=not e.single)
-                if job.isolation is Isolation.DEDICATED:
-                    self._dedicated(jv, e)
-                self.charge(job, flavor, e.col, e.mult)
+                if job.isolation is Isolation.DEDICATED and flavor is not None:
+                    # Charged the nodes it holds, not its replicas' GPUs (quota_charge).
+                    holds = self._dedicated(jv, e)
+                    self.charge(job, flavor, e.col, e.mult, quota=False)
+                    self.charge_quota(job, flavor, holds, float(e.cls.node_gpus))
+                else:
+                    if job.isolation is Isolation.DEDICATED:
+                        self._dedicated(jv, e)
+                    self.charge(job, flavor, e.col, e.mult)
             all_entries += entries
         if not all_entries:
             lp.col_upper[jv.place] = 0
@@ -703,8 +767,9 @@ class Builder:
         )
         return ranked[: self.options.domain_candidates]
 
-    def _dedicated(self, jv: JobVars, e: Entry) -> None:
-        """An isolated job holds whole nodes: h nodes of the class, and fits in them."""
+    def _dedicated(self, jv: JobVars, e: Entry) -> int:
+        """An isolated job holds whole nodes: h nodes of the class, and fits in them (the
+        column h)."""
         lp = self.lp
         cls = e.cls
         job = jv.job
@@ -724,6 +789,7 @@ class Builder:
                     [(e.col, float(need) * e.mult), (h, -float(cls.node_max(part)))],
                     upper=0,
                 )
+        return h
 
     # -- quota, fairness ------------------------------------------------------------------
     def add_quota(self) -> None:
@@ -832,6 +898,7 @@ class Builder:
             emit_class_rows(self.lp, cls, rows, frag, self.aux)
         self.add_quota()
         self.add_never_borrow()
+        self.add_no_borrow()
         if self.policy.fairness_weight:
             self.add_fairness()
         return self.formulation

@@ -8,6 +8,7 @@ no room, or a higher-priority job preempts them.
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import time
 from collections import defaultdict
@@ -27,6 +28,7 @@ from engine.placement.constraints import (
     QuotaLedger,
     eligible_flavors,
     node_rejection,
+    quota_charge,
     replica_shape_error,
     replicas_text,
 )
@@ -34,6 +36,7 @@ from engine.placement.fragmentation import NodeScorer
 from engine.placement.objective import (
     broken_soft_constraints,
     instance_tree,
+    jobs_by_key,
     lost_gpu_seconds,
     plan_objective,
 )
@@ -49,10 +52,13 @@ from engine.placement.preemption import (
     Rule,
     admission_order,
     below_nominal,
+    borrowing_reclaimable,
     judge,
     min_runtime_protection,
+    non_preemptible_fits,
     party,
     reason_text,
+    reclaim_note,
     victim_order,
 )
 from engine.placement.topology import (
@@ -119,6 +125,8 @@ class Packing:
         self.nodes = {n.name: n for n in instance.nodes}
         self.free = {n.name: NodeFree.of(n) for n in instance.nodes}
         self.ledger = QuotaLedger(instance.queues)
+        # What non-preemptible jobs hold per queue and flavor (they stay within nominal).
+        self.fixed: dict[tuple[str, str], int] = defaultdict(int)
         self.queues: dict[str, Queue] = {q.name: q for q in instance.queues}
         self.running: dict[str, Fit] = {}
         self.running_in: dict[str, set[str]] = defaultdict(set)  # queue -> running job keys
@@ -136,6 +144,7 @@ class Packing:
         self._domains: dict[tuple[object, ...], dict[str, list[Node]]] = {}
         self.tree = instance_tree(instance)  # read only: one per node list, as the MILP's
         self._parties: dict[str, Party] = {}
+        self._holders: dict[str, dict[str, list[Job]]] = {}  # see `holders`
         self.flavor_free: dict[str | None, int] = defaultdict(int)  # free milli-GPU per flavor
         # Node choice over the job shapes the cluster has seen (None: plain best fit).
         self.scorer = NodeScorer.of(instance)
@@ -220,13 +229,18 @@ class Packing:
             self.flavor_free[free.node.flavor] -= replica.gpu_milli * len(replica.gpus)
             if free.free_gpu_milli <= 0:
                 self.open.discard(replica.node)
-        self.ledger.add(job.queue, fit.flavor, len(fit.replicas) * job.resources.gpu_milli)
+        charge = quota_charge(job, fit.replicas, self.nodes)
+        self.ledger.add(job.queue, fit.flavor, charge)
+        if not job.preemptible and fit.flavor is not None:
+            self.fixed[(job.queue, fit.flavor)] += charge
         self.running[job.key] = fit
         self.running_in[job.queue].add(job.key)
+        self._holders.pop(job.queue, None)
 
     def release(self, job: Job) -> Fit:
         fit = self.running.pop(job.key)
         self.running_in[job.queue].discard(job.key)
+        self._holders.pop(job.queue, None)
         for replica in fit.replicas:
             free = self.free[replica.node]
             free.give(replica, job.resources, job)
@@ -234,7 +248,10 @@ class Packing:
             self.flavor_free[free.node.flavor] += replica.gpu_milli * len(replica.gpus)
             if free.free_gpu_milli > 0:
                 self.open.add(replica.node)
-        self.ledger.remove(job.queue, fit.flavor, len(fit.replicas) * job.resources.gpu_milli)
+        charge = quota_charge(job, fit.replicas, self.nodes)
+        self.ledger.remove(job.queue, fit.flavor, charge)
+        if not job.preemptible and fit.flavor is not None:
+            self.fixed[(job.queue, fit.flavor)] -= charge
         return fit
 
     # -- keeping a running job where it is ---------------------------------------------
@@ -270,7 +287,7 @@ class Packing:
             taken.append(replica)
         for done in taken:
             self.free[done.node].give(done, job.resources, job)
-        amount = len(placement.replicas) * job.resources.gpu_milli
+        amount = quota_charge(job, placement.replicas, self.nodes)
         quota = self.ledger.rejection(job.queue, placement.flavor, amount)
         if quota is not None and job.preemptible:
             return Miss(quota[0], quota[1])
@@ -339,22 +356,69 @@ class Packing:
         for count in range(job.replicas, job.smallest_gang - 1, -1):
             if count % step:
                 continue
-            amount = count * job.resources.gpu_milli
-            quota = self.ledger.rejection(job.queue, flavor, amount)
-            if (
-                quota is None
-                and within_nominal
-                and flavor is not None
-                and not self.ledger.below_nominal(job.queue, flavor, amount)
-            ):
-                quota = (f"queue {job.queue} would borrow", f"quota__{job.queue}__{flavor}")
             result = self._pack_gang(job, flavor, candidates, count, rooms)
+            amount = (
+                quota_charge(job, result.replicas, self.nodes)
+                if isinstance(result, Fit)
+                else count * job.resources.gpu_milli
+            )
+            quota = self.quota_rejection(job, flavor, amount, within_nominal)
             if quota is None and isinstance(result, Fit):
                 return result
             if first_miss is None:
                 first_miss = self._explain(quota, result)
         assert first_miss is not None
         return first_miss
+
+    def quota_rejection(
+        self, job: Job, flavor: str | None, amount: int, within_nominal: bool
+    ) -> tuple[str, str] | None:
+        """Why `amount` more milli-GPU of `flavor` is not the job's to take: a limit, borrowing
+        where the job may not borrow, or a non-preemptible job's nominal quota."""
+        quota = self.ledger.rejection(job.queue, flavor, amount)
+        if (
+            quota is None
+            and within_nominal
+            and flavor is not None
+            and not self.ledger.below_nominal(job.queue, flavor, amount)
+        ):
+            quota = (f"queue {job.queue} would borrow", f"quota__{job.queue}__{flavor}")
+        if quota is None and not job.preemptible and flavor is not None:
+            quota = self.non_preemptible_rejection(job, flavor, amount)
+        return quota
+
+    def holders(self, queue: str, flavor: str) -> list[Job]:
+        """The queue's running jobs on `flavor`, one per (priority, preemptible): all the
+        reclaim rule tells apart (a pending job's reason asks it; kept until the queue's
+        running jobs change, as a large queue is asked once per waiting job)."""
+        per_flavor = self._holders.setdefault(queue, {})
+        found = per_flavor.get(flavor)
+        if found is None:
+            jobs = jobs_by_key(self.instance)
+            seen: dict[tuple[int, bool], Job] = {}
+            for k in sorted(self.running_in[queue]):
+                job = jobs[k]
+                if self.running[k].flavor == flavor:
+                    seen.setdefault((job.priority, job.preemptible), job)
+            found = per_flavor[flavor] = [seen[p] for p in sorted(seen)]
+        return found
+
+    def non_preemptible_rejection(
+        self, job: Job, flavor: str, amount: int
+    ) -> tuple[str, str] | None:
+        """Why a non-preemptible job may not take `amount` of `flavor`: it would borrow."""
+        queue = self.queues.get(job.queue)
+        fq = queue.quota(flavor) if queue is not None else None
+        nominal = fq.nominal if fq is not None else 0
+        held = self.fixed[(job.queue, flavor)]
+        if non_preemptible_fits(nominal, held, amount):
+            return None
+        return (
+            f"job {job.key} is not preemptible and does not borrow: queue {job.queue}'s "
+            f"non-preemptible jobs would hold {gpus_text(held + amount)} of its nominal "
+            f"{gpus_text(nominal)} {flavor} GPUs",
+            f"no_borrow__{job.queue}__{flavor}",
+        )
 
     @staticmethod
     def _explain(quota: tuple[str, str] | None, packed: Fit | Miss) -> Miss:
@@ -547,6 +611,7 @@ class GreedyPlacer:
 
     def solve(self, instance: PlacementInstance) -> PlacementPlan:
         started = time.perf_counter()
+        instance = borrowing_reclaimable(instance)
         packing = Packing(instance)
         policy = instance.policy
         jobs = {j.key: j for j in instance.jobs}
@@ -607,7 +672,12 @@ class GreedyPlacer:
                     ),
                 )
             else:
-                outcomes[job.key] = self._not_running(instance, job, result, displaced)
+                outcome = self._not_running(instance, job, result, displaced)
+                if outcome.status is OutcomeStatus.PENDING:
+                    note = reclaim_note(policy, job, packing.ledger, packing.holders)
+                    if note:
+                        outcome = dataclasses.replace(outcome, reason=f"{outcome.reason}; {note}")
+                outcomes[job.key] = outcome
             retry.extend(preempted_here)
 
         # 3. A preempted job may still fit elsewhere: then it moves instead of stopping.
@@ -669,17 +739,22 @@ class GreedyPlacer:
         queue = packing.queues.get(job.queue)
         if queue is None:
             return None
-        for flavor in eligible_flavors(job, queue):
-            found = GreedyPlacer._victims_on(packing, job, jobs, flavor)
-            if found is not None:
-                return found
+        flavors = eligible_flavors(job, queue)
+        # Reclaim comes first on every flavor the job may use, then its own queue's
+        # lower-priority jobs (victim_order across flavors: borrowers first).
+        for reclaim_only in (True, False):
+            for flavor in flavors:
+                found = GreedyPlacer._victims_on(packing, job, jobs, flavor, reclaim_only)
+                if found is not None:
+                    return found
         return None
 
     @staticmethod
     def _victims_on(
-        packing: Packing, job: Job, jobs: dict[str, Job], flavor: str | None
+        packing: Packing, job: Job, jobs: dict[str, Job], flavor: str | None, reclaim_only: bool
     ) -> tuple[Fit, list[tuple[Job, Rule, str | None]]] | None:
-        """Victims on one flavor (None: a CPU-only job, which preempts in its own queue)."""
+        """Victims on one flavor (None: a CPU-only job, which preempts in its own queue);
+        with `reclaim_only`, of other queues only."""
         instance = packing.instance
         policy = instance.policy
         ledger = packing.ledger
@@ -713,6 +788,8 @@ class GreedyPlacer:
             other = jobs[key]
             if other.queue != job.queue and (flavor is None or fit.flavor != flavor):
                 continue  # reclaim frees quota and GPUs of the flavor the job needs
+            if reclaim_only and other.queue == job.queue:
+                continue
             if not isinstance(rule_for(other, fit.flavor), Rule):
                 continue
             was = instance.current.get(key)

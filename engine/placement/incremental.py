@@ -13,7 +13,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 
 from engine.model import Job, Node, Placement
-from engine.placement.constraints import eligible_flavors
+from engine.placement.constraints import eligible_flavors, quota_charge
 from engine.placement.greedy import Fit, Packing, priority_key, priority_order
 from engine.placement.objective import lost_gpu_seconds, plan_objective
 from engine.placement.plan import (
@@ -219,7 +219,7 @@ def incremental_start(
     running.sort(key=lambda j: (j.preemptible, -j.priority, j.submitted_at, j.key))
     for job in running:
         placement = sub.current[job.key]
-        amount = len(placement.replicas) * job.resources.gpu_milli
+        amount = quota_charge(job, placement.replicas, packing.nodes)
         if can_take(packing, job, placement.replicas) and (
             not job.preemptible
             or packing.ledger.rejection(job.queue, placement.flavor, amount) is None

@@ -49,7 +49,7 @@ from engine.placement.plan import (
     PlacementPlan,
     SolveStats,
 )
-from engine.placement.preemption import Rights
+from engine.placement.preemption import Rights, Rule, borrowing_reclaimable
 from engine.placement.realise import PACKING_ORDERS, best_realisation, realise
 from engine.placement.running import keep_problem
 from engine.placement.topology import gang_topology
@@ -118,9 +118,12 @@ class MilpPlacer:
         self._reserve = RESERVE_S
         self._clock_stopped = False
         self._node_limit = 0
+        # The reclaims an incremental solve must do (greedy on the whole sub-problem).
+        self._reclaims: tuple[tuple[str, str], ...] = ()
 
     def solve(self, instance: PlacementInstance) -> PlacementPlan:
         self._start()
+        instance = borrowing_reclaimable(instance)
         self._score = lambda outcomes: plan_objective(instance, outcomes)
         greedy = GreedyPlacer().solve(instance)
         self._mark("greedy")
@@ -137,6 +140,7 @@ class MilpPlacer:
         may preempt it (then it stays or stops, it never moves); every other waiting job
         waits on, for the reason the last solve gave."""
         self._start()
+        instance = borrowing_reclaimable(instance)
         jobs = {j.key: j for j in instance.jobs}
         nodes = {n.name: n for n in instance.nodes}
         running = {k: p for k, p in instance.current.items() if k in jobs}
@@ -149,6 +153,18 @@ class MilpPlacer:
             basis=instance,
         )
         greedy_sub, self._template = incremental_start(sub, free)
+        rights = Rights(sub)
+        movable = frozenset(
+            rights.claimable((jobs[k] for k in sorted(free)), (jobs[k] for k in running))
+        )
+        if movable:
+            # The reclaims the rules require of the change, as greedy finds them on the
+            # whole sub-problem (the incremental start keeps every running job): the MILP
+            # does them, and that plan, not the start, is what it falls back to.
+            whole = GreedyPlacer().solve(sub)
+            self._reclaims = reclaims(whole)
+            if self._reclaims:
+                greedy_sub = whole
         waiting = tuple(
             JobOutcome(
                 j.key,
@@ -178,12 +194,10 @@ class MilpPlacer:
             ),
         )
         self._mark("greedy")
-        rights = Rights(sub)
-        movable = frozenset(
-            rights.claimable((jobs[k] for k in sorted(free)), (jobs[k] for k in running))
-        )
+        schedulable = sum(1 for n in sub.nodes if n.schedulable)
         options = BuildOptions(
-            small=False,
+            # A small instance's change is modelled node by node, as its full solve is.
+            small=schedulable <= SMALL_NODES and len(sub.jobs) <= SMALL_JOBS,
             keep_all=True,
             movable=movable,
             moves=False,
@@ -200,6 +214,7 @@ class MilpPlacer:
         self._split = self._started
         self._rens = (0, 0)
         self._clock_stopped = False
+        self._reclaims = ()
 
     def _run(
         self, model: LinearModel, limits: SolveLimits, warm: Sequence[float] | None = None
@@ -251,12 +266,28 @@ class MilpPlacer:
         for col in formulation.escapes:
             upper[col] = 0.0
         closed = lp.with_bounds(lp.col_lower, upper) if formulation.escapes else lp
+        lower, upper = list(closed.col_lower), list(closed.col_upper)
+        forced = self._reclaims or reclaims(greedy_sub)
+        if fix_reclaims(formulation, forced, lower, upper):
+            closed = closed.with_bounds(lower, upper)
+            if warm is not None and any(
+                not lo - EPS <= v <= hi + EPS for v, lo, hi in zip(warm, lower, upper, strict=True)
+            ):
+                warm = None
 
         def left() -> float:
             return max(0.2, policy.time_limit_s - (time.perf_counter() - started))
 
-        if lp.num_cols <= DIRECT_COLUMNS and not formulation.escapes and not options.keep_all:
-            # Small enough to solve outright: its MIP bound is the bound.
+        schedulable = sum(1 for n in sub.nodes if n.schedulable)
+        tiny = schedulable <= SMALL_NODES and len(sub.jobs) <= SMALL_JOBS
+        if (
+            lp.num_cols <= DIRECT_COLUMNS
+            and not formulation.escapes
+            and (not options.keep_all or tiny)
+        ):
+            # Small enough to solve outright (a small instance's incremental solve too): its
+            # MIP bound is the bound; relax-and-fix would report the LP relaxation's, a
+            # "gap" of 20-30% on a plan that is optimal.
             limits = SolveLimits(left(), policy.gap_tolerance, node_limit=policy.node_limit)
             solution = self._run(closed, limits, warm)
             bound = solution.bound
@@ -274,7 +305,12 @@ class MilpPlacer:
         if solution.values is not None:
             orders = 1 if options.keep_all else len(PACKING_ORDERS)
             packed, score = best_realisation(
-                sub, formulation, solution.values, orders, self._template
+                sub,
+                formulation,
+                solution.values,
+                orders,
+                self._template,
+                reclaimed=frozenset(victim for victim, _ in forced),
             )
             self._mark("realise")
             if (
@@ -840,3 +876,36 @@ def _contested_classes(formulation: Formulation, lp_values: tuple[float, ...]) -
     if domains:
         hot.update(cls.id for cls in formulation.classes if domains & set(cls.domains.values()))
     return hot
+
+
+def reclaims(plan: PlacementPlan) -> tuple[tuple[str, str], ...]:
+    """(victim, claimant) of every reclaim in a plan that applies the rules' victim choice
+    (greedy's): what the MILP must do too."""
+    return tuple(
+        (o.job, o.preempted_by)
+        for o in plan.outcomes
+        if o.status is OutcomeStatus.PREEMPTED and o.rule == Rule.RECLAIM and o.preempted_by
+    )
+
+
+def fix_reclaims(
+    formulation: Formulation,
+    forced: Sequence[tuple[str, str]],
+    lower: list[float],
+    upper: list[float],
+) -> bool:
+    """Fix in the model the reclaims the rules require (docs/quotas-and-preemption.md:
+    reclaim comes before waiting and before preempting the own queue): each victim stops,
+    each claimant runs. The objective weighs priority within nominal quota, which reclaim
+    with `Any` ignores; the rules decide reclaim, the MILP the rest. Whether it fixed any."""
+    fixed = False
+    for victim, claimant in forced:
+        v, c = formulation.jobs.get(victim), formulation.jobs.get(claimant)
+        if v is None or c is None or c.place < 0:
+            continue
+        for col in (v.keep, v.place):
+            if col >= 0:
+                lower[col] = upper[col] = 0.0
+        lower[c.place] = upper[c.place] = 1.0
+        fixed = True
+    return fixed

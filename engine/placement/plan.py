@@ -35,6 +35,9 @@ class PlacementInstance:
     # The job shapes the cluster has seen (engine.shapes.learned_shapes of
     # the folded state) with their weights: node choice keeps room for them. Empty: unknown.
     shapes: tuple[tuple[JobShape, int], ...] = ()
+    # Whether the rules' view is already taken (preemption.borrowing_reclaimable): a part of
+    # a decomposed instance holds a share of each quota, and keeps the whole's protection.
+    rules_applied: bool = False
     # What `derived` has worked out of this instance. Not data: no constructor argument,
     # no part of equality, not pickled (a part sent to a worker works it out there).
     _derived: dict[Callable[..., Any], Any] = field(

@@ -24,12 +24,12 @@ from __future__ import annotations
 import heapq
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from enum import StrEnum
 
 from engine.model import ClusterSpec, Job, Placement, Policy, PreemptionScope, Queue
-from engine.placement.constraints import QuotaLedger, eligible_flavors
+from engine.placement.constraints import QuotaLedger, eligible_flavors, quota_charge
 from engine.placement.plan import JobOutcome, OutcomeStatus, PlacementInstance
 
 
@@ -51,6 +51,8 @@ class Party:
     cohort: str | None
     priority: int
     preemptible: bool = True
+    # The party's queue's own reclaimWithinCohort (Kueue: per ClusterQueue); None: the Policy's.
+    reclaim: PreemptionScope | None = None
 
 
 def judge(
@@ -76,7 +78,7 @@ def judge(
         return Rule.WITHIN_QUEUE
     if preemptor.cohort is None or preemptor.cohort != victim.cohort:
         return f"queues {preemptor.queue} and {victim.queue} share no cohort"
-    scope = policy.reclaim_within_cohort
+    scope = preemptor.reclaim or policy.reclaim_within_cohort
     if scope is PreemptionScope.NEVER:
         return "reclaimWithinCohort is Never"
     if scope is PreemptionScope.LOWER_PRIORITY and preemptor.priority <= victim.priority:
@@ -93,7 +95,109 @@ def judge(
 
 def party(job: Job, queues: Mapping[str, Queue]) -> Party:
     queue = queues.get(job.queue)
-    return Party(job.queue, queue.cohort if queue else None, job.priority, job.preemptible)
+    return Party(
+        job.queue,
+        queue.cohort if queue else None,
+        job.priority,
+        job.preemptible,
+        queue.reclaim_within_cohort if queue else None,
+    )
+
+
+# -- non-preemptible work stays within nominal quota -----------------------------------------
+
+
+def non_preemptible_fits(nominal: int, held: int, amount: int) -> bool:
+    """Whether `amount` more milli-GPU of non-preemptible work fits a queue's nominal quota of
+    a flavor that already holds `held` of it. A non-preemptible job does not borrow (KAI's
+    rule): the queue's non-preemptible jobs together stay within nominal, so whatever the
+    queue borrows is held by preemptible jobs and can always be reclaimed."""
+    return held + amount <= nominal
+
+
+def protected(nominal: int, held: Sequence[tuple[str, str, int]]) -> frozenset[str]:
+    """Of a queue's running non-preemptible jobs on one flavor, as (key, started_at,
+    milli-GPU), those that keep their protection: taken oldest first while they fit the
+    nominal quota together (`non_preemptible_fits`). The others hold borrowed capacity (the
+    flag was added to a borrowing job, or the nominal quota was cut): they are preemptible
+    like any other job. greedy, the MILP, check.py and audit compliance all ask this."""
+    kept: list[str] = []
+    total = 0
+    for key, _, milli in sorted(held, key=lambda h: (h[1], h[0])):
+        if not non_preemptible_fits(nominal, total, milli):
+            break
+        total += milli
+        kept.append(key)
+    return frozenset(kept)
+
+
+def borrowing_reclaimable(instance: PlacementInstance) -> PlacementInstance:
+    """The instance as the rules see it: a running non-preemptible job of a queue in a
+    cohort that `protected` does not protect is preemptible (borrowed capacity is always
+    reclaimable). A queue without a cohort borrows nothing: its jobs keep their flag.
+    Taken once, on the whole instance (its parts keep it)."""
+    if instance.rules_applied:
+        return instance
+    jobs = {j.key: j for j in instance.jobs}
+    queues = {q.name: q for q in instance.queues}
+    nodes = {n.name: n for n in instance.nodes}
+    held: dict[tuple[str, str], list[tuple[str, str, int]]] = defaultdict(list)
+    for key in sorted(instance.current):
+        job = jobs.get(key)
+        placement = instance.current[key]
+        queue = queues.get(job.queue) if job is not None else None
+        if job is None or job.preemptible or placement.flavor is None:
+            continue
+        if queue is None or queue.cohort is None:
+            continue
+        held[(job.queue, placement.flavor)].append(
+            (key, placement.started_at, quota_charge(job, placement.replicas, nodes))
+        )
+    unprotected: set[str] = set()
+    for (name, flavor), items in held.items():
+        fq = queues[name].quota(flavor)
+        keep = protected(fq.nominal if fq is not None else 0, items)
+        unprotected.update(k for k, _, _ in items if k not in keep)
+    return replace(
+        instance,
+        jobs=tuple(
+            replace(j, preemptible=True) if j.key in unprotected else j for j in instance.jobs
+        )
+        if unprotected
+        else instance.jobs,
+        rules_applied=True,
+    )
+
+
+def non_preemptible_borrowing(
+    instance: PlacementInstance, outcomes: Sequence[JobOutcome]
+) -> list[str]:
+    """The queues and flavors whose non-preemptible jobs in a plan hold more than the
+    nominal quota, where one of them is placed anew (check.py's rule)."""
+    jobs = {j.key: j for j in instance.jobs}
+    queues = {q.name: q for q in instance.queues}
+    nodes = {n.name: n for n in instance.nodes}
+    held: dict[tuple[str, str], int] = defaultdict(int)
+    fresh: set[tuple[str, str]] = set()
+    for o in outcomes:
+        job = jobs.get(o.job)
+        if job is None or job.preemptible or not o.running or o.flavor is None:
+            continue
+        held[(job.queue, o.flavor)] += quota_charge(job, o.replicas, nodes)
+        if o.status is not OutcomeStatus.KEPT:
+            fresh.add((job.queue, o.flavor))
+    problems = []
+    for name, flavor in sorted(fresh):
+        queue = queues.get(name)
+        fq = queue.quota(flavor) if queue is not None else None
+        nominal = fq.nominal if fq is not None else 0
+        if not non_preemptible_fits(nominal, 0, held[(name, flavor)]):
+            problems.append(
+                f"queue {name}'s non-preemptible jobs hold {held[(name, flavor)] / 1000:g} "
+                f"{flavor} GPUs, above its nominal {nominal / 1000:g}: a non-preemptible job "
+                "does not borrow"
+            )
+    return problems
 
 
 # -- minimum run time (KAI's preemptMinRuntime / reclaimMinRuntime) ------------------------
@@ -239,20 +343,18 @@ def admission_order(
 
 
 def start_ledger(instance: PlacementInstance) -> QuotaLedger:
-    """Usage per queue and flavor of what runs before the decision (a non-preemptible job is
-    not charged, as `check.py` counts it)."""
+    """Usage per queue and flavor of what runs before the decision, every job counted (the
+    rules' facts, as greedy's ledger and `audit compliance` count them: a queue whose
+    non-preemptible jobs fill its nominal quota borrows what its other jobs hold)."""
     ledger = QuotaLedger(instance.queues)
     jobs = {j.key: j for j in instance.jobs}
+    nodes = {n.name: n for n in instance.nodes}
     for key in sorted(instance.current):
         job = jobs.get(key)
         placement = instance.current[key]
-        if job is not None and job.preemptible:
-            ledger.add(job.queue, placement.flavor, _milli(job, placement))
+        if job is not None:
+            ledger.add(job.queue, placement.flavor, quota_charge(job, placement.replicas, nodes))
     return ledger
-
-
-def _milli(job: Job, placement: Placement) -> int:
-    return len(placement.replicas) * job.resources.gpu_milli
 
 
 def below_nominal(ledger: QuotaLedger, queue: str, flavor: str | None) -> bool:
@@ -367,11 +469,68 @@ class Rights:
                 continue
             other = self.queues.get(name)
             claimant = Party(
-                name, other.cohort if other else None, top[0], name not in self.unstoppable
+                name,
+                other.cohort if other else None,
+                top[0],
+                name not in self.unstoppable,
+                reclaim=other.reclaim_within_cohort if other else None,
             )
             if self.may(claimant, victim) is not None:
                 return True
         return False
+
+
+def reclaim_note(
+    policy: Policy,
+    job: Job,
+    ledger: QuotaLedger,
+    holders: Callable[[str, str], Sequence[Job]],
+) -> str:
+    """Why a waiting job took nothing back from the queues of its cohort that borrow a
+    flavor it may use, in words ("" when none borrows): the rule that refused (`judge`), or
+    that its queue would borrow itself. `holders(queue, flavor)`: that queue's running jobs
+    on the flavor."""
+    queue = ledger.queues.get(job.queue)
+    if queue is None or queue.cohort is None:
+        return ""
+    claimant = party(job, ledger.queues)
+    need = job.smallest_gang * job.resources.gpu_milli
+    notes: list[str] = []
+    for flavor in eligible_flavors(job, queue):
+        if flavor is None:
+            continue
+        for other in sorted(ledger.queues.values(), key=lambda q: q.name):
+            fq = other.quota(flavor)
+            if other.name == job.queue or other.cohort != queue.cohort or fq is None:
+                continue
+            if not ledger.borrowing(other.name, flavor):
+                continue
+            over = ledger.usage[(other.name, flavor)] - fq.nominal
+            if not ledger.below_nominal(job.queue, flavor, need):
+                why = (
+                    f"queue {job.queue} would be above its nominal {flavor} quota with this "
+                    "job (never preempt to borrow)"
+                )
+            else:
+                verdicts = [
+                    judge(
+                        policy,
+                        claimant,
+                        party(victim, ledger.queues),
+                        victim_queue_borrows=True,
+                        preemptor_queue_below_nominal=True,
+                    )
+                    for victim in holders(other.name, flavor)
+                ]
+                refused = [v for v in verdicts if not isinstance(v, Rule)]
+                if len(refused) < len(verdicts):
+                    why = "what it may reclaim would not make room for the job"
+                else:
+                    why = refused[0] if refused else "none of its jobs may be reclaimed"
+            notes.append(
+                f"queue {other.name} borrows {over / 1000:g} {flavor} GPUs; not reclaimed: {why}"
+            )
+    return "; ".join(notes)
 
 
 # -- checking a plan against the rules -------------------------------------------------------
@@ -411,6 +570,7 @@ def attribute(
     admitted (its queue's usage of the flavor, counting the jobs that stay and those
     admitted up to it in its queue's order, is within nominal). `near`: the preemptors to
     try first (those now on the victim's nodes)."""
+    instance = borrowing_reclaimable(instance)
     jobs = {j.key: j for j in instance.jobs}
     ledger = start_ledger(instance)
     policy = instance.policy
@@ -435,19 +595,20 @@ def attribute(
     for q in instance.queues:
         if q.cohort is not None:
             cohorts[q.cohort].append(q.name)
+    nodes = {n.name: n for n in instance.nodes}
     flavor_of = {o.job: o.flavor for o in outcomes if o.running}
     stays: dict[tuple[str, str | None], int] = defaultdict(int)
     for o in outcomes:
         kept = jobs.get(o.job)
         if kept is not None and o.status is OutcomeStatus.KEPT and kept.preemptible:
-            stays[(kept.queue, o.flavor)] += len(o.replicas) * kept.resources.gpu_milli
+            stays[(kept.queue, o.flavor)] += quota_charge(kept, o.replicas, nodes)
     # Each admitted job's usage of its queue's flavor once admitted, in its queue's order.
-    size = {o.job: len(o.replicas) for o in outcomes if o.running}
+    held = {o.job: o.replicas for o in outcomes if o.running}
     after: dict[str, int] = {}
     running_total: dict[tuple[str, str | None], int] = dict(stays)
     for job in admitted:
         key = (job.queue, flavor_of.get(job.key))
-        running_total[key] = running_total.get(key, 0) + size[job.key] * job.resources.gpu_milli
+        running_total[key] = running_total.get(key, 0) + quota_charge(job, held[job.key], nodes)
         after[job.key] = running_total[key]
 
     def borrows_after(job: Job) -> bool:

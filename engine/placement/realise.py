@@ -10,7 +10,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from engine.model import Job, Node, Placement, ReplicaPlacement
-from engine.placement.constraints import node_rejection
+from engine.placement.constraints import node_rejection, quota_charge
 from engine.placement.explain import attribution, explain_outcomes
 from engine.placement.formulation import Formulation, JobVars
 from engine.placement.greedy import Fit, Packing, priority_order
@@ -56,9 +56,11 @@ def best_realisation(
     values: tuple[float, ...],
     orders: int = len(PACKING_ORDERS),
     template: Packing | None = None,
+    reclaimed: frozenset[str] = frozenset(),
 ) -> tuple[tuple[JobOutcome, ...], float]:
     """The best of packing the solution in each of the first `orders` PACKING_ORDERS, and its
-    score. Every order is tried, however long it takes: no clock picks the packing."""
+    score. Every order is tried, however long it takes: no clock picks the packing.
+    `reclaimed`: running jobs the rules stop (milp.fix_reclaims), never kept back."""
     best: Packed | None = None
     best_score = 0.0
     best_order = 0
@@ -70,7 +72,7 @@ def best_realisation(
             best, best_score, best_order = packed, score, order
     assert best is not None
     best, best_score = _stay_where_possible(
-        instance, formulation, values, best, best_score, best_order
+        instance, formulation, values, best, best_score, best_order, reclaimed=reclaimed
     )
     return best.outcomes(instance), best_score
 
@@ -83,6 +85,7 @@ def _stay_where_possible(
     best_score: float,
     order: int,
     follow: bool = False,
+    reclaimed: frozenset[str] = frozenset(),
 ) -> tuple[Packed, float]:
     """A running job the model could only keep or stop (it has no column to move it: an
     incremental solve) and that the packing did not keep stays where it is when no rule
@@ -100,6 +103,7 @@ def _stay_where_possible(
         and jv.keep >= 0
         and jv.place < 0
         and job.key in instance.current
+        and job.key not in reclaimed
     ]
     # Any running job the plan stops, moveable or not: a stop no rule allows is undone.
     running = [job for job in priority_order(instance.jobs) if job.key in instance.current]
@@ -124,7 +128,7 @@ def _stay_where_possible(
             break
         for job in stopped:
             placement = instance.current[job.key]
-            amount = len(placement.replicas) * job.resources.gpu_milli
+            amount = quota_charge(job, placement.replicas, best.packing.nodes)
             if can_take(best.packing, job, placement.replicas) and (
                 best.packing.ledger.rejection(job.queue, placement.flavor, amount) is None
             ):
@@ -274,7 +278,7 @@ def pack_solution(
         if kept and not job.preemptible:
             # A non-preemptible job that stays is not charged to quota (check.py agrees).
             packing.ledger.remove(
-                job.queue, fit.flavor, len(fit.replicas) * job.resources.gpu_milli
+                job.queue, fit.flavor, quota_charge(job, fit.replicas, packing.nodes)
             )
 
     def try_keep(job: Job, placement: Placement) -> bool:
@@ -282,7 +286,7 @@ def pack_solution(
         if not can_take(packing, job, placement.replicas):
             return False
         if job.preemptible:
-            amount = len(placement.replicas) * job.resources.gpu_milli
+            amount = quota_charge(job, placement.replicas, packing.nodes)
             if packing.ledger.rejection(job.queue, placement.flavor, amount) is not None:
                 return False
         commit(job, fit, kept=True)
@@ -512,7 +516,7 @@ def _follow_job(
 
 
 def _quota_ok(packing: Packing, job: Job, fit: Fit) -> bool:
-    amount = len(fit.replicas) * job.resources.gpu_milli
+    amount = quota_charge(job, fit.replicas, packing.nodes)
     return packing.ledger.rejection(job.queue, fit.flavor, amount) is None
 
 

@@ -16,6 +16,7 @@ from engine.placement.decompose import DecomposedPlacer, should_decompose
 from engine.placement.greedy import GreedyPlacer
 from engine.placement.milp import MilpPlacer
 from engine.placement.plan import PlacementInstance, PlacementPlan, Placer
+from engine.placement.preemption import borrowing_reclaimable
 
 SOLVERS: dict[str, Placer] = {
     "greedy": GreedyPlacer(),
@@ -52,6 +53,7 @@ def solve(instance: PlacementInstance, solver: str | None = None) -> PlacementPl
     """The plan of the instance; a MILP solver on a very large instance solves it in parts
     (engine.placement.decompose). A MILP that fails falls back to greedy's plan."""
     chosen = placer(solver or instance.policy.solver)
+    instance = borrowing_reclaimable(instance)
     if not isinstance(chosen, MilpPlacer):
         return chosen.solve(instance)
     try:
@@ -69,6 +71,7 @@ def solve_changed(
     decided, every other job runs or waits on. None for a solver without one (greedy
     re-places everything, and costs little doing it)."""
     chosen = placer(solver or instance.policy.solver)
+    instance = borrowing_reclaimable(instance)
     if isinstance(chosen, MilpPlacer):
         try:
             if should_decompose(instance):

@@ -6,7 +6,7 @@ are, with times chosen so every expected number can be worked out by hand.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -20,7 +20,15 @@ from audit.pointintime import cluster_at, seq_at_time
 from audit.projection.state import ProjectionState
 from audit.store import AuditError, AuditStore, EventList
 from engine import events as ev
-from engine.model import CommitInfo, Isolation, NodeState, Owner, Policy, ReplicaPlacement
+from engine.model import (
+    CommitInfo,
+    Isolation,
+    NodeState,
+    Owner,
+    Policy,
+    PreemptionScope,
+    ReplicaPlacement,
+)
 from eventlog.codec import decode_all, encode
 from eventlog.envelope import GENESIS_HASH, StoredEvent, format_time, seal_batch
 from tests.support.factories import CLUSTER, job, node, queue
@@ -649,3 +657,57 @@ def test_a_commit_reconciled_late_counts_from_its_date_even_read_in_two_parts(
             assert change["merged"] == format_time(hours(1))
             assert change["applied"] == format_time(hours(30))
     whole.close()
+
+
+def reclaim_log(b_reclaim: PreemptionScope | None, victim: str) -> LogBuilder:
+    """Queue a (nominal 8) runs two 8-GPU jobs, so it borrows 8; queue b (nominal 8) runs
+    nothing and reclaims `victim` for its low-priority job. a/np1 and a/np2 are
+    non-preemptible (np1, first by name, is the one within nominal), a/hi is not."""
+    log = LogBuilder()
+    bootstrap(log, approvers=(LI,))
+    if b_reclaim is not None:
+        own = replace(
+            queue("b", cohort="c", quotas={"h100": (8, None, None)}),
+            reclaim_within_cohort=b_reclaim,
+        )
+        log.commit(0.5, [ev.QueueConfigured(own)], approvers=(LI,))
+    first, second = ("np1", "np2") if victim.startswith("a/np") else ("np1", "hi")
+    sha = submit(
+        log,
+        1,
+        job(first, queue="a", gpu=8, priority=900, preemptible=False),
+        job(second, queue="a", gpu=8, priority=900, preemptible=second == "hi"),
+    )
+    log.solve(1, sha, [placed(f"a/{first}", ("n1", 8)), placed(f"a/{second}", ("n2", 8))])
+    sha = submit(log, 2, job("low", queue="b", gpu=8, priority=100))
+    log.solve(
+        2,
+        sha,
+        [
+            ev.JobPreempted(victim, "queue b reclaims", "b/low", 0.0, "s", "reclaim"),
+            placed("b/low", ("n1" if victim == "a/np1" else "n2", 8)),
+        ],
+    )
+    return log
+
+
+def test_audit_judges_reclaim_by_the_reclaiming_queues_own_setting() -> None:
+    """reclaimWithinCohort per queue (Kueue's ClusterQueue): b's own LowerPriority forbids
+    reclaiming a higher-priority borrower; the Policy's Any (no setting) allows it."""
+    with reclaim_log(None, "a/hi").view() as store:
+        assert violations(store) == []
+    with reclaim_log(PreemptionScope.LOWER_PRIORITY, "a/hi").view() as store:
+        found = violations(store)
+        assert [(c, s) for c, s, _ in found] == [("preemption-rules", "a/hi")]
+        (v,) = compliance_query.compliance(store)["violations"]
+        assert "reclaimWithinCohort is LowerPriority" in v["message"]
+
+
+def test_a_non_preemptible_job_on_borrowed_capacity_may_be_reclaimed() -> None:
+    """A non-preemptible job does not borrow: of a/np1 and a/np2 (16 GPUs on a nominal 8),
+    np2 holds borrowed capacity and may be reclaimed; np1, within nominal, may not."""
+    with reclaim_log(None, "a/np2").view() as store:
+        assert violations(store) == []
+    with reclaim_log(None, "a/np1").view() as store:
+        found = violations(store)
+        assert sorted(c for c, _, _ in found) == ["non-preemptible", "preemption-rules"]

@@ -14,7 +14,13 @@ from engine.placement.check import check_plan
 from engine.placement.formulation import BuildOptions, Formulation, build
 from engine.placement.greedy import GreedyPlacer
 from engine.placement.linear import LinearModel, SolveLimits, solve
-from engine.placement.milp import MilpPlacer, _short_of_nominal, incremental_start, realise
+from engine.placement.milp import (
+    MilpPlacer,
+    _short_of_nominal,
+    incremental_start,
+    realise,
+    reclaims,
+)
 from engine.placement.objective import fair_targets, objective_terms, plan_objective
 from engine.placement.plan import OutcomeStatus, PlacementInstance, PlacementPlan
 from engine.placement.preemption import Rights
@@ -247,8 +253,14 @@ def test_an_incremental_solve_of_new_jobs_moves_no_running_job(seed: int, later:
     assert check_plan(after, plan) == []
     assert [o.job for o in plan.outcomes if o.status is OutcomeStatus.MOVED] == []
     decided = tuple(j for j in after.jobs if j.key in inst.current or j.key in new)
-    start, _ = incremental_start(replace(after, jobs=decided, basis=after), set(new))
-    assert plan.stats.objective >= start.stats.objective - 1e-6
+    sub = replace(after, jobs=decided, basis=after)
+    start, _ = incremental_start(sub, set(new))
+    if reclaims(GreedyPlacer().solve(sub)):
+        # Reclaim is the rules' (issue 31): the start is greedy's plan that does it.
+        start = GreedyPlacer().solve(sub)
+        assert plan.stats.objective >= plan_objective(after, start.outcomes) - 1e-6
+    else:
+        assert plan.stats.objective >= start.stats.objective - 1e-6
 
 
 def test_an_incremental_solve_keeps_a_job_no_admitted_job_may_preempt() -> None:

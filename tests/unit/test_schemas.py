@@ -462,3 +462,20 @@ def test_fair_share_and_idle_reclamation_keys() -> None:
         "$.spec.idle.thresholdPercent",
         "$.spec.idle.windowMinutes",
     ]
+
+
+def test_a_queue_sets_its_own_reclaim_within_cohort() -> None:
+    """Kueue's ClusterQueue spec.preemption.reclaimWithinCohort, per queue (issue 31)."""
+    from engine.model import PreemptionScope
+    from reconciler.specs import _queue
+
+    head = "apiVersion: gitsched.io/v1\nkind: Queue\nmetadata: {name: q}\nspec:\n"
+    assert check(head + "  preemption: {reclaimWithinCohort: LowerPriority}\n") == []
+    errors = check(head + "  preemption: {reclaimWithinCohort: Sometimes, withinQueue: Never}\n")
+    assert sorted(e.path for e in errors) == [
+        "$.spec.preemption.reclaimWithinCohort",
+        "$.spec.preemption.withinQueue",
+    ]
+    spec = {"preemption": {"reclaimWithinCohort": "Never"}}
+    assert _queue("q", spec, "t").reclaim_within_cohort is PreemptionScope.NEVER
+    assert _queue("q", {}, "t").reclaim_within_cohort is None
