@@ -31,6 +31,7 @@ from engine.model import (
 from engine.placement.objective import lost_gpu_seconds
 from engine.placement.plan import OutcomeStatus, PlacementInstance, PlacementPlan
 from engine.placement.preemption import Rule
+from engine.placement.reservations import HELD, RESERVED
 from engine.shapes import learned_shapes
 from engine.state import ClusterState, fold
 from findings import Finding
@@ -227,6 +228,13 @@ def _changed_fields(old: Job, new: Job) -> tuple[str, ...]:
 def _apply_plan(state: ClusterState, intent: ApplyPlan) -> tuple[ev.Event, ...]:
     plan = intent.plan
     out: list[ev.Event] = []
+    if plan.reservations != state.reservations:
+        # First, so the placements that follow are judged against the solve's own reservations.
+        out.append(
+            ev.ReservationsDecided(
+                solve_id=intent.solve_id, at=intent.at, reservations=plan.reservations
+            )
+        )
     for outcome in plan.outcomes:
         if outcome.job not in state.jobs:
             continue
@@ -300,7 +308,12 @@ def keep_waiting_reasons(
     outcomes = []
     pending = state.pending
     for outcome in plan.outcomes:
-        if outcome.status is OutcomeStatus.PENDING and outcome.job not in changed:
+        if (
+            outcome.status is OutcomeStatus.PENDING
+            and outcome.job not in changed
+            # a reservation's reason says when: it moves with every decision
+            and outcome.constraint not in (RESERVED, HELD)
+        ):
             known = pending.get(outcome.job)
             if known and (outcome.reason, outcome.constraint) != (known.reason, known.constraint):
                 outcome = dataclasses.replace(

@@ -108,6 +108,16 @@ class FlavorQuota:
 
 
 @dataclass(frozen=True, slots=True)
+class QueueTimeLimits:
+    """A queue's time limits (Queue.spec.timeLimits): the limit a job that names none gets,
+    and the most a job may ask for; None: no default, no maximum (Kueue's ClusterQueue
+    default and maximum execution time)."""
+
+    default_minutes: int | None = None
+    max_minutes: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Queue:
     name: str
     team: str
@@ -116,6 +126,8 @@ class Queue:
     max_priority_class: str | None = None
     quotas: tuple[FlavorQuota, ...] = ()
     owners: tuple[str, ...] = ()
+    # -- time limits (docs/time.md) --
+    time_limits: QueueTimeLimits = field(default_factory=lambda: QueueTimeLimits())
 
     def quota(self, flavor: str) -> FlavorQuota | None:
         for q in self.quotas:
@@ -175,6 +187,11 @@ class Job:
     # The pod template (spec.template, a Kubernetes PodTemplateSpec as in Kueue and
     # JobSet) the cluster actuator makes each replica's pod from; opaque to placement.
     template: dict[str, object] | None = None
+    # -- time limits (docs/time.md) --
+    # The most the job may run, in minutes, once its queue's default applied (spec.timeLimitMinutes,
+    # else Queue.spec.timeLimits.defaultMinutes); None: it runs until it ends. A running job
+    # reaches it at its placement's start + this (engine/timelimits.py).
+    time_limit_minutes: int | None = None
     # "queue/name", worked out once when the job is made (a commit on 50,000 jobs reads
     # keys ~700,000 times). Derived, not data: no constructor argument, no part of
     # equality, and engine.codec leaves it out of events (init=False).
@@ -241,6 +258,17 @@ class Policy:
     # Idle GPU reclamation (engine/idle.py). Off by default here, so a policy logged before
     # it existed reads as it acted; the built-in policy turns it on.
     idle: IdlePolicy = field(default_factory=lambda: IdlePolicy())
+    # Backfill with reservations (engine/placement/reservations.py). Off here (0), so a
+    # policy logged before it existed reads as it acted; the built-in policy sets 1 (EASY).
+    backfill: BackfillPolicy = field(default_factory=lambda: BackfillPolicy())
+
+
+@dataclass(frozen=True, slots=True)
+class BackfillPolicy:
+    """How many of the highest waiting jobs that cannot start hold a reservation: 1 is EASY
+    backfill (Slurm's default), more comes closer to conservative backfill, 0 is off."""
+
+    reservations: int = 0
 
 
 class IdleAction(StrEnum):
@@ -284,6 +312,20 @@ class Placement:
     @property
     def gpu_milli(self) -> int:
         return sum(r.gpu_milli * len(r.gpus) for r in self.replicas)
+
+
+@dataclass(frozen=True, slots=True)
+class Reservation:
+    """A fact of a plan (engine/placement/reservations.py): `job`, which cannot start now,
+    will start at `start` on `nodes` (`gpu_milli` of `flavor` from its queue's quota), when
+    the jobs in `waits_for` reach their time limits. Later jobs that would delay it wait."""
+
+    job: str
+    start: str
+    nodes: tuple[str, ...]
+    flavor: str | None
+    gpu_milli: int
+    waits_for: tuple[str, ...] = ()
 
 
 def utc_time(text: str) -> str:

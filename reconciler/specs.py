@@ -19,6 +19,7 @@ import policies
 import schemas
 from engine.core import DesiredState
 from engine.model import (
+    BackfillPolicy,
     ClusterSpec,
     FlavorQuota,
     GpuFlavor,
@@ -33,6 +34,7 @@ from engine.model import (
     PreemptionScope,
     PriorityClass,
     Queue,
+    QueueTimeLimits,
     Resources,
     TopologyMode,
     TopologyRequirement,
@@ -550,8 +552,10 @@ def build_desired(
         queues[queue.name] = queue
         team_queue[team] = queue.name
     jobs: dict[str, Job] = {}
-    # A job's model depends on its document, its team's queue and the cluster.
-    frame = (tuple(team_queue.items()), cluster)
+    # A job's model depends on its document, its team's queue (its default time limit) and
+    # the cluster.
+    limits = tuple((name, q.time_limits) for name, q in sorted(queues.items()))
+    frame = (tuple(team_queue.items()), cluster, limits)
     kept = cache.kept_jobs(frame) if cache is not None else {}
     made: dict[int, tuple[Document, str, Job]] = {}
     for doc in by_kind.get("Job", []):
@@ -563,7 +567,7 @@ def build_desired(
         team = policies.place_of(doc.file).team or ""
         spec = doc.data["spec"]
         queue_name = spec.get("queue") or team_queue.get(team, team)
-        job = _job(doc.name or "", spec, queue_name, cluster, doc.file)
+        job = _job(doc.name or "", spec, queue_name, cluster, doc.file, queues.get(queue_name))
         made[id(doc)] = (doc, job.key, job)
         jobs[job.key] = job
     if cache is not None:
@@ -657,10 +661,21 @@ def _queue(name: str, spec: Mapping[str, Any], team: str) -> Queue:
             )
             for q in spec.get("quotas", ())
         ),
+        time_limits=QueueTimeLimits(
+            default_minutes=spec.get("timeLimits", {}).get("defaultMinutes"),
+            max_minutes=spec.get("timeLimits", {}).get("maxMinutes"),
+        ),
     )
 
 
-def _job(name: str, spec: Mapping[str, Any], queue: str, cluster: ClusterSpec, file: str) -> Job:
+def _job(
+    name: str,
+    spec: Mapping[str, Any],
+    queue: str,
+    cluster: ClusterSpec,
+    file: str,
+    queue_model: Queue | None = None,
+) -> Job:
     resources = spec.get("resources", {})
     topology = spec.get("topology")
     priority_class = spec.get("priorityClass") or cluster.default_priority_class
@@ -691,7 +706,16 @@ def _job(name: str, spec: Mapping[str, Any], queue: str, cluster: ClusterSpec, f
         residency=tuple(spec.get("residency", ())),
         file=file,
         template=spec.get("template"),
+        time_limit_minutes=_time_limit(spec, queue_model),
     )
+
+
+def _time_limit(spec: Mapping[str, Any], queue: Queue | None) -> int | None:
+    """The job's own limit, else its queue's default (docs/time.md)."""
+    own = spec.get("timeLimitMinutes")
+    if own is not None:
+        return int(own)
+    return queue.time_limits.default_minutes if queue is not None else None
 
 
 def policy_of(spec: Mapping[str, Any]) -> Policy:
@@ -729,6 +753,11 @@ def policy_of(spec: Mapping[str, Any]) -> Policy:
             spec.get("fairness", {}).get("usageHalfLifeHours", base.usage_half_life_hours)
         ),
         idle=_idle_policy(spec.get("idle", {}), base.idle),
+        backfill=BackfillPolicy(
+            reservations=int(
+                spec.get("backfill", {}).get("reservations", base.backfill.reservations)
+            )
+        ),
     )
 
 

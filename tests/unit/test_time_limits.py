@@ -1,0 +1,217 @@
+"""Time limits and backfill with reservations (docs/time.md), in both solvers.
+
+The scenes: n1 has 4 of its 8 GPUs taken by q/a until 12:30 (its limit); n2 and n3 are
+held by jobs without a limit. q/big (8 GPUs, high priority) cannot start at 12:00: it
+gets a reservation on n1 from 12:30, and the 4-GPU jobs below it start only if they
+cannot delay that.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from engine import events as ev
+from engine.core import ApplyCommit, DesiredState, decide
+from engine.model import BackfillPolicy, CommitInfo, Job, Placement, Policy, ReplicaPlacement
+from engine.placement.check import check_plan
+from engine.placement.plan import OutcomeStatus, PlacementInstance
+from engine.placement.reservations import HELD, RESERVED, reserve
+from engine.placement.solvers import solve
+from engine.state import ClusterState, fold
+from engine.timelimits import due_events, next_due
+from reconciler.step import due_step
+from tests.support.factories import CLUSTER, job, node, queue
+
+NOW = "2026-11-22T12:00:00.000000Z"
+STARTED = "2026-11-22T11:30:00.000000Z"
+SOLVERS = ("greedy", "highs")
+
+
+def limited(j: Job, minutes: int | None) -> Job:
+    return dataclasses.replace(j, time_limit_minutes=minutes)
+
+
+def on(node_name: str, gpus: range, key: str) -> Placement:
+    replicas = tuple(ReplicaPlacement(node_name, (g,), 1000) for g in gpus)
+    return Placement(key, "h100", replicas, started_at=STARTED)
+
+
+def scene(
+    solver: str,
+    reservations: int = 1,
+    *,
+    a_limit: int | None = 60,
+    n3_taken: range = range(8),
+    waiting: tuple[Job, ...] = (),
+) -> PlacementInstance:
+    running = [
+        limited(job("a", replicas=4, submitted_at="2026-11-22T11:00:00Z"), a_limit),
+        job("c", replicas=8, submitted_at="2026-11-22T11:00:00Z"),
+        job("e", replicas=len(n3_taken), submitted_at="2026-11-22T11:00:00Z"),
+    ]
+    big = limited(job("big", gpu=8, priority=900, submitted_at="2026-11-22T11:50:00Z"), 120)
+    current = {
+        "q/a": on("n1", range(4), "q/a"),
+        "q/c": on("n2", range(8), "q/c"),
+        "q/e": on("n3", n3_taken, "q/e"),
+    }
+    return PlacementInstance(
+        cluster=CLUSTER,
+        nodes=tuple(node(n) for n in ("n1", "n2", "n3")),
+        queues=(queue("q"),),
+        jobs=(*running, big, *waiting),
+        current=current,
+        policy=Policy(
+            solver=solver,
+            preemption_enabled=False,
+            backfill=BackfillPolicy(reservations=reservations),
+        ),
+        now=NOW,
+    )
+
+
+LONG = limited(job("long", gpu=4, submitted_at="2026-11-22T11:51:00Z"), 600)
+SHORT = limited(job("short", gpu=4, submitted_at="2026-11-22T11:52:00Z"), 20)
+FOREVER = job("forever", gpu=4, submitted_at="2026-11-22T11:51:00Z")
+
+
+def test_the_top_job_that_cannot_start_gets_a_reservation_when_a_limit_frees_room() -> None:
+    book = reserve(scene("greedy", waiting=(LONG,)))
+    (r,) = book.reservations
+    assert (r.job, r.start, r.nodes, r.flavor, r.gpu_milli) == (
+        "q/big",
+        "2026-11-22T12:30:00.000000Z",
+        ("n1",),
+        "h100",
+        8000,
+    )
+    assert r.waits_for == ("q/a",)
+    assert book.constraining(LONG) == (r,)
+    assert book.constraining(SHORT) == ()  # not in the book: it ends 12:20 anyway
+
+
+@pytest.mark.parametrize("solver", SOLVERS)
+def test_a_job_that_would_delay_the_reservation_is_held_one_that_ends_in_time_starts(
+    solver: str,
+) -> None:
+    instance = scene(solver, waiting=(LONG, SHORT))
+    plan = solve(instance)
+    assert check_plan(instance, plan) == []
+    big, long, short = (plan.outcome(k) for k in ("q/big", "q/long", "q/short"))
+    assert big is not None and long is not None and short is not None
+    assert big.status is OutcomeStatus.PENDING and big.constraint == RESERVED
+    assert big.reason.startswith("reserved from 2026-11-22 12:30 UTC on node n1")
+    assert "when q/a reaches its limit" in big.reason
+    assert long.status is OutcomeStatus.PENDING and long.constraint == HELD
+    assert "held for the reservation of q/big" in long.reason
+    assert short.status is OutcomeStatus.PLACED
+    assert {r.node for r in short.replicas} == {"n1"}
+    assert [r.job for r in plan.reservations] == ["q/big"]
+
+
+@pytest.mark.parametrize("solver", SOLVERS)
+def test_a_job_without_a_limit_is_held_and_the_plan_says_why(solver: str) -> None:
+    plan = solve(scene(solver, waiting=(FOREVER,)))
+    forever = plan.outcome("q/forever")
+    assert forever is not None and forever.status is OutcomeStatus.PENDING
+    assert "has no time limit" in forever.reason
+
+
+@pytest.mark.parametrize("solver", SOLVERS)
+def test_a_job_on_nodes_the_reservation_does_not_take_starts(solver: str) -> None:
+    # n3 keeps 2 GPUs free: too few for q/big even if the MILP moved things around.
+    small = dataclasses.replace(LONG, resources=dataclasses.replace(LONG.resources, gpu_milli=2000))
+    instance = scene(solver, n3_taken=range(6), waiting=(small,))
+    plan = solve(instance)
+    assert check_plan(instance, plan) == []
+    long = plan.outcome("q/long")
+    assert long is not None and long.status is OutcomeStatus.PLACED
+    assert {r.node for r in long.replicas} == {"n3"}
+
+
+@pytest.mark.parametrize("solver", SOLVERS)
+def test_no_reservations_is_todays_behaviour(solver: str) -> None:
+    instance = scene(solver, reservations=0, waiting=(LONG, SHORT))
+    plan = solve(instance)
+    long, short = plan.outcome("q/long"), plan.outcome("q/short")
+    assert long is not None and long.status is OutcomeStatus.PLACED  # first in order, fits now
+    assert short is not None and short.status is OutcomeStatus.PENDING
+    assert plan.reservations == ()
+
+
+@pytest.mark.parametrize("solver", SOLVERS)
+def test_running_jobs_without_limits_make_no_reservation_and_the_plan_names_them(
+    solver: str,
+) -> None:
+    plan = solve(scene(solver, a_limit=None, waiting=(LONG,)))
+    big, long = plan.outcome("q/big"), plan.outcome("q/long")
+    assert plan.reservations == ()
+    assert big is not None and "no reservation: q/a, q/c and q/e have no time limit" in big.reason
+    assert long is not None and long.status is OutcomeStatus.PLACED
+
+
+# -- a job stopped at its limit ----------------------------------------------------------
+
+
+def running_state(limit: int | None) -> ClusterState:
+    commit = CommitInfo("a" * 40, "Ana", "ana@example.com", "2026-11-22T11:30:00+00:00", "jobs")
+    jobs = [limited(job("train", gpu=8), limit), job("next", gpu=8)]
+    desired = DesiredState(
+        cluster=CLUSTER,
+        policy=Policy(),
+        nodes={"n1": node("n1")},
+        queues={"q": queue("q")},
+        jobs={j.key: j for j in jobs},
+    )
+    state = fold(decide(ClusterState(), ApplyCommit(commit, desired)), ClusterState())
+    replicas = (ReplicaPlacement("n1", tuple(range(8)), 1000),)
+    return fold(
+        [
+            ev.PlacementDecided("q/train", "h100", replicas, "admitted", "", "s1", STARTED),
+            ev.JobPending("q/next", "no room", "capacity", "s1"),
+            ev.SolveCompleted("s1", "greedy", "heuristic", 0.0, None, None, 0.0, 0, 0, 1, 0, 0, 0, 1),
+        ],
+        state,
+    )
+
+
+def test_a_running_job_reaches_its_limit_at_start_plus_limit_and_is_stopped_then() -> None:
+    state = running_state(45)
+    assert next_due(state) == "2026-11-22T12:15:00.000000Z"
+    assert due_events(state, "2026-11-22T12:14:59+00:00") == ()
+    (timed_out,) = due_events(state, "2026-11-22T13:00:00+00:00")
+    # The event's time is when the limit was reached, not when anyone looked.
+    assert timed_out == ev.JobTimedOut(
+        job="q/train",
+        at="2026-11-22T12:15:00.000000Z",
+        started_at=STARTED,
+        limit_minutes=45,
+    )
+    after = fold([timed_out], state)
+    assert "q/train" not in after.placements and after.ended["q/train"] == "timed_out"
+    assert after.needs_placement
+
+
+def test_serve_appends_the_stop_and_places_the_waiting_job_at_the_limits_time() -> None:
+    state = running_state(45)
+    assert due_step(state, "2026-11-22T12:00:00+00:00") is None
+    step = due_step(state, "2026-11-22T13:00:00+00:00", solver="greedy")
+    assert step is not None
+    types = [e.type for e in step.events]
+    assert types[0] == "JobTimedOut" and "PlacementDecided" in types
+    placed = next(e for e in step.events if isinstance(e, ev.PlacementDecided))
+    assert (placed.job, placed.at) == ("q/next", "2026-11-22T12:15:00.000000Z")
+    # Looked at later, the same events: the log does not depend on when the daemon woke.
+    again = due_step(state, "2026-11-22T18:00:00+00:00", solver="greedy")
+    assert again is not None
+    decided = [e for e in step.events if not isinstance(e, ev.SolveCompleted)]
+    assert [e for e in again.events if not isinstance(e, ev.SolveCompleted)] == decided
+    assert [g.ids() for g in again.groups] == [g.ids() for g in step.groups]
+
+
+def test_a_job_without_a_limit_is_never_due() -> None:
+    state = running_state(None)
+    assert next_due(state) is None
+    assert due_events(state, "2030-01-01T00:00:00+00:00") == ()
