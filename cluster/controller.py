@@ -14,8 +14,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from datetime import UTC, datetime
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
 from cluster.actuator import ActuationReport, Actuator
 from cluster.api import KubeApi

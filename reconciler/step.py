@@ -187,7 +187,8 @@ def commit_step(
     due = due_events(state, decision_time(commit))
     before: tuple[EventGroup, ...] = ()
     if due:
-        before = (EventGroup(due, f"{commit.sha}/due", TIME_ACTOR, commit.sha),)
+        # Caused by the time, not by the commit: each stop's fact time is its own `at`.
+        before = (EventGroup(due, f"{commit.sha}/due", TIME_ACTOR, f"due/{due[-1].at}"),)
         state = fold(due, state)
     events = decide(state, intent)
     group = EventGroup(events, commit.sha, commit.actor, commit.sha)

@@ -42,6 +42,7 @@ from audit.projection.vocabulary import (
     END_NODE_REMOVED,
     END_PREEMPTED,
     END_STOPPED,
+    END_TIMED_OUT,
     END_WITHDRAWN,
     KIND_CLUSTER,
     KIND_NODE,
@@ -73,6 +74,10 @@ def _who(name: str, email: str) -> str:
     if not name and not email:
         return ""
     return f"{name} <{email}>"
+
+
+# The events whose payload states their fact time (eventlog.timeline.stated_time).
+_STATES_TIME = frozenset(("PlacementDecided", "JobTimedOut"))
 
 
 class Projector:
@@ -126,6 +131,9 @@ class Projector:
             "GpuUtilizationReported": self._not_projected,
             "JobIdle": self._not_projected,
             "JobIdleCleared": self._not_projected,
+            "JobTimedOut": self._job_timed_out,
+            # Reservations are facts of a solve: `state` and `plan` show them; no rows here.
+            "ReservationsDecided": self._not_projected,
         }
         assert set(self._handlers) == set(EVENT_TYPES), "every event type needs a handler"
         self._people: dict[str, str] = {}  # actor -> person(actor): a few authors submit every job
@@ -173,7 +181,7 @@ class Projector:
                     and stored.time == unit[0]
                     and stored.cause == unit[1]
                     and type_ not in COMMIT_EVENTS
-                    and (type_ != "PlacementDecided" or data.get("at") == self._time)
+                    and (type_ not in _STATES_TIME or data.get("at") == self._time)
                 ):
                     # The rest of an append whose time is known, at that time: the common case.
                     entry[0](stored, data, batch)
@@ -297,7 +305,7 @@ class Projector:
         run = self.state.running.pop(job, None)
         if run is None:
             return None
-        if kind not in (END_FINISHED, END_WITHDRAWN, END_FAILED):
+        if kind not in (END_FINISHED, END_WITHDRAWN, END_FAILED, END_TIMED_OUT):
             trouble = self._node_trouble(run)
             if trouble is not None:
                 kind, reason = trouble[0], f"{trouble[1]}; {reason}" if reason else trouble[1]
@@ -507,6 +515,10 @@ class Projector:
         code = d.get("exit_code")
         reason = f"failed: {d['reason']}" + (f" (exit code {code})" if code is not None else "")
         self._job_gone(d["job"], END_FAILED, reason, stored, batch)
+
+    def _job_timed_out(self, stored: Envelope, d: dict[str, Any], batch: Batch) -> None:
+        reason = f"reached its time limit of {d['limit_minutes']} min"
+        self._job_gone(d["job"], END_TIMED_OUT, reason, stored, batch)
 
     def _job_interrupted(self, stored: Envelope, d: dict[str, Any], batch: Batch) -> None:
         self._close_interval(d["job"], END_STOPPED, d["reason"], stored, batch)

@@ -16,6 +16,7 @@ FORMAT_VERSION = "6"  # 6: fair share and solves, folded by the engine
 START_ADMITTED, START_MOVED = "admitted", "moved"
 END_MOVED, END_PREEMPTED, END_STOPPED = "moved", "preempted", "stopped"
 END_FINISHED, END_WITHDRAWN, END_FAILED = "finished", "withdrawn", "failed"
+END_TIMED_OUT = "timed_out"  # stopped at its time limit (JobTimedOut, docs/time.md)
 END_NODE_FAILED, END_NODE_DRAINED, END_NODE_REMOVED = "node_failed", "node_drained", "node_removed"
 NODE_ENDS = (END_NODE_FAILED, END_NODE_DRAINED, END_NODE_REMOVED)
 

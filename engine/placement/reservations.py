@@ -49,7 +49,11 @@ class Book:
         mine = self.order.get(job.key)
         if mine is None:
             return ()
-        ends = None if job.time_limit_minutes is None else plus_minutes(self.now, job.time_limit_minutes)
+        ends = (
+            None
+            if job.time_limit_minutes is None
+            else plus_minutes(self.now, job.time_limit_minutes)
+        )
         return tuple(
             r
             for r in self.reservations
@@ -160,9 +164,11 @@ def with_reservations(
     if not book.reservations and not book.unbounded:
         return solve(instance)
     keys = {j.key for j in held}
-    part = dataclasses.replace(
-        instance, jobs=tuple(j for j in instance.jobs if j.key not in keys)
-    ) if held else instance
+    part = (
+        dataclasses.replace(instance, jobs=tuple(j for j in instance.jobs if j.key not in keys))
+        if held
+        else instance
+    )
     plan = solve(part)
     if plan is None:
         return None
@@ -202,7 +208,11 @@ def backfill(
         if isinstance(found, Fit):
             packing.commit(job, found)
             extra[job.key] = JobOutcome(
-                job.key, OutcomeStatus.PLACED, found.flavor, found.replicas, reason="admitted (backfilled)"
+                job.key,
+                OutcomeStatus.PLACED,
+                found.flavor,
+                found.replicas,
+                reason="admitted (backfilled)",
             )
             continue
         free = packing.find(job)
@@ -239,7 +249,11 @@ def backfill(
                 )
         outcomes.append(outcome)
     outcomes.extend(extra.values())
-    ordered = tuple(sorted(outcomes, key=lambda o: priority_key(jobs[o.job]) if o.job in jobs else (0, "", o.job)))
+    ordered = tuple(
+        sorted(
+            outcomes, key=lambda o: priority_key(jobs[o.job]) if o.job in jobs else (0, "", o.job)
+        )
+    )
     return dataclasses.replace(plan, outcomes=ordered, reservations=live)
 
 
@@ -310,7 +324,11 @@ def where(instance: PlacementInstance, nodes: tuple[str, ...]) -> str:
 def reservation_text(r: Reservation, instance: PlacementInstance) -> str:
     """A pending job's reason, as Slurm's `squeue --start` would tell it."""
     what = f"{gpus_text(r.gpu_milli)} × {r.flavor} GPU" if r.flavor else "its replicas"
-    when = f", when {_names(r.waits_for)} reach{'es' if len(r.waits_for) == 1 else ''} their limits" if r.waits_for else ""
+    when = (
+        f", when {_names(r.waits_for)} reach{'es' if len(r.waits_for) == 1 else ''} their limits"
+        if r.waits_for
+        else ""
+    )
     if len(r.waits_for) == 1:
         when = f", when {r.waits_for[0]} reaches its limit"
     return f"reserved from {_clock(r.start)} on {where(instance, r.nodes)} ({what}){when}"

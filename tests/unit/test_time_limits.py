@@ -171,7 +171,9 @@ def running_state(limit: int | None) -> ClusterState:
         [
             ev.PlacementDecided("q/train", "h100", replicas, "admitted", "", "s1", STARTED),
             ev.JobPending("q/next", "no room", "capacity", "s1"),
-            ev.SolveCompleted("s1", "greedy", "heuristic", 0.0, None, None, 0.0, 0, 0, 1, 0, 0, 0, 1),
+            ev.SolveCompleted(
+                "s1", "greedy", "heuristic", 0.0, None, None, 0.0, 0, 0, 1, 0, 0, 0, 1
+            ),
         ],
         state,
     )
