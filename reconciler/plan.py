@@ -19,7 +19,7 @@ from enum import StrEnum
 from engine import events as ev
 from engine.core import ApplyCommit, RejectCommit, decide, decision_time
 from engine.errors import UsageError
-from engine.model import CommitInfo, Placement, Policy, Queue
+from engine.model import CommitInfo, Placement, Policy, Queue, Reservation
 from engine.placement.milp import TIME_LIMIT_STATUS
 from engine.placement.plan import SolveStats
 from engine.state import ClusterState, evolve, fold
@@ -194,6 +194,8 @@ class PullRequestPlan:
     groups: tuple[EventGroup, ...] = ()
     # fair share over time and idle jobs after the change (reconciler/plan_fairness.py)
     fairness: FairShareView | None = None
+    # the reservations the cluster holds after the change: expected starts (docs/time.md)
+    reservations: tuple[Reservation, ...] = ()
 
     @property
     def valid(self) -> bool:
@@ -444,6 +446,7 @@ def plan_change(
         kept=kept,
         usage=_usage(before, after, after.placements),
         solve=solved[-1].stats if solved else None,
+        reservations=after.reservations,
         approvals=approvals,
         approval_enforced=signed
         or before.policy.require_owner_approval

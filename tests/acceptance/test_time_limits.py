@@ -63,7 +63,11 @@ def planned_then_reconciled(
             new = encode(e, id=event_id, actor=group.actor, cause=group.cause)
             predicted.append((new.id, new.type, new.actor, new.cause, _payload(new.type, new.data)))
     assert predicted == appended, message
+    planned.append(plan)
     return appended
+
+
+planned: list[Any] = []  # the plans of the commits, newest last
 
 
 def of(events: list[Event], kind: str) -> list[dict[str, Any]]:
@@ -112,6 +116,15 @@ def test_reservation_holds_a_long_job_starts_a_short_one_and_limits_stop_jobs(
         assert [p["job"] for p in of(events, "PlacementDecided")] == ["ml/short"]
         state = reconciler.run_once().state
         assert state.reservations[0].nodes == tuple(reservation["nodes"])
+        # `plan` (text and JSON) and `state` say when big is expected to start.
+        assert [r.job for r in planned[-1].reservations] == ["ml/big"]
+        shown = gitsched("state", "--repo", repo.path, "--format", "json", expect=0).json()
+        assert shown["pending"]["ml/big"]["expected_start"] == reservation["start"]
+        assert shown["pending"]["ml/long"]["expected_start"] is None
+        assert [r["job"] for r in shown["reservations"]] == ["ml/big"]
+        assert shown["placements"]["ml/short"]["limit_reached_at"] == "2025-11-16T11:20:00.000000Z"
+        text = gitsched("state", "--repo", repo.path, expect=0).stdout
+        assert "EXPECTED START" in text
 
         # 12:00: short stopped at 11:20, w1 and w4 at 11:30, before the commit is decided.
         events = planned_then_reconciled(repo, event_log, reconciler, "an hour later")
@@ -128,7 +141,14 @@ def test_reservation_holds_a_long_job_starts_a_short_one_and_limits_stop_jobs(
     history = gitsched(
         "audit", "history", "--repo", repo.path, "--job", "ml/w1", "--format", "json", expect=0
     ).json()
-    assert "timed_out" in str(history)
+    [row] = history
+    # Stopped at 11:30, when its 90 minutes from 10:00 ran out, not when the next commit came.
+    assert (row["start"], row["end"]) == (
+        "2025-11-16T10:00:00.000000Z",
+        "2025-11-16T11:30:00.000000Z",
+    )
+    assert (row["state"], row["end_kind"]) == ("TIMEOUT", "timed_out")
+    assert "time limit of 90 min" in row["end_reason"]
 
 
 def test_bad_time_limits_are_rejected_with_file_line_and_field(bootstrapped: ClusterRepo) -> None:
