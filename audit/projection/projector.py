@@ -132,8 +132,7 @@ class Projector:
             "JobIdle": self._not_projected,
             "JobIdleCleared": self._not_projected,
             "JobTimedOut": self._job_timed_out,
-            # Reservations are facts of a solve: `state` and `plan` show them; no rows here.
-            "ReservationsDecided": self._not_projected,
+            "ReservationsDecided": self._reservations_decided,
         }
         assert set(self._handlers) == set(EVENT_TYPES), "every event type needs a handler"
         self._people: dict[str, str] = {}  # actor -> person(actor): a few authors submit every job
@@ -444,6 +443,11 @@ class Projector:
             )
         if job is not None:
             self.checks.placement(key, job, nodes, stored, self._time, batch)
+            if old is None and action == START_ADMITTED:
+                self.checks.reservations(key, job, nodes, stored, self._time, batch)
+
+    def _reservations_decided(self, stored: Envelope, d: dict[str, Any], batch: Batch) -> None:
+        self.state.reservations = list(d.get("reservations", ()))
 
     def _job_preempted(self, stored: Envelope, d: dict[str, Any], batch: Batch) -> None:
         s = self.state
@@ -537,6 +541,8 @@ class Projector:
             str(job.get("priority_class", "")),
             stored.seq,
             waiting_since,
+            str(job.get("submitted_at", "")),
+            job.get("time_limit_minutes"),
         )
 
     def _job_submitted(self, stored: Envelope, d: dict[str, Any], batch: Batch) -> None:

@@ -71,6 +71,10 @@ class JobInfo:
     seq: int
     # When it last began waiting to be placed: its commit, or the end of its last interval.
     waiting_since: str = ""
+    # Its place in the wait order (priority, then this) and its time limit: what the
+    # reservations check judges a start by (docs/time.md).
+    submitted_at: str = ""
+    time_limit_minutes: int | None = None
 
 
 @dataclass(slots=True)
@@ -243,6 +247,8 @@ class ProjectionState:
     held: list[Any] = field(default_factory=list)
     # The engine's own fold of the log (`cluster_fold`), as base64 of `engine.snapshot` bytes.
     cluster: str = ""
+    # The reservations in force (the last ReservationsDecided's, as its payload lists them).
+    reservations: list[dict[str, Any]] = field(default_factory=list)
 
     _TYPES: dict[str, Any] = dataclasses.field(
         default_factory=lambda: {

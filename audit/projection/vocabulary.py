@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from datetime import datetime
 
-FORMAT_VERSION = "6"  # 6: fair share and solves, folded by the engine
+FORMAT_VERSION = "7"  # 6: fair share and solves, folded by the engine; 7: reservations
 
 # How a placement interval started and ended; `history` shows them like sacct's State.
 START_ADMITTED, START_MOVED = "admitted", "moved"
@@ -27,6 +27,7 @@ CHECK_PREEMPTION = "non-preemptible"
 CHECK_LIMITS = "queue-limits"
 CHECK_APPROVAL = "quota-approval"
 CHECK_PREEMPTION_RULES = "preemption-rules"
+CHECK_RESERVATIONS = "reservations"
 CHECKS = (
     CHECK_ISOLATION,
     CHECK_RESIDENCY,
@@ -34,6 +35,7 @@ CHECKS = (
     CHECK_LIMITS,
     CHECK_APPROVAL,
     CHECK_PREEMPTION_RULES,
+    CHECK_RESERVATIONS,
 )
 
 # Versioned facts for point-in-time queries: one row per stretch of seqs a fact held.

@@ -14,6 +14,8 @@ from typing import Any
 
 import pytest
 
+from engine import events as ev
+from engine.model import ReplicaPlacement
 from eventlog.codec import encode
 from eventlog.envelope import canonical_json
 from eventlog.sqlite import SQLiteEventLog
@@ -173,3 +175,52 @@ def test_bad_time_limits_are_rejected_with_file_line_and_field(bootstrapped: Clu
     }
     assert all(e["line"] for e in rejected.data["errors"])
     assert not of_type(events, "JobSubmitted")
+
+
+def test_audit_compliance_finds_a_start_that_delays_a_reservation(tmp_path: Path) -> None:
+    repo = ClusterRepo(tmp_path / "cluster")
+    repo.write_all(
+        {
+            **MINIMAL_CLUSTER,
+            "policies/default.yaml": POLICY_YAML + "  preemption: {enabled: false}\n",
+        }
+    )
+    repo.commit("Bootstrap")
+    with SQLiteEventLog(repo.log_path) as event_log:
+        reconciler = Reconciler(GitRepo(repo.path), event_log)
+        reconciler.run_once()
+        for name, limit, gpu in (("w1", 90, 8), ("w2", None, 8), ("w3", None, 8), ("w4", 90, 4)):
+            repo.write(f"teams/ml/jobs/{name}.yaml", limited(name, limit, gpu=gpu))
+        planned_then_reconciled(repo, event_log, reconciler, "fill the cluster")
+        repo.write("teams/ml/jobs/big.yaml", limited("big", 60, priority="high"))
+        repo.write("teams/ml/jobs/long.yaml", limited("long", 600, gpu=4))
+        repo.write("teams/ml/jobs/short.yaml", limited("short", 20, gpu=4))
+        events = planned_then_reconciled(repo, event_log, reconciler, "big, long and short")
+        [decided] = of(events, "ReservationsDecided")
+        [reservation] = decided["reservations"]
+
+    clean = gitsched("audit", "compliance", "--repo", repo.path, "--format", "json", expect=0)
+    [check] = [c for c in clean.json()["checks"] if c["check"] == "reservations"]
+    # ml/short started while the reservation was held: judged, and within the rule.
+    assert (check["status"], check["violations"], check["checked"]) == ("PASS", 0, 1)
+
+    # A solver that ignored the reservation: ml/long (10 h) on the reserved node at 11:00.
+    node = reservation["nodes"][0]
+    forged = ev.PlacementDecided(
+        job="ml/long",
+        flavor="h100-80g",
+        replicas=(ReplicaPlacement(node, (0, 1, 2, 3), 1000),),
+        action="admitted",
+        reason="admitted",
+        solve_id="forged/solve",
+        at="2025-11-16T11:00:00.000000Z",
+    )
+    with SQLiteEventLog(repo.log_path) as event_log:
+        event_log.append(
+            [encode(forged, id="forged/solve/0", actor="solver", cause="forged")],
+            expected_last_seq=event_log.last_seq(),
+        )
+    found = gitsched("audit", "compliance", "--repo", repo.path, "--format", "json", expect=1)
+    [violation] = [v for v in found.json()["violations"] if v["check"] == "reservations"]
+    assert violation["subject"] == "ml/long"
+    assert f"reserved for ml/big from {reservation['start']}" in violation["message"]
