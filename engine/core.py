@@ -186,13 +186,19 @@ def _apply_commit(state: ClusterState, intent: ApplyCommit) -> tuple[ev.Event, .
         if old_job is None:
             out.append(
                 ev.JobSubmitted(
-                    job=dataclasses.replace(job, submitted_at=intent.commit.committed_at)
+                    job=dataclasses.replace(
+                        job,
+                        submitted_at=intent.commit.committed_at,
+                        submission=state.events_applied + 1,
+                    )
                 )
             )
             continue
         if _job_spec(job) == _job_spec(old_job):
             continue  # (what `job != old_job` with old_job's submitted_at says, without a copy)
-        job = dataclasses.replace(job, submitted_at=old_job.submitted_at)
+        job = dataclasses.replace(
+            job, submitted_at=old_job.submitted_at, submission=old_job.submission
+        )
         out.append(ev.JobChanged(job=job, fields=_changed_fields(old_job, job)))
 
     # Queues go after their jobs are withdrawn, so no job is ever left without its queue.
@@ -213,7 +219,11 @@ def _apply_commit(state: ClusterState, intent: ApplyCommit) -> tuple[ev.Event, .
 # Every field a Job compares but the time it was submitted: a commit compares 50,000 jobs
 # with the state's, nearly all unchanged.
 _job_spec = operator.attrgetter(
-    *(f.name for f in dataclasses.fields(Job) if f.compare and f.name != "submitted_at")
+    *(
+        f.name
+        for f in dataclasses.fields(Job)
+        if f.compare and f.name not in ("submitted_at", "submission")
+    )
 )
 
 

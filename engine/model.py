@@ -184,6 +184,10 @@ class Job:
     residency: tuple[str, ...] = ()
     file: str = ""
     submitted_at: str = ""
+    # Submission order beside the commit's time (whole seconds: commits pushed together
+    # share it): the log position of the commit that submitted the job (the state's
+    # events_applied then). Jobs of one commit share it and go by key; 0 in older events.
+    submission: int = 0
     # The pod template (spec.template, a Kubernetes PodTemplateSpec as in Kueue and
     # JobSet) the cluster actuator makes each replica's pod from; opaque to placement.
     template: dict[str, object] | None = None

@@ -138,8 +138,10 @@ class ComplianceChecks:
             held_for = s.jobs.get(r["job"])
             if r["job"] == key or held_for is None or r["start"] <= time:
                 continue
-            if (-job.priority, job.submitted_at, key) < (
+            # engine.placement.greedy.priority_key, on the view's copy of the jobs
+            if (-job.priority, job.submission, job.submitted_at, key) < (
                 -held_for.priority,
+                held_for.submission,
                 held_for.submitted_at,
                 r["job"],
             ):

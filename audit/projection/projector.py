@@ -543,6 +543,7 @@ class Projector:
             waiting_since,
             str(job.get("submitted_at", "")),
             job.get("time_limit_minutes"),
+            int(job.get("submission", 0)),
         )
 
     def _job_submitted(self, stored: Envelope, d: dict[str, Any], batch: Batch) -> None:

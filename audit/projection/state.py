@@ -75,6 +75,7 @@ class JobInfo:
     # reservations check judges a start by (docs/time.md).
     submitted_at: str = ""
     time_limit_minutes: int | None = None
+    submission: int = 0
 
 
 @dataclass(slots=True)
