@@ -103,7 +103,9 @@ def reserve(instance: PlacementInstance) -> Book:
             continue
         made = _earliest(packing, job, ends, jobs)
         if made is None:
-            unbounded[job.key] = tuple(sorted(k for k, end in ends.items() if end is None))
+            blockers = tuple(sorted(k for k, end in ends.items() if end is None))
+            if blockers:  # else it never fits, whatever ends: it holds no reservation
+                unbounded[job.key] = blockers
             continue
         reservation, fit = made
         reservations.append(reservation)

@@ -76,6 +76,8 @@ def solve_changed(
     """An incremental solve: only the `changed` jobs (and what they may preempt) are
     decided, every other job runs or waits on. None for a solver without one (greedy
     re-places everything, and costs little doing it)."""
+    if not isinstance(placer(solver or instance.policy.solver), MilpPlacer):
+        return None  # before the reservations are worked out: `solve` works them out
     if instance.policy.backfill.reservations <= 0:
         return _solve_changed(instance, changed, solver)
 
