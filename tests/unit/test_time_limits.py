@@ -12,9 +12,18 @@ import dataclasses
 
 import pytest
 
+from audit.projection.diffs import queue_diff
 from engine import events as ev
 from engine.core import ApplyCommit, DesiredState, decide, placement_instance
-from engine.model import BackfillPolicy, CommitInfo, Job, Placement, Policy, ReplicaPlacement
+from engine.model import (
+    BackfillPolicy,
+    CommitInfo,
+    Job,
+    Placement,
+    Policy,
+    QueueTimeLimits,
+    ReplicaPlacement,
+)
 from engine.placement.check import check_plan
 from engine.placement.greedy import priority_key
 from engine.placement.plan import OutcomeStatus, PlacementInstance
@@ -22,6 +31,7 @@ from engine.placement.reservations import HELD, RESERVED, reserve
 from engine.placement.solvers import solve
 from engine.state import ClusterState, fold
 from engine.timelimits import due_events, next_due
+from policies.approval import describe_queue_change
 from reconciler.step import due_step
 from tests.support.factories import CLUSTER, job, node, queue
 
@@ -248,3 +258,17 @@ def test_jobs_of_equal_priority_go_in_the_order_of_the_commits_that_submitted_th
     plan = solve(placement_instance(state, NOW), "greedy")
     placed = [o.job for o in plan.outcomes if o.status is OutcomeStatus.PLACED]
     assert placed == ["q/z"]
+
+
+def test_a_change_of_a_queues_time_limits_is_told_to_its_reviewers_and_in_audit() -> None:
+    before = queue("q")
+    after = dataclasses.replace(before, time_limits=QueueTimeLimits(60, 600))
+    assert describe_queue_change(before, after) == (
+        "changes queue q: timeLimits - -> default 60/max 600 min"
+    )
+    old = {"cohort": None, "quotas": []}  # a QueueConfigured logged before time limits
+    new = {**old, "time_limits": {"default_minutes": 60, "max_minutes": 600}}
+    assert queue_diff(old, new) == "time limits default -/max - min -> default 60/max 600 min"
+    assert queue_diff(
+        old, {**old, "time_limits": {"default_minutes": None, "max_minutes": None}}
+    ) == ("no effective change")
