@@ -139,6 +139,9 @@ def test_reservation_holds_a_long_job_starts_a_short_one_and_limits_stop_jobs(
         placed = {p["job"] for p in of(events, "PlacementDecided")}
         assert placed == {"ml/big", "ml/long"}
         assert events[0][2] == "gitsched"  # the time limits' events, not the commit's author
+        # `plan` says why they stop.
+        [w1] = [e for e in planned[-1].effects if e.job == "ml/w1"]
+        assert w1.reason.startswith("reached its time limit of 90 min at 2025-11-16T11:30")
 
     history = gitsched(
         "audit", "history", "--repo", repo.path, "--job", "ml/w1", "--format", "json", expect=0
