@@ -31,9 +31,11 @@ from engine.placement.reservations import HELD, RESERVED, reserve
 from engine.placement.solvers import solve
 from engine.state import ClusterState, fold
 from engine.timelimits import due_events, next_due
+from eventlog import codec
 from policies.approval import describe_queue_change
 from reconciler.step import due_step
 from tests.support.factories import CLUSTER, job, node, queue
+from tests.unit.test_upcasting import stored
 
 NOW = "2026-11-22T12:00:00.000000Z"
 STARTED = "2026-11-22T11:30:00.000000Z"
@@ -272,3 +274,26 @@ def test_a_change_of_a_queues_time_limits_is_told_to_its_reviewers_and_in_audit(
     assert queue_diff(
         old, {**old, "time_limits": {"default_minutes": None, "max_minutes": None}}
     ) == ("no effective change")
+
+
+def test_events_logged_before_time_limits_read_as_no_limit_no_backfill() -> None:
+    """The new fields have defaults that mean what the old log did: no limit, no queue
+    limits, backfill off, submission order unknown (0: before every new commit)."""
+    old_job = {
+        "name": "a",
+        "queue": "q",
+        "replicas": 1,
+        "resources": {"gpu_milli": 1000, "cpu_milli": 1000, "memory_mib": 1024},
+        "priority_class": "normal",
+        "priority": 500,
+        "submitted_at": "2025-01-01T00:00:00+00:00",
+    }
+    submitted = codec.decode(stored("JobSubmitted", 1, {"job": old_job}))
+    assert isinstance(submitted, ev.JobSubmitted)
+    assert (submitted.job.time_limit_minutes, submitted.job.submission) == (None, 0)
+    queued = codec.decode(stored("QueueConfigured", 1, {"queue": {"name": "q", "team": "q"}}))
+    assert isinstance(queued, ev.QueueConfigured)
+    assert queued.queue.time_limits == QueueTimeLimits(None, None)
+    policy = codec.decode(stored("PolicyChanged", 1, {"policy": {"solver": "greedy"}}))
+    assert isinstance(policy, ev.PolicyChanged)
+    assert policy.policy.backfill == BackfillPolicy(reservations=0)
