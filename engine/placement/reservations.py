@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from engine.model import Job, Reservation
-from engine.placement.constraints import NodeFree
+from engine.placement.constraints import NodeFree, eligible_flavors
 from engine.placement.greedy import Fit, Miss, Packing, priority_key
 from engine.placement.plan import JobOutcome, OutcomeStatus, PlacementInstance, PlacementPlan
 from engine.timelimits import limit_reached_at, parse_time, plus_minutes
@@ -110,6 +110,11 @@ def reserve(instance: PlacementInstance) -> Book:
         reservation, fit = made
         reservations.append(reservation)
         packing.commit(job, fit)  # held from now on: a later reservation goes around it
+        # ... on top of what runs there until its start: the free-GPU count `_earliest`
+        # looks at first stays what the running jobs leave (find has the last word).
+        for replica in fit.replicas:
+            flavor = packing.nodes[replica.node].flavor
+            packing.flavor_free[flavor] += replica.gpu_milli * len(replica.gpus)
         ends[job.key] = None
     return Book(now, tuple(reservations), order, unbounded)
 
@@ -122,10 +127,14 @@ def _earliest(
     timeline = sorted((end, key) for key, end in ends.items() if end is not None)
     released: list[tuple[str, Fit, str]] = []
     result: tuple[Reservation, Fit] | None = None
+    flavors = eligible_flavors(job, packing.queues.get(job.queue))
+    need = job.smallest_gang * job.resources.gpu_milli
     for i, (end, key) in enumerate(timeline):
         released.append((key, packing.release(jobs[key]), end))
         if i + 1 < len(timeline) and timeline[i + 1][0] == end:
             continue  # every job ending at the same moment goes first
+        if need and max((packing.flavor_free[f] for f in flavors), default=0) < need:
+            continue  # not GPUs enough free yet on any flavor it may take: no look needed
         found = packing.find(job)
         if isinstance(found, Fit):
             nodes = tuple(sorted({r.node for r in found.replicas}))
