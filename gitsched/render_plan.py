@@ -14,6 +14,7 @@ from typing import Any
 from engine.fairshare import FairShareRow
 from engine.model import FlavorQuota, Queue, Reservation
 from engine.placement.plan import SolveStats
+from engine.placement.reservations import clock_text, when_text
 from engine.units import gpus_or_none, gpus_text
 from gitsched import __version__
 from gitsched.exit_codes import plan_exit_code
@@ -260,8 +261,7 @@ def approval_text(a: TeamApproval) -> str:
 
 def reservation_line(r: Reservation) -> str:
     what = f"{gpus_text(r.gpu_milli)} × {r.flavor} GPU" if r.flavor else "its replicas"
-    when = f", when {', '.join(r.waits_for)} reach their limits" if r.waits_for else ""
-    return f"{r.job} from {r.start} on {', '.join(r.nodes)} ({what}){when}"
+    return f"{r.job} from {clock_text(r.start)} on {', '.join(r.nodes)} ({what}){when_text(r)}"
 
 
 def plan_text(plan: PullRequestPlan) -> str:

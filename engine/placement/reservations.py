@@ -254,7 +254,7 @@ def backfill(
             if blockers:
                 outcome = dataclasses.replace(
                     outcome,
-                    reason=f"{outcome.reason}; no reservation: {_names(blockers)} "
+                    reason=f"{outcome.reason}; no reservation: {names_text(blockers)} "
                     f"{'has' if len(blockers) == 1 else 'have'} no time limit and run until "
                     f"{'it ends' if len(blockers) == 1 else 'they end'}",
                 )
@@ -308,13 +308,13 @@ def _kept_off(
             packing.ledger.remove(queue, flavor, amount)
 
 
-def _names(keys: tuple[str, ...]) -> str:
+def names_text(keys: tuple[str, ...]) -> str:
     if len(keys) <= 1:
         return "".join(keys)
     return f"{', '.join(keys[:-1])} and {keys[-1]}"
 
 
-def _clock(text: str) -> str:
+def clock_text(text: str) -> str:
     moment = parse_time(text)
     return text if moment is None else moment.strftime("%Y-%m-%d %H:%M UTC")
 
@@ -335,14 +335,18 @@ def where(instance: PlacementInstance, nodes: tuple[str, ...]) -> str:
 def reservation_text(r: Reservation, instance: PlacementInstance) -> str:
     """A pending job's reason, as Slurm's `squeue --start` would tell it."""
     what = f"{gpus_text(r.gpu_milli)} × {r.flavor} GPU" if r.flavor else "its replicas"
-    when = (
-        f", when {_names(r.waits_for)} reach{'es' if len(r.waits_for) == 1 else ''} their limits"
-        if r.waits_for
-        else ""
+    return (
+        f"reserved from {clock_text(r.start)} on {where(instance, r.nodes)} ({what}){when_text(r)}"
     )
+
+
+def when_text(r: Reservation) -> str:
+    """ ", when a and b reach their limits": the jobs whose ends free the reservation's room."""
+    if not r.waits_for:
+        return ""
     if len(r.waits_for) == 1:
-        when = f", when {r.waits_for[0]} reaches its limit"
-    return f"reserved from {_clock(r.start)} on {where(instance, r.nodes)} ({what}){when}"
+        return f", when {r.waits_for[0]} reaches its limit"
+    return f", when {names_text(r.waits_for)} reach their limits"
 
 
 def held_reason(job: Job, around: tuple[Reservation, ...], instance: PlacementInstance) -> str:
@@ -354,7 +358,7 @@ def held_reason(job: Job, around: tuple[Reservation, ...], instance: PlacementIn
         else f"its limit of {job.time_limit_minutes} min runs past that"
     )
     return (
-        f"held for the reservation of {first.job} from {_clock(first.start)} on "
+        f"held for the reservation of {first.job} from {clock_text(first.start)} on "
         f"{where(instance, first.nodes)}: {runs}, and every place it fits now takes "
         "reserved nodes or quota"
     )
