@@ -325,7 +325,11 @@ def keep_waiting_reasons(
             and outcome.constraint not in (RESERVED, HELD)
         ):
             known = pending.get(outcome.job)
-            if known and (outcome.reason, outcome.constraint) != (known.reason, known.constraint):
+            if (
+                known
+                and known.constraint not in (RESERVED, HELD)  # a reservation's word is not kept
+                and (outcome.reason, outcome.constraint) != (known.reason, known.constraint)
+            ):
                 outcome = dataclasses.replace(
                     outcome, reason=known.reason, constraint=known.constraint
                 )
