@@ -61,13 +61,6 @@ class Book:
         )
 
 
-def ends_before(job: Job, now: str, start: str) -> bool:
-    """Whether `job`, started at `now`, reaches its limit no later than `start`."""
-    if job.time_limit_minutes is None:
-        return False
-    return plus_minutes(now, job.time_limit_minutes) <= start
-
-
 def reserve(instance: PlacementInstance) -> Book:
     """The reservations at `instance.now` (see the module's docstring)."""
     wanted = instance.policy.backfill.reservations
