@@ -11,6 +11,8 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+from hypothesis import event, given, settings
+from hypothesis import strategies as st
 
 from audit.projection.diffs import queue_diff
 from engine import events as ev
@@ -30,7 +32,7 @@ from engine.placement.plan import OutcomeStatus, PlacementInstance
 from engine.placement.reservations import HELD, RESERVED, reserve
 from engine.placement.solvers import solve
 from engine.state import ClusterState, fold
-from engine.timelimits import due_events, next_due
+from engine.timelimits import due_events, next_due, plus_minutes
 from eventlog import codec
 from policies.approval import describe_queue_change
 from reconciler.step import due_step
@@ -268,7 +270,10 @@ def test_a_change_of_a_queues_time_limits_is_told_to_its_reviewers_and_in_audit(
     assert describe_queue_change(before, after) == (
         "changes queue q: timeLimits - -> default 60/max 600 min"
     )
-    old = {"cohort": None, "quotas": []}  # a QueueConfigured logged before time limits
+    old: dict[str, object] = {
+        "cohort": None,
+        "quotas": [],
+    }  # a QueueConfigured logged before time limits
     new = {**old, "time_limits": {"default_minutes": 60, "max_minutes": 600}}
     assert queue_diff(old, new) == "time limits default -/max - min -> default 60/max 600 min"
     assert queue_diff(
@@ -297,3 +302,93 @@ def test_events_logged_before_time_limits_read_as_no_limit_no_backfill() -> None
     policy = codec.decode(stored("PolicyChanged", 1, {"policy": {"solver": "greedy"}}))
     assert isinstance(policy, ev.PolicyChanged)
     assert policy.policy.backfill == BackfillPolicy(reservations=0)
+
+
+# -- the rule, on random clusters -----------------------------------------------------------
+
+scenes = st.tuples(
+    st.lists(
+        # mostly limited, mostly still running at 12:00 (started 11:30): ends ahead
+        st.tuples(
+            st.integers(1, 8), st.one_of(st.none(), st.integers(5, 240), st.integers(31, 240))
+        ),
+        min_size=1,
+        max_size=10,
+    ),
+    st.lists(
+        st.tuples(
+            st.sampled_from((1, 2, 4, 8)),
+            st.integers(1, 2),
+            st.sampled_from((100, 500, 900)),
+            st.one_of(st.none(), st.integers(5, 600)),
+        ),
+        min_size=1,
+        max_size=8,
+    ),
+    st.integers(0, 3),
+)
+
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(scene=scenes, solver=st.sampled_from(SOLVERS))
+def test_no_job_a_plan_starts_delays_a_reservation_it_holds(
+    scene: tuple[list[tuple[int, int | None]], list[tuple[int, int, int, int | None]], int],
+    solver: str,
+) -> None:
+    """Running jobs (GPUs, limit) packed on three 8-GPU nodes, waiting jobs (GPUs a replica,
+    replicas, priority, limit): whatever the solver, the plan is legal, and no job it starts
+    behind a reserved job and past the reservation's start takes a reserved node."""
+    running, waiting, reservations = scene
+    nodes = [node(f"n{i}") for i in range(3)]
+    free = {n.name: list(range(8)) for n in nodes}
+    jobs: list[Job] = []
+    current: dict[str, Placement] = {}
+    for i, (gpus, limit) in enumerate(running):
+        where = next((n for n, g in free.items() if len(g) >= gpus), None)
+        if where is None:
+            continue
+        taken, free[where] = free[where][:gpus], free[where][gpus:]
+        j = limited(job(f"r{i}", gpu=gpus, submitted_at="2026-11-22T10:00:00Z"), limit)
+        jobs.append(j)
+        replicas = (ReplicaPlacement(where, tuple(taken), 1000),)
+        current[j.key] = Placement(j.key, "h100", replicas, started_at=STARTED)
+    for i, (gpus, count, priority, limit) in enumerate(waiting):
+        at = f"2026-11-22T11:{i:02d}:00Z"
+        jobs.append(
+            limited(
+                job(f"w{i}", gpu=gpus, replicas=count, priority=priority, submitted_at=at), limit
+            )
+        )
+    instance = PlacementInstance(
+        cluster=CLUSTER,
+        nodes=tuple(nodes),
+        queues=(queue("q", quotas={"h100": (24, None, None)}),),
+        jobs=tuple(jobs),
+        current=current,
+        policy=Policy(
+            solver=solver,
+            preemption_enabled=False,
+            backfill=BackfillPolicy(reservations=reservations),
+        ),
+        now=NOW,
+    )
+    plan = solve(instance)
+    assert check_plan(instance, plan) == []
+    by_key = {j.key: j for j in jobs}
+    assert len(plan.reservations) <= reservations
+    event(f"reservations held: {min(len(plan.reservations), 2)}")
+    event(f"jobs held: {'some' if any(o.constraint == HELD for o in plan.outcomes) else 'none'}")
+    for r in plan.reservations:
+        reserved = plan.outcome(r.job)
+        assert reserved is not None and reserved.status is OutcomeStatus.PENDING
+        assert r.start >= NOW  # a running job past its limit (not yet stopped) ends now
+        for o in plan.outcomes:
+            if o.status is not OutcomeStatus.PLACED:
+                continue
+            started = by_key[o.job]
+            if priority_key(started) < priority_key(by_key[r.job]):
+                continue
+            limit = started.time_limit_minutes
+            if limit is not None and plus_minutes(NOW, limit) <= r.start:
+                continue
+            assert not {x.node for x in o.replicas} & set(r.nodes), (o.job, r)
