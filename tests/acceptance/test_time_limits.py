@@ -9,6 +9,7 @@ events exactly, with the solver greedy and HiGHS; bad limits are rejected, locat
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -16,13 +17,14 @@ import pytest
 
 from engine import events as ev
 from engine.model import ReplicaPlacement
+from eventlog.base import EventLog
 from eventlog.codec import encode
 from eventlog.envelope import canonical_json
 from eventlog.sqlite import SQLiteEventLog
 from gitsched.exit_codes import EXIT_INVALID
 from reconciler.git import GitRepo
 from reconciler.loop import Reconciler
-from reconciler.plan import plan_change
+from reconciler.plan import PullRequestPlan, plan_change
 from tests.support.cluster_repo import (
     MINIMAL_CLUSTER,
     POLICY_YAML,
@@ -34,7 +36,7 @@ from tests.support.cluster_repo import (
     read_events,
 )
 
-Event = tuple[str, str, str, str, str]
+Event = tuple[str, str, str, str, bytes]
 
 
 def limited(name: str, minutes: int | None, **kw: Any) -> str:
@@ -42,16 +44,17 @@ def limited(name: str, minutes: int | None, **kw: Any) -> str:
     return text + (f"  timeLimitMinutes: {minutes}\n" if minutes is not None else "")
 
 
-def _payload(kind: str, data: dict[str, Any]) -> str:
+def _payload(kind: str, data: dict[str, Any]) -> bytes:
     if kind == "SolveCompleted":
         data = {**data, "seconds": 0.0}  # the solve's own wall time, measured twice
     return canonical_json(data)
 
 
 def planned_then_reconciled(
-    repo: ClusterRepo, event_log: SQLiteEventLog, reconciler: Reconciler, message: str
-) -> list[Event]:
-    """Commit, plan it, reconcile it: the events, once the plan predicted them exactly."""
+    repo: ClusterRepo, event_log: EventLog, reconciler: Reconciler, message: str
+) -> tuple[list[Event], PullRequestPlan]:
+    """Commit, plan it, reconcile it: the events, once the plan predicted them exactly, and
+    the plan."""
     sha = repo.commit(message, allow_empty=True)
     plan = plan_change(GitRepo(repo.path), event_log, None, sha)
     seq = event_log.last_seq()
@@ -65,16 +68,10 @@ def planned_then_reconciled(
             new = encode(e, id=event_id, actor=group.actor, cause=group.cause)
             predicted.append((new.id, new.type, new.actor, new.cause, _payload(new.type, new.data)))
     assert predicted == appended, message
-    planned.append(plan)
-    return appended
-
-
-planned: list[Any] = []  # the plans of the commits, newest last
+    return appended, plan
 
 
 def of(events: list[Event], kind: str) -> list[dict[str, Any]]:
-    import json
-
     return [json.loads(e[4]) for e in events if e[1] == kind]
 
 
@@ -99,14 +96,14 @@ def test_reservation_holds_a_long_job_starts_a_short_one_and_limits_stop_jobs(
         repo.write("teams/ml/jobs/w2.yaml", limited("w2", None))
         repo.write("teams/ml/jobs/w3.yaml", limited("w3", None))
         repo.write("teams/ml/jobs/w4.yaml", limited("w4", 90, gpu=4))
-        fill = planned_then_reconciled(repo, event_log, reconciler, "fill the cluster")
+        fill, _ = planned_then_reconciled(repo, event_log, reconciler, "fill the cluster")
         assert len(of(fill, "PlacementDecided")) == 4
 
         # 11:00: big cannot start; long (10 h) would delay it, short (20 min) would not.
         repo.write("teams/ml/jobs/big.yaml", limited("big", 60, priority="high"))
         repo.write("teams/ml/jobs/long.yaml", limited("long", 600, gpu=4))
         repo.write("teams/ml/jobs/short.yaml", limited("short", 20, gpu=4))
-        events = planned_then_reconciled(repo, event_log, reconciler, "big, long and short")
+        events, plan = planned_then_reconciled(repo, event_log, reconciler, "big, long and short")
         [decided] = of(events, "ReservationsDecided")
         [reservation] = decided["reservations"]
         assert reservation["job"] == "ml/big"
@@ -119,7 +116,7 @@ def test_reservation_holds_a_long_job_starts_a_short_one_and_limits_stop_jobs(
         state = reconciler.run_once().state
         assert state.reservations[0].nodes == tuple(reservation["nodes"])
         # `plan` (text and JSON) and `state` say when big is expected to start.
-        assert [r.job for r in planned[-1].reservations] == ["ml/big"]
+        assert [r.job for r in plan.reservations] == ["ml/big"]
         shown = gitsched("state", "--repo", repo.path, "--format", "json", expect=0).json()
         assert shown["pending"]["ml/big"]["expected_start"] == reservation["start"]
         assert shown["pending"]["ml/long"]["expected_start"] is None
@@ -129,7 +126,7 @@ def test_reservation_holds_a_long_job_starts_a_short_one_and_limits_stop_jobs(
         assert "EXPECTED START" in text
 
         # 12:00: short stopped at 11:20, w1 and w4 at 11:30, before the commit is decided.
-        events = planned_then_reconciled(repo, event_log, reconciler, "an hour later")
+        events, plan = planned_then_reconciled(repo, event_log, reconciler, "an hour later")
         stopped = [(e["job"], e["at"]) for e in of(events, "JobTimedOut")]
         assert stopped == [
             ("ml/short", "2025-11-16T11:20:00.000000Z"),
@@ -140,7 +137,7 @@ def test_reservation_holds_a_long_job_starts_a_short_one_and_limits_stop_jobs(
         assert placed == {"ml/big", "ml/long"}
         assert events[0][2] == "gitsched"  # the time limits' events, not the commit's author
         # `plan` says why they stop.
-        [w1] = [e for e in planned[-1].effects if e.job == "ml/w1"]
+        [w1] = [e for e in plan.effects if e.job == "ml/w1"]
         assert w1.reason.startswith("reached its time limit of 90 min at 2025-11-16T11:30")
 
     history = gitsched(
@@ -198,7 +195,7 @@ def test_audit_compliance_finds_a_start_that_delays_a_reservation(tmp_path: Path
         repo.write("teams/ml/jobs/big.yaml", limited("big", 60, priority="high"))
         repo.write("teams/ml/jobs/long.yaml", limited("long", 600, gpu=4))
         repo.write("teams/ml/jobs/short.yaml", limited("short", 20, gpu=4))
-        events = planned_then_reconciled(repo, event_log, reconciler, "big, long and short")
+        events, _ = planned_then_reconciled(repo, event_log, reconciler, "big, long and short")
         [decided] = of(events, "ReservationsDecided")
         [reservation] = decided["reservations"]
 
