@@ -9,6 +9,7 @@ cannot delay that.
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import pytest
 from hypothesis import event, given, settings
@@ -34,10 +35,10 @@ from engine.placement.solvers import solve
 from engine.state import ClusterState, fold
 from engine.timelimits import due_events, next_due, plus_minutes
 from eventlog import codec
+from eventlog.envelope import GENESIS_HASH, NewEvent, StoredEvent, seal
 from policies.approval import describe_queue_change
 from reconciler.step import due_step
 from tests.support.factories import CLUSTER, job, node, queue
-from tests.unit.test_upcasting import stored
 
 NOW = "2026-11-22T12:00:00.000000Z"
 STARTED = "2026-11-22T11:30:00.000000Z"
@@ -280,6 +281,15 @@ def test_a_change_of_a_queues_time_limits_is_told_to_its_reviewers_and_in_audit(
     assert queue_diff(
         old, {**old, "time_limits": {"default_minutes": None, "max_minutes": None}}
     ) == ("no effective change")
+
+
+def stored(type_name: str, version: int, data: dict[str, Any]) -> StoredEvent:
+    return seal(
+        NewEvent("x/0", type_name, version, data, "a", "c"),
+        seq=1,
+        time="2026-01-01T00:00:00.000000Z",
+        prev_hash=GENESIS_HASH,
+    )
 
 
 def test_events_logged_before_time_limits_read_as_no_limit_no_backfill() -> None:
