@@ -19,6 +19,7 @@ from audit.projection.vocabulary import (
     CHECK_LIMITS,
     CHECK_PREEMPTION,
     CHECK_PREEMPTION_RULES,
+    CHECK_RESERVATIONS,
     CHECK_RESIDENCY,
     CHECKS,
 )
@@ -41,6 +42,8 @@ DESCRIPTIONS = {
     CHECK_PREEMPTION_RULES: "every preemption is one the quota and preemption rules allow "
     "(within a queue, reclaim within a cohort, never to borrow, never before the victim's "
     "minimum run time), judged on the state at the time",
+    CHECK_RESERVATIONS: "no job started on a node reserved for a job ahead of it in wait order "
+    "unless its time limit ended before the reservation's start (backfill, docs/time.md)",
 }
 
 CHECKED_WHAT = {
@@ -50,6 +53,7 @@ CHECKED_WHAT = {
     CHECK_LIMITS: "solves",
     CHECK_APPROVAL: "commits changing queues or OWNERS",
     CHECK_PREEMPTION_RULES: "preemptions",
+    CHECK_RESERVATIONS: "job starts while a reservation was held",
 }
 
 HEADERS = ["check", "seq", "time", "subject", "message", "evidence", "until_seq"]

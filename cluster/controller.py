@@ -94,6 +94,8 @@ class Controller:
         tip = self._tip = replay(self.log, since=self._tip)
         report.observed = self._observe(tip)
         if self.reconciler is not None:
+            # Time limits reached by now (docs/time.md): the clock says only when to look.
+            self.reconciler.solve_due(datetime.now(UTC).isoformat())
             # A no-op unless what was observed (now or before a crash) asks for a new placement.
             self.reconciler.solve_now(f"{ACTOR}/{self._tip.last_seq}")
             report.reconcile = self.reconciler.run_once()

@@ -31,6 +31,7 @@ from engine.model import (
 from engine.placement.objective import lost_gpu_seconds
 from engine.placement.plan import OutcomeStatus, PlacementInstance, PlacementPlan
 from engine.placement.preemption import Rule
+from engine.placement.reservations import HELD, RESERVED
 from engine.retries import held_back
 from engine.shapes import learned_shapes
 from engine.state import ClusterState, fold
@@ -187,13 +188,19 @@ def _apply_commit(state: ClusterState, intent: ApplyCommit) -> tuple[ev.Event, .
         if old_job is None:
             out.append(
                 ev.JobSubmitted(
-                    job=dataclasses.replace(job, submitted_at=intent.commit.committed_at)
+                    job=dataclasses.replace(
+                        job,
+                        submitted_at=intent.commit.committed_at,
+                        submission=state.events_applied + 1,
+                    )
                 )
             )
             continue
         if _job_spec(job) == _job_spec(old_job):
             continue  # (what `job != old_job` with old_job's submitted_at says, without a copy)
-        job = dataclasses.replace(job, submitted_at=old_job.submitted_at)
+        job = dataclasses.replace(
+            job, submitted_at=old_job.submitted_at, submission=old_job.submission
+        )
         out.append(ev.JobChanged(job=job, fields=_changed_fields(old_job, job)))
 
     # Queues go after their jobs are withdrawn, so no job is ever left without its queue.
@@ -214,7 +221,11 @@ def _apply_commit(state: ClusterState, intent: ApplyCommit) -> tuple[ev.Event, .
 # Every field a Job compares but the time it was submitted: a commit compares 50,000 jobs
 # with the state's, nearly all unchanged.
 _job_spec = operator.attrgetter(
-    *(f.name for f in dataclasses.fields(Job) if f.compare and f.name != "submitted_at")
+    *(
+        f.name
+        for f in dataclasses.fields(Job)
+        if f.compare and f.name not in ("submitted_at", "submission")
+    )
 )
 
 
@@ -229,6 +240,13 @@ def _changed_fields(old: Job, new: Job) -> tuple[str, ...]:
 def _apply_plan(state: ClusterState, intent: ApplyPlan) -> tuple[ev.Event, ...]:
     plan = intent.plan
     out: list[ev.Event] = []
+    if plan.reservations != state.reservations:
+        # First, so the placements that follow are judged against the solve's own reservations.
+        out.append(
+            ev.ReservationsDecided(
+                solve_id=intent.solve_id, at=intent.at, reservations=plan.reservations
+            )
+        )
     for outcome in plan.outcomes:
         if outcome.job not in state.jobs:
             continue
@@ -303,9 +321,18 @@ def keep_waiting_reasons(
     outcomes = []
     pending = state.pending
     for outcome in plan.outcomes:
-        if outcome.status is OutcomeStatus.PENDING and outcome.job not in changed:
+        if (
+            outcome.status is OutcomeStatus.PENDING
+            and outcome.job not in changed
+            # a reservation's reason says when: it moves with every decision
+            and outcome.constraint not in (RESERVED, HELD)
+        ):
             known = pending.get(outcome.job)
-            if known and (outcome.reason, outcome.constraint) != (known.reason, known.constraint):
+            if (
+                known
+                and known.constraint not in (RESERVED, HELD)  # a reservation's word is not kept
+                and (outcome.reason, outcome.constraint) != (known.reason, known.constraint)
+            ):
                 outcome = dataclasses.replace(
                     outcome, reason=known.reason, constraint=known.constraint
                 )

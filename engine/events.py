@@ -20,6 +20,7 @@ from engine.model import (
     Policy,
     Queue,
     ReplicaPlacement,
+    Reservation,
 )
 from findings import Finding
 
@@ -340,6 +341,34 @@ class JobBackoffEnded(Event):
     at: str
 
 
+# -- time limits and reservations (docs/time.md) --
+
+
+@dataclass(frozen=True, slots=True)
+class JobTimedOut(Event):
+    """A running job reached its time limit at `at` (its placement's start, `started_at`,
+    plus `limit_minutes`): gitsched stops it, its pods are deleted with their grace period
+    and its quota is free. Final, like Slurm's TIMEOUT and a Kubernetes Job's
+    DeadlineExceeded: the job is not run again (a retry would hit the same limit)."""
+
+    type: ClassVar[str] = "JobTimedOut"
+    job: str
+    at: str
+    started_at: str
+    limit_minutes: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReservationsDecided(Event):
+    """The reservations a solve holds (engine/placement/reservations.py), all of them:
+    they replace the ones before. Appended only when they changed."""
+
+    type: ClassVar[str] = "ReservationsDecided"
+    solve_id: str
+    at: str
+    reservations: tuple[Reservation, ...]
+
+
 EVENT_TYPES: dict[str, type[Event]] = {
     cls.type: cls
     for cls in (
@@ -370,5 +399,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         JobIdleCleared,
         JobRequeued,
         JobBackoffEnded,
+        JobTimedOut,
+        ReservationsDecided,
     )
 }

@@ -110,6 +110,16 @@ class FlavorQuota:
 
 
 @dataclass(frozen=True, slots=True)
+class QueueTimeLimits:
+    """A queue's time limits (Queue.spec.timeLimits): the limit a job that names none gets,
+    and the most a job may ask for; None: no default, no maximum (Kueue's ClusterQueue
+    default and maximum execution time)."""
+
+    default_minutes: int | None = None
+    max_minutes: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Queue:
     name: str
     team: str
@@ -124,6 +134,8 @@ class Queue:
     # Kueue's ClusterQueue spec.preemption.reclaimWithinCohort: whose borrowed capacity this
     # queue's jobs may take back; None: the Policy's (engine/placement/preemption.py).
     reclaim_within_cohort: PreemptionScope | None = None
+    # -- time limits (docs/time.md) --
+    time_limits: QueueTimeLimits = field(default_factory=lambda: QueueTimeLimits())
 
     def quota(self, flavor: str) -> FlavorQuota | None:
         for q in self.quotas:
@@ -180,11 +192,20 @@ class Job:
     residency: tuple[str, ...] = ()
     file: str = ""
     submitted_at: str = ""
+    # Submission order beside the commit's time (whole seconds: commits pushed together
+    # share it): the log position of the commit that submitted the job (the state's
+    # events_applied then). Jobs of one commit share it and go by key; 0 in older events.
+    submission: int = 0
     # The pod template (spec.template, a Kubernetes PodTemplateSpec as in Kueue and
     # JobSet) the cluster actuator makes each replica's pod from; opaque to placement.
     template: dict[str, object] | None = None
     # -- retries (engine/retries.py): spec.retry; None takes the queue's, then the policy's --
     retry: RetryPolicy | None = None
+    # -- time limits (docs/time.md) --
+    # The most the job may run, in minutes, once its queue's default applied (spec.timeLimitMinutes,
+    # else Queue.spec.timeLimits.defaultMinutes); None: it runs until it ends. A running job
+    # reaches it at its placement's start + this (engine/timelimits.py).
+    time_limit_minutes: int | None = None
     # "queue/name", worked out once when the job is made (a commit on 50,000 jobs reads
     # keys ~700,000 times). Derived, not data: no constructor argument, no part of
     # equality, and engine.codec leaves it out of events (init=False).
@@ -271,6 +292,17 @@ class Policy:
     # -- retries (engine/retries.py): the default of queues that set none, and the order --
     retry: RetryPolicy | None = None
     requeue_timestamp: RequeueTimestamp = RequeueTimestamp.CREATION
+    # Backfill with reservations (engine/placement/reservations.py). Off here (0), so a
+    # policy logged before it existed reads as it acted; the built-in policy sets 1 (EASY).
+    backfill: BackfillPolicy = field(default_factory=lambda: BackfillPolicy())
+
+
+@dataclass(frozen=True, slots=True)
+class BackfillPolicy:
+    """How many of the highest waiting jobs that cannot start hold a reservation: 1 is EASY
+    backfill (Slurm's default), more comes closer to conservative backfill, 0 is off."""
+
+    reservations: int = 0
 
 
 class IdleAction(StrEnum):
@@ -314,6 +346,20 @@ class Placement:
     @property
     def gpu_milli(self) -> int:
         return sum(r.gpu_milli * len(r.gpus) for r in self.replicas)
+
+
+@dataclass(frozen=True, slots=True)
+class Reservation:
+    """A fact of a plan (engine/placement/reservations.py): `job`, which cannot start now,
+    will start at `start` on `nodes` (`gpu_milli` of `flavor` from its queue's quota), when
+    the jobs in `waits_for` reach their time limits. Later jobs that would delay it wait."""
+
+    job: str
+    start: str
+    nodes: tuple[str, ...]
+    flavor: str | None
+    gpu_milli: int
+    waits_for: tuple[str, ...] = ()
 
 
 def utc_time(text: str) -> str:

@@ -26,6 +26,7 @@ from engine.model import (
     Placement,
     Policy,
     Queue,
+    Reservation,
 )
 from engine.shapes import remember_shape
 from findings import Finding
@@ -60,7 +61,7 @@ class ClusterState:
     pending: Map[str, Pending] = field(default_factory=Map)
     # job -> PlacementDecided.at of the placement the cluster reported running (JobStarted)
     started: Map[str, str] = field(default_factory=Map)
-    # job -> "finished" | "failed": ended in the cluster; its file no longer submits it
+    # job -> "finished" | "failed" | "timed_out": ended; its file no longer submits it
     ended: Map[str, str] = field(default_factory=Map)
     last_commit: CommitInfo | None = None
     last_good_commit: CommitInfo | None = None
@@ -84,6 +85,8 @@ class ClusterState:
     shapes_window_jobs: int = 0
     # job -> its last requeue after a failure (engine/retries.py), while the job is known
     retries: Map[str, Attempt] = field(default_factory=Map)
+    # The reservations the last solve that changed them decided (ReservationsDecided).
+    reservations: tuple[Reservation, ...] = ()
 
     def placement_of(self, job: str) -> Placement | None:
         return self.placements.get(job)
@@ -406,6 +409,14 @@ def _job_backoff_ended(s: ClusterState, e: ev.JobBackoffEnded) -> ClusterState:
     )
 
 
+def _job_timed_out(s: ClusterState, e: ev.JobTimedOut) -> ClusterState:
+    return _job_gone(s, e.job, s.ended.set(e.job, "timed_out"), e.at)
+
+
+def _reservations_decided(s: ClusterState, e: ev.ReservationsDecided) -> ClusterState:
+    return _replace(s, reservations=e.reservations)
+
+
 _HANDLERS: dict[type[ev.Event], Callable[[ClusterState, Any], ClusterState]] = {
     ev.CommitApplied: _commit_applied,
     ev.CommitRejected: _commit_rejected,
@@ -434,6 +445,8 @@ _HANDLERS: dict[type[ev.Event], Callable[[ClusterState, Any], ClusterState]] = {
     ev.JobIdleCleared: _job_idle_cleared,
     ev.JobRequeued: _job_requeued,
     ev.JobBackoffEnded: _job_backoff_ended,
+    ev.JobTimedOut: _job_timed_out,
+    ev.ReservationsDecided: _reservations_decided,
 }
 
 assert set(_HANDLERS) == set(ev.EVENT_TYPES.values()), "every event type needs a handler"

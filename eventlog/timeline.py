@@ -36,7 +36,7 @@ def stated_time(type_name: str, data: Mapping[str, Any]) -> str:
     if type_name in COMMIT_EVENTS:
         commit = data.get("commit") or {}
         return utc_time(str(commit.get("committed_at") or ""))
-    if type_name == "PlacementDecided":
+    if type_name in ("PlacementDecided", "JobTimedOut"):
         return utc_time(str(data.get("at") or ""))
     return ""
 

@@ -6,6 +6,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from engine.state import ClusterState
+from engine.timelimits import limit_reached_at
 from engine.units import gpus_from_milli, gpus_or_none, gpus_text, milli_from_gpus
 
 
@@ -23,6 +24,7 @@ def table(headers: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
 
 
 def state_to_dict(state: ClusterState, last_seq: int) -> dict[str, Any]:
+    starts = {r.job: r.start for r in state.reservations}
     return {
         "seq": last_seq,
         "cluster": state.cluster.name if state.cluster else None,
@@ -60,13 +62,31 @@ def state_to_dict(state: ClusterState, last_seq: int) -> dict[str, Any]:
                     for r in p.replicas
                 ],
                 "since": p.started_at,
+                # when it reaches its time limit (docs/time.md); None: it has none
+                "limit_reached_at": _limit_reached(state, key),
             }
             for key, p in sorted(state.placements.items())
         },
         "pending": {
-            key: {"reason": p.reason, "constraint": p.constraint}
+            key: {
+                "reason": p.reason,
+                "constraint": p.constraint,
+                # when its reservation starts (docs/time.md); None: no reservation holds it
+                "expected_start": starts.get(key),
+            }
             for key, p in sorted(state.pending.items())
         },
+        "reservations": [
+            {
+                "job": r.job,
+                "start": r.start,
+                "nodes": list(r.nodes),
+                "flavor": r.flavor,
+                "gpus": gpus_from_milli(r.gpu_milli),
+                "waits_for": list(r.waits_for),
+            }
+            for r in state.reservations
+        ],
     }
 
 
@@ -115,6 +135,21 @@ def state_text(state: ClusterState, last_seq: int) -> str:
     if state.pending:
         out.append("")
         out.append("Pending")
-        rows = [[key, state.pending[key].reason] for key in sorted(state.pending)]
-        out.append(table(["JOB", "WHY"], rows))
+        starts = {r.job: r.start for r in state.reservations}
+        if starts:
+            rows = [
+                [key, starts.get(key, "-"), state.pending[key].reason]
+                for key in sorted(state.pending)
+            ]
+            out.append(table(["JOB", "EXPECTED START", "WHY"], rows))
+        else:
+            rows = [[key, state.pending[key].reason] for key in sorted(state.pending)]
+            out.append(table(["JOB", "WHY"], rows))
     return "\n".join(out)
+
+
+def _limit_reached(state: ClusterState, key: str) -> str | None:
+    job, placement = state.jobs.get(key), state.placements.get(key)
+    if job is None or placement is None:
+        return None
+    return limit_reached_at(job, placement)

@@ -12,8 +12,9 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from engine.fairshare import FairShareRow
-from engine.model import FlavorQuota, Queue
+from engine.model import FlavorQuota, Queue, Reservation
 from engine.placement.plan import SolveStats
+from engine.placement.reservations import clock_text, when_text
 from engine.units import gpus_or_none, gpus_text
 from gitsched import __version__
 from gitsched.exit_codes import plan_exit_code
@@ -258,6 +259,11 @@ def approval_text(a: TeamApproval) -> str:
 # -- text ------------------------------------------------------------------------------------
 
 
+def reservation_line(r: Reservation) -> str:
+    what = f"{gpus_text(r.gpu_milli)} × {r.flavor} GPU" if r.flavor else "its replicas"
+    return f"{r.job} from {clock_text(r.start)} on {', '.join(r.nodes)} ({what}){when_text(r)}"
+
+
 def plan_text(plan: PullRequestPlan) -> str:
     out = [
         f"gitsched plan {plan.base.rev}..{plan.head.rev}",
@@ -310,6 +316,10 @@ def plan_text(plan: PullRequestPlan) -> str:
 
     if plan.of(Action.PREEMPTED):
         out.append(f"  {lost_total_text(plan)}")
+
+    if plan.reservations:
+        out += ["", "Reservations (expected starts; docs/time.md)"]
+        out += [f"  {reservation_line(r)}" for r in plan.reservations]
 
     if plan.usage:
         out += ["", "GPUs and fair share per queue (dominant GPU share / weight)"]
@@ -593,6 +603,17 @@ def plan_to_dict(plan: PullRequestPlan) -> dict[str, Any]:
                 "fair_share": {"before": u.share_before, "after": u.share_after},
             }
             for u in plan.usage
+        ],
+        "reservations": [
+            {
+                "job": r.job,
+                "start": r.start,
+                "nodes": list(r.nodes),
+                "flavor": r.flavor,
+                "gpus": gpus_or_none(r.gpu_milli),
+                "waits_for": list(r.waits_for),
+            }
+            for r in plan.reservations
         ],
         "solve": None
         if stats is None

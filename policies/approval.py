@@ -305,6 +305,14 @@ def _quota_text(fq: FlavorQuota | None) -> str:
     return f"{gpus(fq.nominal)}/{gpus(fq.borrowing_limit)}/{gpus(fq.lending_limit)}"
 
 
+def _limits_text(queue: Queue) -> str | None:
+    """A queue's time limits as default/max minutes (docs/time.md); None when it has none."""
+    limits = queue.time_limits
+    if limits.default_minutes is None and limits.max_minutes is None:
+        return None
+    return f"default {limits.default_minutes or '-'}/max {limits.max_minutes or '-'} min"
+
+
 def describe_queue_change(before: Queue | None, after: Queue | None) -> str:
     """One line a reviewer reads: what changed in a queue, before -> after."""
     if before is None and after is not None:
@@ -318,6 +326,7 @@ def describe_queue_change(before: Queue | None, after: Queue | None) -> str:
         ("weight", f"{before.weight:g}", f"{after.weight:g}"),
         ("maxPriorityClass", before.max_priority_class, after.max_priority_class),
         ("team", before.team, after.team),
+        ("timeLimits", _limits_text(before), _limits_text(after)),
     ):
         if old != new:
             parts.append(f"{label} {old or '-'} -> {new or '-'}")

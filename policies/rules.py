@@ -534,6 +534,7 @@ def _queue_references(
 
 
 def _check_queue(doc: Document, cluster: _Cluster | None) -> Iterator[Finding]:
+    yield from check_queue_time_limits(doc)
     spec = _spec(doc)
     name = _name(doc)
     place = place_of(doc.file)
@@ -732,6 +733,8 @@ def _check_job(
     yield from check_retry(doc)
     if cluster is not None and queue is not None:
         yield from _check_job_priority(doc, spec, queue, cluster)
+    if queue is not None:
+        yield from _check_job_time_limit(doc, spec, queue)
 
 
 def check_retry(doc: Document) -> Iterator[Finding]:
@@ -833,6 +836,41 @@ def _check_job_priority(
         f" (maxPriorityClass at {_at(queue, ('spec', 'maxPriorityClass'))})",
         "policy",
     )
+
+
+def _check_job_time_limit(
+    doc: Document, spec: Mapping[str, Any], queue: Document
+) -> Iterator[Finding]:
+    """A job may not ask for more time than its queue's maximum (docs/time.md)."""
+    limits = _spec(queue).get("timeLimits")
+    if not isinstance(limits, Mapping):
+        return
+    most = limits.get("maxMinutes")
+    asked = spec.get("timeLimitMinutes")
+    if not isinstance(most, int) or not isinstance(asked, int) or asked <= most:
+        return
+    yield doc.error(
+        ("spec", "timeLimitMinutes"),
+        f"job '{_name(doc)}' asks for a time limit of {asked} min but queue"
+        f" '{_name(queue)}' allows at most {most} min"
+        f" (timeLimits.maxMinutes at {_at(queue, ('spec', 'timeLimits', 'maxMinutes'))})",
+        "policy",
+    )
+
+
+def check_queue_time_limits(doc: Document) -> Iterator[Finding]:
+    """A queue's default limit may not be above its own maximum."""
+    limits = _spec(doc).get("timeLimits")
+    if not isinstance(limits, Mapping):
+        return
+    default, most = limits.get("defaultMinutes"), limits.get("maxMinutes")
+    if isinstance(default, int) and isinstance(most, int) and default > most:
+        yield doc.error(
+            ("spec", "timeLimits", "defaultMinutes"),
+            f"queue '{_name(doc)}' gives its jobs a default time limit of {default} min,"
+            f" above its maximum of {most} min",
+            "policy",
+        )
 
 
 # --- small shared pieces ---

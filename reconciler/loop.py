@@ -30,7 +30,7 @@ from eventlog.replay import Replayed, replay, snapshot
 from findings import Finding
 from reconciler.git import GitRepo
 from reconciler.specs import SpecCache
-from reconciler.step import Step, cluster_solve, commit_steps, owed_solve
+from reconciler.step import Step, cluster_solve, commit_steps, due_step, owed_solve
 
 log = logging.getLogger("gitsched.reconciler")
 
@@ -123,6 +123,24 @@ class Reconciler:
             return report
         raise ConcurrencyConflict(report.last_seq, self.log.last_seq())
 
+    def solve_due(self, at: str) -> ReconcileReport:
+        """Append what became due by `at` (a running job reached its time limit) and the
+        placement after it. `at` is only when the daemon looks: each event carries the time
+        its limit was reached (engine.timelimits), so the log is the same whenever it looks."""
+        report = ReconcileReport()
+        for _ in range(MAX_RESTARTS):
+            try:
+                tip = self._tip = replay(self.log, since=self._tip, verify=True)
+                report.state, report.last_seq = tip.state, tip.last_seq
+                step = due_step(tip.state, at, self.solver)
+                if step is not None:
+                    self._append(step, report)
+            except _Superseded:
+                log.info("another writer appended to the log; re-reading it")
+                continue
+            return report
+        raise ConcurrencyConflict(report.last_seq, self.log.last_seq())
+
     def _pass(self, report: ReconcileReport) -> None:
         tip = self._tip = replay(self.log, since=self._tip, verify=True)
         report.state, report.last_seq = tip.state, tip.last_seq
@@ -145,7 +163,7 @@ class Reconciler:
                     intent.commit,
                     not isinstance(intent, RejectCommit),
                     errors,
-                    len(step.groups[0].events),
+                    len(next(g for g in step.groups if g.id_prefix == intent.commit.sha).events),
                 )
             )
 

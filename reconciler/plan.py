@@ -19,10 +19,11 @@ from enum import StrEnum
 from engine import events as ev
 from engine.core import ApplyCommit, RejectCommit, decide, decision_time
 from engine.errors import UsageError
-from engine.model import CommitInfo, Placement, Policy, Queue
+from engine.model import CommitInfo, Placement, Policy, Queue, Reservation
 from engine.placement.milp import TIME_LIMIT_STATUS
 from engine.placement.plan import SolveStats
 from engine.state import ClusterState, evolve, fold
+from engine.timelimits import timed_out_reason
 from engine.units import milli_from_gpus
 from eventlog.base import EventLog
 from eventlog.codec import decode
@@ -194,6 +195,8 @@ class PullRequestPlan:
     groups: tuple[EventGroup, ...] = ()
     # fair share over time and idle jobs after the change (reconciler/plan_fairness.py)
     fairness: FairShareView | None = None
+    # the reservations the cluster holds after the change: expected starts (docs/time.md)
+    reservations: tuple[Reservation, ...] = ()
 
     @property
     def valid(self) -> bool:
@@ -444,6 +447,7 @@ def plan_change(
         kept=kept,
         usage=_usage(before, after, after.placements),
         solve=solved[-1].stats if solved else None,
+        reservations=after.reservations,
         approvals=approvals,
         approval_enforced=signed
         or before.policy.require_owner_approval
@@ -505,17 +509,23 @@ def _effects(
     """Each job's fate from BASE to HEAD, with the reasons the solver's last word on it
     gave; and how many running jobs keep their place."""
     last: dict[str, ev.PlacementDecided | ev.JobPreempted | ev.JobPending] = {}
+    timed_out: dict[str, ev.JobTimedOut] = {}
     for e in events:
         if isinstance(e, ev.PlacementDecided | ev.JobPreempted | ev.JobPending):
             last[e.job] = e
+        elif isinstance(e, ev.JobTimedOut):
+            timed_out[e.job] = e
     effects: list[JobEffect] = []
     for key in sorted(set(before.jobs) - set(after.jobs)):
         was = before.placements.get(key)
+        stop = timed_out.get(key)
         effects.append(
             JobEffect(
                 key,
                 Action.WITHDRAWN,
-                reason="withdrawn by the change" + (": it stops" if was else " (was not running)"),
+                reason=f"{timed_out_reason(stop)}: it stops (docs/time.md)"
+                if stop is not None
+                else "withdrawn by the change" + (": it stops" if was else " (was not running)"),
                 flavor=was.flavor if was else None,
                 gpu_milli=was.gpu_milli if was else 0,
                 nodes_before=was.nodes if was else (),

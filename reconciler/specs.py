@@ -19,6 +19,7 @@ import policies
 import schemas
 from engine.core import DesiredState
 from engine.model import (
+    BackfillPolicy,
     ClusterSpec,
     FlavorQuota,
     GpuFlavor,
@@ -33,6 +34,7 @@ from engine.model import (
     PreemptionScope,
     PriorityClass,
     Queue,
+    QueueTimeLimits,
     RequeueTimestamp,
     Resources,
     RetryPolicy,
@@ -552,8 +554,10 @@ def build_desired(
         queues[queue.name] = queue
         team_queue[team] = queue.name
     jobs: dict[str, Job] = {}
-    # A job's model depends on its document, its team's queue and the cluster.
-    frame = (tuple(team_queue.items()), cluster)
+    # A job's model depends on its document, its team's queue (its default time limit) and
+    # the cluster.
+    limits = tuple((name, q.time_limits) for name, q in sorted(queues.items()))
+    frame = (tuple(team_queue.items()), cluster, limits)
     kept = cache.kept_jobs(frame) if cache is not None else {}
     made: dict[int, tuple[Document, str, Job]] = {}
     for doc in by_kind.get("Job", []):
@@ -565,7 +569,7 @@ def build_desired(
         team = policies.place_of(doc.file).team or ""
         spec = doc.data["spec"]
         queue_name = spec.get("queue") or team_queue.get(team, team)
-        job = _job(doc.name or "", spec, queue_name, cluster, doc.file)
+        job = _job(doc.name or "", spec, queue_name, cluster, doc.file, queues.get(queue_name))
         made[id(doc)] = (doc, job.key, job)
         jobs[job.key] = job
     if cache is not None:
@@ -669,6 +673,10 @@ def _queue(name: str, spec: Mapping[str, Any], team: str) -> Queue:
         ),
         retry=retry_of(spec.get("retry")),
         min_runtime_minutes=(spec.get("preemption") or {}).get("minRuntimeMinutes"),
+        time_limits=QueueTimeLimits(
+            default_minutes=spec.get("timeLimits", {}).get("defaultMinutes"),
+            max_minutes=spec.get("timeLimits", {}).get("maxMinutes"),
+        ),
     )
 
 
@@ -684,7 +692,14 @@ def retry_of(spec: Mapping[str, Any] | None) -> RetryPolicy | None:
     )
 
 
-def _job(name: str, spec: Mapping[str, Any], queue: str, cluster: ClusterSpec, file: str) -> Job:
+def _job(
+    name: str,
+    spec: Mapping[str, Any],
+    queue: str,
+    cluster: ClusterSpec,
+    file: str,
+    queue_model: Queue | None = None,
+) -> Job:
     resources = spec.get("resources", {})
     topology = spec.get("topology")
     priority_class = spec.get("priorityClass") or cluster.default_priority_class
@@ -716,7 +731,16 @@ def _job(name: str, spec: Mapping[str, Any], queue: str, cluster: ClusterSpec, f
         file=file,
         template=spec.get("template"),
         retry=retry_of(spec.get("retry")),
+        time_limit_minutes=_time_limit(spec, queue_model),
     )
+
+
+def _time_limit(spec: Mapping[str, Any], queue: Queue | None) -> int | None:
+    """The job's own limit, else its queue's default (docs/time.md)."""
+    own = spec.get("timeLimitMinutes")
+    if own is not None:
+        return int(own)
+    return queue.time_limits.default_minutes if queue is not None else None
 
 
 def policy_of(spec: Mapping[str, Any]) -> Policy:
@@ -757,6 +781,11 @@ def policy_of(spec: Mapping[str, Any]) -> Policy:
         retry=retry_of(spec.get("retry")),
         requeue_timestamp=RequeueTimestamp(
             spec.get("retry", {}).get("requeueTimestamp", base.requeue_timestamp)
+        ),
+        backfill=BackfillPolicy(
+            reservations=int(
+                spec.get("backfill", {}).get("reservations", base.backfill.reservations)
+            )
         ),
     )
 

@@ -33,12 +33,14 @@ from engine.placement.incremental import waiting_to_retry
 from engine.placement.plan import PlacementPlan
 from engine.placement.solvers import solve, solve_changed
 from engine.state import ClusterState, fold
+from engine.timelimits import due_events
 from eventlog.collector import collector_paused
 from reconciler.approval import CommitApproval, commit_approval
 from reconciler.git import GitRepo
 from reconciler.specs import LoadedSpecs, SpecCache, load_commit
 
 SOLVER_ACTOR = "solver"
+TIME_ACTOR = "gitsched"  # who appends what the time alone makes due (a limit reached)
 # A commit that only adds or edits jobs, at most this share of them, is placed by an
 # incremental solve: those jobs are free, every other job stays where it runs or waits.
 INCREMENTAL_SHARE = 0.25
@@ -121,6 +123,23 @@ def solve_step(
     return Step((EventGroup(events, prefix, SOLVER_ACTOR, cause),), fold(events, state), plan)
 
 
+def due_step(state: ClusterState, at: str, solver: str | None = None) -> Step | None:
+    """What is due at `at` (a running job reached its time limit: engine.timelimits), and
+    the placement after it; None when nothing is. `serve` asks it on every pass with the
+    time it runs at; each event carries the time its limit was reached, so a replay folds
+    the same events, and the solve is decided at the latest of them, never the clock."""
+    due = due_events(state, at)
+    if not due:
+        return None
+    cause = f"due/{due[-1].at}"
+    group = EventGroup(due, cause, TIME_ACTOR, cause)
+    after = fold(due, state)
+    placed = cluster_solve(after, cause, due[-1].at, solver)
+    if placed is None:
+        return Step((group,), after)
+    return Step((group, *placed.groups), placed.state, placed.plan)
+
+
 def owed_solve(state: ClusterState, solver: str | None = None) -> Step | None:
     """The solve a log written before commits and their solves shared one append may
     still owe its newest commit; None when it owes none."""
@@ -163,13 +182,22 @@ def commit_step(
     they lead to: one append, so no reader ever sees a change the solver has not
     answered yet."""
     intent = commit_intent(commit, loaded, approval)
+    # The time limits reached by the commit's time come first: the commit is decided on
+    # the cluster as it is then (docs/time.md), in `plan` as in `reconcile`.
+    due = due_events(state, decision_time(commit))
+    before: tuple[EventGroup, ...] = ()
+    if due:
+        # Caused by the time, not by the commit: each stop's fact time is its own `at`.
+        before = (EventGroup(due, f"{commit.sha}/due", TIME_ACTOR, f"due/{due[-1].at}"),)
+        state = fold(due, state)
     events = decide(state, intent)
     group = EventGroup(events, commit.sha, commit.actor, commit.sha)
     applied = fold(events, state)
     if not applied.needs_placement:
-        return Step((group,), applied, intent=intent)
-    placed = solve_step(applied, commit.sha, decision_time(commit), solver, _changed_jobs(events))
-    return Step((group, *placed.groups), placed.state, placed.plan, intent)
+        return Step((*before, group), applied, intent=intent)
+    changed = None if due else _changed_jobs(events)
+    placed = solve_step(applied, commit.sha, decision_time(commit), solver, changed)
+    return Step((*before, group, *placed.groups), placed.state, placed.plan, intent)
 
 
 def commit_steps(

@@ -286,8 +286,10 @@ class Simulation:
             "residency": list(job.residency),
             "file": f"teams/{job.queue}/jobs/{name}.yaml",
             "submitted_at": self.stamp,
+            "submission": 0,
             "template": None,
             "retry": None,
+            "time_limit_minutes": None,
         }
 
     def _submit(self) -> None:

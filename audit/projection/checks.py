@@ -20,11 +20,13 @@ from audit.projection.vocabulary import (
     CHECK_ISOLATION,
     CHECK_PREEMPTION,
     CHECK_PREEMPTION_RULES,
+    CHECK_RESERVATIONS,
     CHECK_RESIDENCY,
     compact_json,
     email_of,
 )
 from engine.model import Approval, Owner
+from engine.timelimits import plus_minutes
 from policies.approval import judge_team, recorded_vouches, trailer_vouches
 
 
@@ -121,6 +123,51 @@ class ComplianceChecks:
                         [stored.seq, job.seq] + ([node.seq] if node else []),
                         batch,
                     )
+
+    def reservations(
+        self, key: str, job: JobInfo, nodes: list[str], stored: Envelope, time: str, batch: Batch
+    ) -> None:
+        """A job started at `time` must not delay a reservation held then: unless it is
+        ahead of the reserved job in wait order, or its limit ends by the reservation's
+        start, it may not take a reserved node (engine.placement.reservations)."""
+        s = self.state
+        if not s.reservations:
+            return
+        s.checked[CHECK_RESERVATIONS] = s.checked.get(CHECK_RESERVATIONS, 0) + 1
+        for r in s.reservations:
+            held_for = s.jobs.get(r["job"])
+            if r["job"] == key or held_for is None or r["start"] <= time:
+                continue
+            # engine.placement.greedy.priority_key, on the view's copy of the jobs
+            if (-job.priority, job.submission, job.submitted_at, key) < (
+                -held_for.priority,
+                held_for.submission,
+                held_for.submitted_at,
+                r["job"],
+            ):
+                continue  # ahead of the reserved job: it may take what it fits in
+            if job.time_limit_minutes is not None and (
+                plus_minutes(time, job.time_limit_minutes) <= r["start"]
+            ):
+                continue  # it ends before the reservation starts
+            taken = sorted(set(nodes) & set(r["nodes"]))
+            if not taken:
+                continue
+            runs = (
+                "no time limit"
+                if job.time_limit_minutes is None
+                else f"a limit of {job.time_limit_minutes} min"
+            )
+            self._violation(
+                CHECK_RESERVATIONS,
+                stored,
+                time,
+                key,
+                f"job {key} started on {', '.join(taken)}, reserved for {r['job']} from"
+                f" {r['start']}, with {runs}: it delays the reservation",
+                [stored.seq, job.seq, held_for.seq],
+                batch,
+            )
 
     def preemption_rules(
         self,

@@ -53,6 +53,16 @@ def queue_diff(old: dict[str, Any] | None, new: dict[str, Any] | None) -> str:
     for key in ("cohort", "weight", "max_priority_class", "team", "owners"):
         if old.get(key) != new.get(key):
             out.append(f"{key.replace('_', ' ')} {old.get(key)} -> {new.get(key)}")
+    none = {"default_minutes": None, "max_minutes": None}  # a queue logged before limits
+    limits_before, limits_after = old.get("time_limits") or none, new.get("time_limits") or none
+    if limits_before != limits_after:
+        out.append(
+            "time limits "
+            + " -> ".join(
+                f"default {t['default_minutes'] or '-'}/max {t['max_minutes'] or '-'} min"
+                for t in (limits_before, limits_after)
+            )
+        )
     return "; ".join(out) or "no effective change"
 
 

@@ -42,6 +42,7 @@ from audit.projection.vocabulary import (
     END_NODE_REMOVED,
     END_PREEMPTED,
     END_STOPPED,
+    END_TIMED_OUT,
     END_WITHDRAWN,
     KIND_CLUSTER,
     KIND_NODE,
@@ -74,6 +75,10 @@ def _who(name: str, email: str) -> str:
     if not name and not email:
         return ""
     return f"{name} <{email}>"
+
+
+# The events whose payload states their fact time (eventlog.timeline.stated_time).
+_STATES_TIME = frozenset(("PlacementDecided", "JobTimedOut"))
 
 
 class Projector:
@@ -130,6 +135,8 @@ class Projector:
             "JobRequeued": self._job_requeued,
             # The end of a backoff only wakes the solver: the placement that follows is the row.
             "JobBackoffEnded": self._not_projected,
+            "JobTimedOut": self._job_timed_out,
+            "ReservationsDecided": self._reservations_decided,
         }
         assert set(self._handlers) == set(EVENT_TYPES), "every event type needs a handler"
         self._people: dict[str, str] = {}  # actor -> person(actor): a few authors submit every job
@@ -178,7 +185,7 @@ class Projector:
                     and stored.time == unit[0]
                     and stored.cause == unit[1]
                     and type_ not in COMMIT_EVENTS
-                    and (type_ != "PlacementDecided" or data.get("at") == self._time)
+                    and (type_ not in _STATES_TIME or data.get("at") == self._time)
                 ):
                     # The rest of an append whose time is known, at that time: the common case.
                     entry[0](stored, data, batch)
@@ -310,7 +317,7 @@ class Projector:
         run = self.state.running.pop(job, None)
         if run is None:
             return None
-        if kind not in (END_FINISHED, END_WITHDRAWN, END_FAILED):
+        if kind not in (END_FINISHED, END_WITHDRAWN, END_FAILED, END_TIMED_OUT):
             trouble = self._node_trouble(run)
             if trouble is not None:
                 kind, reason = trouble[0], f"{trouble[1]}; {reason}" if reason else trouble[1]
@@ -454,6 +461,11 @@ class Projector:
             )
         if job is not None:
             self.checks.placement(key, job, nodes, stored, self._time, batch)
+            if old is None and action == START_ADMITTED:
+                self.checks.reservations(key, job, nodes, stored, self._time, batch)
+
+    def _reservations_decided(self, stored: Envelope, d: dict[str, Any], batch: Batch) -> None:
+        self.state.reservations = list(d.get("reservations", ()))
 
     def _job_preempted(self, stored: Envelope, d: dict[str, Any], batch: Batch) -> None:
         s = self.state
@@ -530,6 +542,10 @@ class Projector:
             # A JobRequeued may follow in the same append: it takes the job up again.
             self._failed = {d["job"]: info}
 
+    def _job_timed_out(self, stored: Envelope, d: dict[str, Any], batch: Batch) -> None:
+        reason = f"reached its time limit of {d['limit_minutes']} min"
+        self._job_gone(d["job"], END_TIMED_OUT, reason, stored, batch)
+
     def _job_interrupted(self, stored: Envelope, d: dict[str, Any], batch: Batch) -> None:
         self._close_interval(d["job"], END_STOPPED, d["reason"], stored, batch)
 
@@ -568,6 +584,9 @@ class Projector:
             str(job.get("priority_class", "")),
             stored.seq,
             waiting_since,
+            str(job.get("submitted_at", "")),
+            job.get("time_limit_minutes"),
+            int(job.get("submission", 0)),
         )
 
     def _job_submitted(self, stored: Envelope, d: dict[str, Any], batch: Batch) -> None:

@@ -73,6 +73,11 @@ class JobInfo:
     waiting_since: str = ""
     # 1, then one more each time it is requeued after a failure (JobRequeued)
     attempt: int = 1
+    # Its place in the wait order (priority, then this) and its time limit: what the
+    # reservations check judges a start by (docs/time.md).
+    submitted_at: str = ""
+    time_limit_minutes: int | None = None
+    submission: int = 0
 
 
 @dataclass(slots=True)
@@ -247,6 +252,8 @@ class ProjectionState:
     held: list[Any] = field(default_factory=list)
     # The engine's own fold of the log (`cluster_fold`), as base64 of `engine.snapshot` bytes.
     cluster: str = ""
+    # The reservations in force (the last ReservationsDecided's, as its payload lists them).
+    reservations: list[dict[str, Any]] = field(default_factory=list)
 
     _TYPES: dict[str, Any] = dataclasses.field(
         default_factory=lambda: {

@@ -10,12 +10,15 @@ from __future__ import annotations
 import json
 from datetime import datetime
 
-FORMAT_VERSION = "7"  # 7: placements carry the priority class and the attempt (retries)
+FORMAT_VERSION = (
+    "8"  # 7: placements carry the priority class and the attempt (retries); 8: reservations
+)
 
 # How a placement interval started and ended; `history` shows them like sacct's State.
 START_ADMITTED, START_MOVED = "admitted", "moved"
 END_MOVED, END_PREEMPTED, END_STOPPED = "moved", "preempted", "stopped"
 END_FINISHED, END_WITHDRAWN, END_FAILED = "finished", "withdrawn", "failed"
+END_TIMED_OUT = "timed_out"  # stopped at its time limit (JobTimedOut, docs/time.md)
 END_NODE_FAILED, END_NODE_DRAINED, END_NODE_REMOVED = "node_failed", "node_drained", "node_removed"
 NODE_ENDS = (END_NODE_FAILED, END_NODE_DRAINED, END_NODE_REMOVED)
 
@@ -26,6 +29,7 @@ CHECK_PREEMPTION = "non-preemptible"
 CHECK_LIMITS = "queue-limits"
 CHECK_APPROVAL = "quota-approval"
 CHECK_PREEMPTION_RULES = "preemption-rules"
+CHECK_RESERVATIONS = "reservations"
 CHECKS = (
     CHECK_ISOLATION,
     CHECK_RESIDENCY,
@@ -33,6 +37,7 @@ CHECKS = (
     CHECK_LIMITS,
     CHECK_APPROVAL,
     CHECK_PREEMPTION_RULES,
+    CHECK_RESERVATIONS,
 )
 
 # Versioned facts for point-in-time queries: one row per stretch of seqs a fact held.

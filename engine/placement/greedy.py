@@ -108,9 +108,10 @@ def _left(free: NodeFree) -> Left:
     )
 
 
-def priority_key(job: Job) -> tuple[int, str, str]:
-    """The order in which the cluster is filled: priority, then submission, then key."""
-    return (-job.priority, job.submitted_at, job.key)
+def priority_key(job: Job) -> tuple[int, int, str, str]:
+    """The order in which the cluster is filled: priority, then submission (the order of
+    the commits that submitted the jobs, then their time), then key."""
+    return (-job.priority, job.submission, job.submitted_at, job.key)
 
 
 def priority_order(jobs: Iterable[Job]) -> list[Job]:

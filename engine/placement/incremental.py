@@ -167,7 +167,7 @@ def waiting_to_retry(
     changed = frozenset(changed)
     current = instance.current
     running: list[tuple[Job, Placement]] = []
-    waiting: list[tuple[int, str, str, int]] = []
+    waiting: list[tuple[int, int, str, str, int]] = []
     for i, job in enumerate(instance.jobs):
         key = job.key
         placement = current.get(key)
@@ -186,7 +186,7 @@ def waiting_to_retry(
     hopeless: set[tuple[object, ...]] = set()
     chosen: list[str] = []
     while waiting and len(chosen) < limit:
-        _, _, key, i = heapq.heappop(waiting)
+        *_, key, i = heapq.heappop(waiting)
         job = instance.jobs[i]
         flavors = eligible_flavors(job, queues.get(job.queue))
         demand = (flavors, job.resources, job.replicas)

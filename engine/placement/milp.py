@@ -33,11 +33,12 @@ from engine.placement.formulation import (
     job_columns,
 )
 from engine.placement.fragmentation import NodeScorer
-from engine.placement.greedy import GreedyPlacer, Packing
+from engine.placement.greedy import GreedyPlacer, Packing, priority_key
 from engine.placement.incremental import incremental_start
 from engine.placement.linear import LinearModel, LinearSolution, SolveLimits, solve
 from engine.placement.objective import (
     broken_soft_constraints,
+    jobs_by_key,
     objective_terms,
     plan_compactness,
     plan_objective,
@@ -627,8 +628,14 @@ class MilpPlacer:
             outcomes is None or score is None or score < greedy_score - EPS or bool(problems)
         )
         outcomes_found = outcomes is not None
+        greedy_earlier = False
         if fell_back or outcomes is None or score is None:
             outcomes, score = greedy.outcomes, greedy_score
+        elif score <= greedy_score + EPS and _starts_earlier(instance, greedy.outcomes, outcomes):
+            # First among equals: greedy's plan starts the jobs submitted first (wait order,
+            # docs/time.md); the objective has no term for it.
+            outcomes, score = greedy.outcomes, greedy_score
+            greedy_earlier = True
         elif (
             score <= greedy_score + EPS
             and plan_compactness(instance, greedy.outcomes)
@@ -655,6 +662,8 @@ class MilpPlacer:
             )
         elif greedy_tighter:
             fallback = "greedy's plan scores as well and its gangs span fewer domains"
+        elif greedy_earlier:
+            fallback = "greedy's plan scores as well and starts the jobs submitted first"
         if solution.status == "infeasible":
             status = "infeasible"
         elif self._clock_stopped:
@@ -694,12 +703,29 @@ class MilpPlacer:
                 variables=formulation.lp.num_cols,
                 constraints=formulation.lp.num_rows,
                 plan_source="greedy"
-                if fell_back or greedy_tighter or greedy_less_fragmented
+                if fell_back or greedy_tighter or greedy_less_fragmented or greedy_earlier
                 else "milp",
                 fallback=fallback,
             ),
             broken_soft=broken_soft_constraints(instance, outcomes),
         )
+
+
+def _starts_earlier(
+    instance: PlacementInstance,
+    greedy: tuple[JobOutcome, ...],
+    outcomes: tuple[JobOutcome, ...],
+) -> bool:
+    """Whether the first job, in wait order, that one plan starts and the other does not is
+    greedy's."""
+    placed = OutcomeStatus.PLACED
+    mine = {o.job for o in greedy if o.status is placed}
+    theirs = {o.job for o in outcomes if o.status is placed}
+    differ = mine ^ theirs
+    if not differ:
+        return False
+    jobs = jobs_by_key(instance)
+    return min(differ, key=lambda key: priority_key(jobs[key])) in mine
 
 
 def _fallback_reason(

@@ -8,7 +8,16 @@ from dataclasses import dataclass, field, fields
 from enum import StrEnum
 from typing import Any, Protocol, TypeVar, cast
 
-from engine.model import ClusterSpec, Job, Node, Placement, Policy, Queue, ReplicaPlacement
+from engine.model import (
+    ClusterSpec,
+    Job,
+    Node,
+    Placement,
+    Policy,
+    Queue,
+    ReplicaPlacement,
+    Reservation,
+)
 from engine.shapes import JobShape
 
 T = TypeVar("T")
@@ -119,6 +128,8 @@ class PlacementPlan:
     outcomes: tuple[JobOutcome, ...]
     stats: SolveStats
     broken_soft: tuple[str, ...] = field(default=())
+    # The reservations the plan holds (engine/placement/reservations.py): facts of the plan.
+    reservations: tuple[Reservation, ...] = ()
 
     def outcome(self, job: str) -> JobOutcome | None:
         for o in self.outcomes:

@@ -286,9 +286,10 @@ def victim_order(
     )
 
 
-def wait_order(job: Job) -> tuple[int, str, str]:
-    """Within a queue: higher priority first, then the oldest, then by name."""
-    return (-job.priority, job.submitted_at, job.key)
+def wait_order(job: Job) -> tuple[int, int, str, str]:
+    """Within a queue: higher priority first, then the oldest (its commit's place in the
+    log, then its time), then by name."""
+    return (-job.priority, job.submission, job.submitted_at, job.key)
 
 
 def would_borrow(job: Job, ledger: QuotaLedger, queue: Queue | None) -> bool:
@@ -310,7 +311,7 @@ def admission_order(
     per_queue: dict[str, list[Job]] = defaultdict(list)
     for job in sorted(jobs, key=wait_order, reverse=True):
         per_queue[job.queue].append(job)  # a stack: the head is last
-    heap: list[tuple[bool, int, str, str, str, int]] = []
+    heap: list[tuple[bool, int, int, str, str, str, int]] = []
     version: dict[str, int] = defaultdict(int)
 
     def push(name: str) -> None:
@@ -321,14 +322,23 @@ def admission_order(
         version[name] += 1
         borrows = would_borrow(head, ledger, queues.get(name))
         heapq.heappush(
-            heap, (borrows, -head.priority, head.submitted_at, head.key, name, version[name])
+            heap,
+            (
+                borrows,
+                -head.priority,
+                head.submission,
+                head.submitted_at,
+                head.key,
+                name,
+                version[name],
+            ),
         )
 
     for name in sorted(per_queue):
         push(name)
     ledger.touched.clear()
     while heap:
-        _, _, _, _, name, seen = heapq.heappop(heap)
+        *_, name, seen = heapq.heappop(heap)
         if seen != version[name] or not per_queue[name]:
             continue
         job = per_queue[name].pop()

@@ -17,6 +17,7 @@ from engine.placement.greedy import GreedyPlacer
 from engine.placement.milp import MilpPlacer
 from engine.placement.plan import PlacementInstance, PlacementPlan, Placer
 from engine.placement.preemption import borrowing_reclaimable
+from engine.placement.reservations import with_reservations
 
 SOLVERS: dict[str, Placer] = {
     "greedy": GreedyPlacer(),
@@ -51,7 +52,14 @@ def placer(name: str) -> Placer:
 
 def solve(instance: PlacementInstance, solver: str | None = None) -> PlacementPlan:
     """The plan of the instance; a MILP solver on a very large instance solves it in parts
-    (engine.placement.decompose). A MILP that fails falls back to greedy's plan."""
+    (engine.placement.decompose). A MILP that fails falls back to greedy's plan. Every
+    solver decides under the Policy's reservations (engine.placement.reservations)."""
+    plan = with_reservations(instance, lambda part: _solve(part, solver))
+    assert plan is not None
+    return plan
+
+
+def _solve(instance: PlacementInstance, solver: str | None) -> PlacementPlan:
     chosen = placer(solver or instance.policy.solver)
     instance = borrowing_reclaimable(instance)
     if not isinstance(chosen, MilpPlacer):
@@ -70,6 +78,21 @@ def solve_changed(
     """An incremental solve: only the `changed` jobs (and what they may preempt) are
     decided, every other job runs or waits on. None for a solver without one (greedy
     re-places everything, and costs little doing it)."""
+    if not isinstance(placer(solver or instance.policy.solver), MilpPlacer):
+        return None  # before the reservations are worked out: `solve` works them out
+    if instance.policy.backfill.reservations <= 0:
+        return _solve_changed(instance, changed, solver)
+
+    def part_solve(part: PlacementInstance) -> PlacementPlan | None:
+        kept = {j.key for j in part.jobs}
+        return _solve_changed(part, [k for k in changed if k in kept], solver)
+
+    return with_reservations(instance, part_solve)
+
+
+def _solve_changed(
+    instance: PlacementInstance, changed: Collection[str], solver: str | None
+) -> PlacementPlan | None:
     chosen = placer(solver or instance.policy.solver)
     instance = borrowing_reclaimable(instance)
     if isinstance(chosen, MilpPlacer):
