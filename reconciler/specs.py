@@ -126,6 +126,9 @@ def budget_error(files: int, total_bytes: int, limits: Limits) -> Finding | None
 
 
 def _over_budget(files: Sequence[SourceFile], limits: Limits) -> Finding | None:
+    for f in files:
+        if f.path == BUDGET_FILE and f.problem is not None:
+            return f.problem  # found from the tree's listing, before anything was read
     total = sum(len(f.content) for f in files if f.content is not None)
     return budget_error(len(files), total, limits)
 
