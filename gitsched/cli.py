@@ -35,6 +35,7 @@ from gitsched.options import (
     user_errors,
 )
 from gitsched.render import state_text, state_to_dict
+from policies.approval import APPROVAL_CODE
 from reconciler.git import GitRepo
 from reconciler.loop import SNAPSHOT_EVERY, Reconciler, ReconcileReport
 from reconciler.specs import load_commit, load_worktree
@@ -99,6 +100,12 @@ def validate(path: str | None, repo_opt: str | None, rev: str | None, fmt: str) 
             repo = GitRepo(path)
             loaded = load_commit(repo, repo.resolve(rev))
         else:
+            if not (Path(path) / "cluster.yaml").is_file():
+                # Not a cluster repo: walking it (venvs and all) would report every YAML file.
+                fail(
+                    f"no cluster.yaml here ({Path(path).resolve()}): not a cluster repo; pass "
+                    "the repo's folder (gitsched validate PATH)"
+                )
             loaded = load_worktree(Path(path))
     if fmt == "json":
         click.echo(
@@ -138,14 +145,30 @@ def report_text(report: ReconcileReport) -> str:
         lines.append("up to date: no new commits")
         newest = report.state.last_commit
         if report.newest_rejected and newest is not None:
-            lines.append(
-                f"the newest commit {newest.sha[:12]} {newest.subject} stays REJECTED"
-                f" ({len(report.state.last_rejection)} error(s), `gitsched validate"
-                " --rev HEAD` lists them); the cluster runs the last good commit until"
-                " a new commit fixes it"
-            )
+            lines.extend(_stays_rejected(report))
     lines.append(f"{report.events_appended} event(s) appended; log at seq {report.last_seq}")
     return "\n".join(lines)
+
+
+def _stays_rejected(report: ReconcileReport) -> list[str]:
+    """The newest commit's rejection as the log records it, and the command that judges
+    it again: `validate` reads files only (it runs with no log, before a commit exists),
+    so an approval finding, judged against the log's last good commit, is `plan`'s."""
+    newest = report.state.last_commit
+    assert newest is not None
+    errors = report.state.last_rejection
+    approval = any(e.code == APPROVAL_CODE for e in errors)
+    again = (
+        "`gitsched plan HEAD` judges the approvals again"
+        if approval
+        else "`gitsched validate --rev HEAD` checks the files again"
+    )
+    return [
+        f"the newest commit {newest.sha[:12]} {newest.subject} stays REJECTED"
+        f" ({len(errors)} error(s), below; {again}); the cluster runs the last good commit"
+        " until a new commit fixes it",
+        *(f"    {f.format()}" for f in errors),
+    ]
 
 
 @main.command()
@@ -260,14 +283,22 @@ def _watch(reconciler: Reconciler, interval: float, heartbeat: float) -> None:
 
 
 @main.command()
+@repo_path
 @log_option
-@click.option(
-    "--repo", default=".", show_default=True, help="Cluster repo whose default log to read."
-)
 @point_in_time
 @format_option("text", "json")
-def state(log_url: str | None, repo: str, at_time: str | None, seq: int | None, fmt: str) -> None:
-    """The cluster state folded from the log, now or at an earlier point (--at TIME | --seq N)."""
+def state(
+    path: str | None,
+    repo_opt: str | None,
+    log_url: str | None,
+    at_time: str | None,
+    seq: int | None,
+    fmt: str,
+) -> None:
+    """The cluster state folded from the log, now or at an earlier point (--at TIME | --seq N).
+
+    The repo (whose default log is read) as PATH or --repo, as validate, reconcile and plan."""
+    repo = repo_of(path, repo_opt)
     if seq is not None and at_time is not None:
         fail("give --at TIME or --seq N, not both")
     until_time = format_time(parse_time(at_time)) if at_time else None

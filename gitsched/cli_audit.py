@@ -38,6 +38,7 @@ from gitsched.config import DEFAULT_LOG_DIR, resolve_log_url
 from gitsched.exit_codes import EXIT_ERROR, EXIT_INVALID, EXIT_NOT_FOUND, EXIT_OK
 from gitsched.options import (
     broken_chain_message,
+    cell,
     emit_rows,
     fail,
     format_option,
@@ -47,7 +48,7 @@ from gitsched.options import (
     point_in_time,
     user_errors,
 )
-from gitsched.render import table
+from gitsched.render import fit_table, table
 
 AUDIT_DB_FILE = "audit.db"
 # Below this many events to fold, a query just does it; above, it shows a progress bar.
@@ -544,6 +545,11 @@ def solves_command(
 @click.option("--team", help="Only changes to this team's queue and jobs.")
 @paging
 @format_option("text", "csv", "json")
+@click.option(
+    "--wide",
+    is_flag=True,
+    help="Text: every column in full (default: fit 120 columns; --format json has all).",
+)
 def changes(
     log_url: str | None,
     repo: str,
@@ -554,11 +560,13 @@ def changes(
     after_seq: int,
     limit: int | None,
     fmt: str,
+    wide: bool,
 ) -> None:
     """Every change of queues, priorities and policies: who, approved by whom, when, and what it caused.
 
     All of them by default; --since/--until (when merged), --after-seq and --limit
-    read a page, at the cost of the page."""
+    read a page, at the cost of the page. The text table fits 120 columns, long cells
+    cut with "..."; --wide shows them in full, --format json every detail."""
     with view(log_url, repo, db_path, verify=True) as (_, store):
         after, upto = _seq_range(store, since, until, after_seq)
         rows, more = read_page(
@@ -578,9 +586,31 @@ def changes(
             | {"commit": r["commit"][:12], "approval": changes_query.approval_text(r["approval"])}
             for r in rows
         ]
-        emit_rows(shown, changes_query.HEADERS, fmt)
+        if fmt == "text" and not wide:
+            click.echo(_changes_text(shown))
+        else:
+            emit_rows(shown, changes_query.HEADERS, fmt)
     if more:
         _more_note("changes", len(rows), rows[-1]["applied_seq"])
+
+
+# The columns of `audit changes`' 120-column table: a person's reading of each change
+# (`--wide` and `--format json` keep the rest: committer, approvers, applied time).
+_CHANGES_NARROW = ("applied_seq", "commit", "kind", "target", "change", "author", "approval",
+                   "merged", "caused")  # fmt: skip
+
+
+def _changes_text(rows: list[dict[str, Any]]) -> str:
+    headers = ["SEQ", "COMMIT", "KIND", "TARGET", "CHANGE", "AUTHOR", "APPROVAL", "MERGED", "CAUSED"]
+    shown = []
+    for r in rows:
+        cells = {k: cell(r.get(k)) for k in _CHANGES_NARROW}
+        cells["commit"] = cells["commit"][:8]
+        if "(merged by" not in cells["author"]:
+            cells["author"] = cells["author"].split(" <", 1)[0]  # the name; the e-mail in --wide
+        cells["merged"] = cells["merged"][:16].replace("T", " ")
+        shown.append([cells[k] for k in _CHANGES_NARROW])
+    return fit_table(headers, shown)
 
 
 # -- compliance -----------------------------------------------------------------------------

@@ -22,6 +22,35 @@ def table(headers: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
     return "\n".join(lines)
 
 
+TEXT_WIDTH = 120
+
+
+def fit_table(
+    headers: Sequence[str],
+    rows: Iterable[Sequence[object]],
+    width: int = TEXT_WIDTH,
+    floor: int = 8,
+) -> str:
+    """`table`, its widest columns cut (with "...") until each line fits `width`
+    characters; no column is cut below `floor` (or its header)."""
+    body = [[" ".join(str(c).split("\n")) for c in row] for row in rows]
+    widths = [len(h) for h in headers]
+    for row in body:
+        for i, cell in enumerate(row):
+            widths[i] = max(widths[i], len(cell))
+    least = [max(len(h), floor) for h in headers]
+    while sum(widths) + 2 * (len(widths) - 1) > width:
+        cut = max(range(len(widths)), key=lambda i: widths[i] - least[i])
+        if widths[cut] <= least[cut]:
+            break
+        widths[cut] -= 1
+    fitted = [
+        [c if len(c) <= w else c[: max(w - 3, 0)] + "..." for c, w in zip(row, widths, strict=True)]
+        for row in body
+    ]
+    return table(headers, fitted)
+
+
 def state_to_dict(state: ClusterState, last_seq: int) -> dict[str, Any]:
     return {
         "seq": last_seq,
