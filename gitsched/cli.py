@@ -13,6 +13,7 @@ from pathlib import Path
 import click
 
 from engine.errors import TemporaryError
+from engine.placement.explain import NEVER_RUNS
 from eventlog import open_log
 from eventlog.base import LogCorrupted, LogUnavailable
 from eventlog.envelope import format_time
@@ -146,6 +147,11 @@ def report_text(report: ReconcileReport) -> str:
         newest = report.state.last_commit
         if report.newest_rejected and newest is not None:
             lines.extend(_stays_rejected(report))
+    if any(outcome.applied for outcome in report.commits):
+        # What validate and plan warn of, said where the commit lands as well.
+        for job, pending in sorted(report.state.pending.items()):
+            if pending.constraint.startswith(NEVER_RUNS):
+                lines.append(f"warning: job {job} {pending.reason}")
     lines.append(f"{report.events_appended} event(s) appended; log at seq {report.last_seq}")
     return "\n".join(lines)
 

@@ -212,12 +212,24 @@ def history(
             store, job=job, node=node, team=team, flavor=flavor, since=since_ts, until=until_ts
         )
         missing = None
+        waiting: list[dict[str, Any]] = []
         if not intervals:
             missing = history_query.missing_subject(
                 store, job=job, node=node, team=team, flavor=flavor
             )
+            if job is not None and missing is None and not (node or team or flavor):
+                waiting = history_query.never_placed(store, job)
     if missing is not None:
         fail(f"the log never saw {missing}", EXIT_NOT_FOUND)
+    if waiting and not since and not until:
+        # A job that never ran has no interval: its answer is its wait, not an empty table.
+        if fmt == "json":
+            click.echo(json.dumps(waiting, indent=2))
+        elif fmt == "text":
+            click.echo(history_query.never_placed_text(waiting))
+        else:
+            emit_rows(waiting, list(waiting[0]), fmt)
+        return
     emit_rows([i.to_dict() for i in intervals], history_query.HEADERS, fmt)
 
 
@@ -601,7 +613,17 @@ _CHANGES_NARROW = ("applied_seq", "commit", "kind", "target", "change", "author"
 
 
 def _changes_text(rows: list[dict[str, Any]]) -> str:
-    headers = ["SEQ", "COMMIT", "KIND", "TARGET", "CHANGE", "AUTHOR", "APPROVAL", "MERGED", "CAUSED"]
+    headers = [
+        "SEQ",
+        "COMMIT",
+        "KIND",
+        "TARGET",
+        "CHANGE",
+        "AUTHOR",
+        "APPROVAL",
+        "MERGED",
+        "CAUSED",
+    ]
     shown = []
     for r in rows:
         cells = {k: cell(r.get(k)) for k in _CHANGES_NARROW}

@@ -6,15 +6,109 @@ preemption (engine.placement.preemption.attribute).
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import replace
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
 
-from engine.model import Job
+from engine.model import Job, Node, Queue
+from engine.placement.constraints import eligible_flavors
 from engine.placement.greedy import Fit, Miss, Packing, priority_order
 from engine.placement.objective import lost_gpu_seconds
-from engine.placement.plan import JobOutcome, OutcomeStatus, PlacementInstance
+from engine.placement.plan import JobOutcome, OutcomeStatus, PlacementInstance, PlacementPlan
 from engine.placement.preemption import Attribution, attribute
 from engine.placement.running import keep_problem
 from engine.placement.topology import explain_spans
+from engine.units import gpus_text, milli_from_gpus
+
+NEVER_RUNS = "never-runs"
+
+
+@dataclass(frozen=True, slots=True)
+class GpuCapacity:
+    """The cluster's GPUs by flavor, every node counted whatever its state (a drained or
+    failed node comes back): what "never" is judged against."""
+
+    total: Mapping[str, int]
+    largest: Mapping[str, int]  # the most GPUs one node of the flavor has
+
+
+def gpu_capacity(nodes: Iterable[Node]) -> GpuCapacity:
+    total: dict[str, int] = defaultdict(int)
+    largest: dict[str, int] = defaultdict(int)
+    for node in nodes:
+        if node.flavor is not None:
+            total[node.flavor] += node.gpus
+            largest[node.flavor] = max(largest[node.flavor], node.gpus)
+    return GpuCapacity(dict(total), dict(largest))
+
+
+def never_runs(
+    job: Job, queue: Queue | None, capacity: GpuCapacity
+) -> tuple[tuple[str, ...], str] | None:
+    """Why `job` can never run on this cluster whatever else runs or leaves (its field, the
+    reason), or None when it could: the one rule for pending reasons, `reconcile`'s
+    warnings and `validate`'s (policies.fit)."""
+    flavors = eligible_flavors(job, queue)
+    if flavors == (None,):
+        return None  # no GPU asked: any node will do
+    if not flavors:
+        wanted = ", ".join(job.gpu_flavors)
+        return ("spec", "gpuFlavors"), (
+            f"queue '{job.queue}' has no quota for {wanted}"
+            if wanted
+            else f"queue '{job.queue}' has no GPU quota"
+        )
+    named = " or ".join(str(f) for f in flavors)
+    total = sum(capacity.total.get(str(f), 0) for f in flavors)
+    if total == 0:
+        return ("spec", "gpuFlavors") if job.gpu_flavors else ("spec",), (
+            f"no node has GPU flavor {named}"
+        )
+    largest = max(capacity.largest.get(str(f), 0) for f in flavors)
+    per_replica = job.resources.gpu_milli
+    if per_replica > milli_from_gpus(largest):
+        return ("spec", "resources", "gpu"), (
+            f"no node of flavor {named} has {gpus_text(per_replica)} GPUs (the largest has "
+            f"{largest}); the cluster has {total} {named} GPUs in all"
+        )
+    gang = job.smallest_gang * per_replica
+    if gang > milli_from_gpus(total):
+        return ("spec", "replicas"), (
+            f"its smallest gang needs {gpus_text(gang)} GPUs and the cluster has {total}"
+            f" {named} GPUs in all"
+        )
+    return None
+
+
+def _capacity(instance: PlacementInstance) -> GpuCapacity:
+    return gpu_capacity(instance.nodes)
+
+
+def _queues(instance: PlacementInstance) -> dict[str, Queue]:
+    return {q.name: q for q in instance.queues}
+
+
+def _jobs(instance: PlacementInstance) -> dict[str, Job]:
+    return {j.key: j for j in instance.jobs}
+
+
+def tell_never_runs(instance: PlacementInstance, plan: PlacementPlan) -> PlacementPlan:
+    """The plan, each job it leaves pending that can never run on this cluster (`never_runs`)
+    saying so and why instead of what blocks it today: every solver's plan goes through it."""
+    pending = [i for i, o in enumerate(plan.outcomes) if o.status is OutcomeStatus.PENDING]
+    if not pending:
+        return plan
+    jobs, queues = instance.derived(_jobs), instance.derived(_queues)
+    capacity = instance.derived(_capacity)
+    outcomes = list(plan.outcomes)
+    for i in pending:
+        o = outcomes[i]
+        job = jobs.get(o.job)
+        never = never_runs(job, queues.get(job.queue), capacity) if job is not None else None
+        if never is not None:
+            outcomes[i] = replace(
+                o, reason=f"can never run: {never[1]}", constraint=f"{NEVER_RUNS}__{o.job}"
+            )
+    return replace(plan, outcomes=tuple(outcomes))
 
 
 def explain_outcomes(

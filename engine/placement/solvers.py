@@ -13,6 +13,7 @@ from collections.abc import Collection
 
 from engine.errors import PermanentError, SolverFailed, TemporaryError, UsageError
 from engine.placement.decompose import DecomposedPlacer, should_decompose
+from engine.placement.explain import tell_never_runs
 from engine.placement.greedy import GreedyPlacer
 from engine.placement.milp import MilpPlacer
 from engine.placement.plan import PlacementInstance, PlacementPlan, Placer
@@ -49,6 +50,10 @@ def placer(name: str) -> Placer:
 
 
 def solve(instance: PlacementInstance, solver: str | None = None) -> PlacementPlan:
+    return tell_never_runs(instance, _solve(instance, solver))
+
+
+def _solve(instance: PlacementInstance, solver: str | None = None) -> PlacementPlan:
     """The plan of the instance; a MILP solver on a very large instance solves it in parts
     (engine.placement.decompose). A MILP that fails falls back to greedy's plan."""
     chosen = placer(solver or instance.policy.solver)
@@ -63,6 +68,13 @@ def solve(instance: PlacementInstance, solver: str | None = None) -> PlacementPl
 
 
 def solve_changed(
+    instance: PlacementInstance, changed: Collection[str], solver: str | None = None
+) -> PlacementPlan | None:
+    plan = _solve_changed(instance, changed, solver)
+    return tell_never_runs(instance, plan) if plan is not None else None
+
+
+def _solve_changed(
     instance: PlacementInstance, changed: Collection[str], solver: str | None = None
 ) -> PlacementPlan | None:
     """An incremental solve: only the `changed` jobs (and what they may preempt) are

@@ -8,8 +8,8 @@ from pathlib import Path
 
 from tests.support.cluster_repo import (
     ANA,
-    H,
     ClusterRepo,
+    H,
     gitsched,
     job_yaml,
     queue_yaml,
@@ -78,9 +78,10 @@ def test_state_takes_the_repo_as_path_like_every_command(bootstrapped: ClusterRe
     by_option = gitsched("state", "--repo", repo.path, "--format", "json", expect=0).json()
     assert by_path == by_option
     assert by_path["last_commit"] == repo.head()
-    assert gitsched("state", repo.path, expect=0).stdout == gitsched(
-        "state", cwd=repo.path, expect=0
-    ).stdout
+    assert (
+        gitsched("state", repo.path, expect=0).stdout
+        == gitsched("state", cwd=repo.path, expect=0).stdout
+    )
 
 
 def test_audit_changes_text_fits_120_columns(bootstrapped: ClusterRepo):
