@@ -336,10 +336,23 @@ main.add_command(audit)
 @main.command()
 @click.argument("directory", type=click.Path(file_okay=False), default="gitsched-demo")
 @click.option("--force", is_flag=True, help="Replace DIRECTORY if it exists.")
-def demo(directory: str, force: bool) -> None:
-    """Create a demo cluster repo with a realistic history, reconcile it and show the result."""
+@format_option("text", "json")
+def demo(directory: str, force: bool, fmt: str) -> None:
+    """Create a demo cluster repo with a realistic history, reconcile it and show the result.
+
+    Its commits are dated just before it is created (recorded in its DEMO.md). --format
+    json prints one document: the commits, each solve's raw objective and bound, and the
+    pull request's state."""
     from gitsched.demo import run_demo
 
+    summary: dict[str, object] = {}
     with user_errors():
-        code = run_demo(Path(directory), force=force, echo=click.echo)
+        code = run_demo(
+            Path(directory),
+            force=force,
+            echo=click.echo if fmt == "text" else (lambda _: None),
+            summary=summary,
+        )
+    if fmt == "json":
+        click.echo(json.dumps(summary, indent=2))
     sys.exit(code)
