@@ -287,11 +287,11 @@ def run_demo(
             f"log: {verification.events} events, hash chain "
             + ("intact" if verification.ok else f"BROKEN at {verification.broken}")
         )
-        rows = []
+        team_rows: list[list[object]] = []
         for team in sorted(report.state.queues):
             mine = [p for k, p in report.state.placements.items() if k.startswith(team + "/")]
             ended = [i for i in intervals if i.queue == team and i.end is not None]
-            rows.append(
+            team_rows.append(
                 [
                     team,
                     len(mine),
@@ -300,7 +300,7 @@ def run_demo(
                     len(ended),
                 ]
             )
-        echo(table(["TEAM", "RUNNING", "GPUS", "INTERVALS", "ENDED"], rows))
+        echo(table(["TEAM", "RUNNING", "GPUS", "INTERVALS", "ENDED"], team_rows))
         repo = GitRepo(directory)
         pr_state = pull_request_state(repo)
         if pr_state == "open":
