@@ -599,7 +599,7 @@ def changes(
             for r in rows
         ]
         if fmt == "text" and not wide:
-            click.echo(_changes_text(shown))
+            click.echo(_changes_text(rows))
         else:
             emit_rows(shown, changes_query.HEADERS, fmt)
     if more:
@@ -610,6 +610,16 @@ def changes(
 # (`--wide` and `--format json` keep the rest: committer, approvers, applied time).
 _CHANGES_NARROW = ("applied_seq", "commit", "kind", "target", "change", "author", "approval",
                    "merged", "caused")  # fmt: skip
+
+
+def _approval_short(approval: dict[str, Any] | None) -> str:
+    """The verdict and who counted, without the marks and keys `--wide` shows."""
+    if approval is None:
+        return "-"
+    if approval["status"] == "bootstrap":
+        return "bootstrap"
+    counted = [a["approver"] for a in approval.get("approvals", ()) if a.get("counted")]
+    return str(approval["status"]) + (": " + ", ".join(counted) if counted else "")
 
 
 def _changes_text(rows: list[dict[str, Any]]) -> str:
@@ -627,12 +637,14 @@ def _changes_text(rows: list[dict[str, Any]]) -> str:
     shown = []
     for r in rows:
         cells = {k: cell(r.get(k)) for k in _CHANGES_NARROW}
+        cells["approval"] = _approval_short(r.get("approval"))
         cells["commit"] = cells["commit"][:8]
         if "(merged by" not in cells["author"]:
             cells["author"] = cells["author"].split(" <", 1)[0]  # the name; the e-mail in --wide
         cells["merged"] = cells["merged"][:16].replace("T", " ")
         shown.append([cells[k] for k in _CHANGES_NARROW])
-    return fit_table(headers, shown)
+    # Times, names and verdicts stay whole; the free text (change, effects) is cut first.
+    return fit_table(headers, shown, floor=[3, 8, 10, 8, 14, 12, 14, 16, 14])
 
 
 # -- compliance -----------------------------------------------------------------------------

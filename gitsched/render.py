@@ -29,16 +29,18 @@ def fit_table(
     headers: Sequence[str],
     rows: Iterable[Sequence[object]],
     width: int = TEXT_WIDTH,
-    floor: int = 8,
+    floor: int | Sequence[int] = 8,
 ) -> str:
     """`table`, its widest columns cut (with "...") until each line fits `width`
-    characters; no column is cut below `floor` (or its header)."""
+    characters; no column is cut below its `floor` (one for all, or one each) or its
+    header."""
     body = [[" ".join(str(c).split("\n")) for c in row] for row in rows]
     widths = [len(h) for h in headers]
     for row in body:
         for i, cell in enumerate(row):
             widths[i] = max(widths[i], len(cell))
-    least = [max(len(h), floor) for h in headers]
+    floors = [floor] * len(headers) if isinstance(floor, int) else list(floor)
+    least = [max(len(h), f) for h, f in zip(headers, floors, strict=True)]
     while sum(widths) + 2 * (len(widths) - 1) > width:
         cut = max(range(len(widths)), key=lambda i: widths[i] - least[i])
         if widths[cut] <= least[cut]:
