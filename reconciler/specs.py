@@ -277,7 +277,9 @@ def _too_large(path: str, size: int, limits: Limits) -> Finding:
         None,
         None,
         "$",
-        f"file is {size} bytes; spec files may be at most {limits.max_bytes} bytes",
+        f"file is {size} bytes; "
+        + ("a team's files" if path.startswith("teams/") else "spec files")
+        + f" may be at most {limits.max_bytes} bytes",
         "too-large",
     )
 
