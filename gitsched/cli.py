@@ -35,7 +35,7 @@ from gitsched.options import (
     repo_path,
     user_errors,
 )
-from gitsched.render import state_text, state_to_dict
+from gitsched.render import printable, state_text, state_to_dict
 from policies.approval import APPROVAL_CODE
 from reconciler.git import GitRepo
 from reconciler.loop import SNAPSHOT_EVERY, Reconciler, ReconcileReport
@@ -135,11 +135,12 @@ def report_text(report: ReconcileReport) -> str:
     lines = []
     for outcome in report.commits:
         c = outcome.commit
+        subject, author = printable(c.subject), printable(c.author)
         if outcome.applied:
-            lines.append(f"applied  {c.sha[:12]} {c.subject} ({c.author}, {outcome.events} events)")
+            lines.append(f"applied  {c.sha[:12]} {subject} ({author}, {outcome.events} events)")
         else:
             lines.append(
-                f"REJECTED {c.sha[:12]} {c.subject} ({c.author}): {len(outcome.errors)} error(s)"
+                f"REJECTED {c.sha[:12]} {subject} ({author}): {len(outcome.errors)} error(s)"
             )
             lines.extend(f"    {f.format()}" for f in outcome.errors)
     if not report.commits:
@@ -170,7 +171,7 @@ def _stays_rejected(report: ReconcileReport) -> list[str]:
         else "`gitsched validate --rev HEAD` checks the files again"
     )
     return [
-        f"the newest commit {newest.sha[:12]} {newest.subject} stays REJECTED"
+        f"the newest commit {newest.sha[:12]} {printable(newest.subject)} stays REJECTED"
         f" ({len(errors)} error(s), below; {again}); the cluster runs the last good commit"
         " until a new commit fixes it",
         *(f"    {f.format()}" for f in errors),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -23,6 +24,15 @@ def table(headers: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
 
 
 TEXT_WIDTH = 120
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def printable(text: str) -> str:
+    """What a committer wrote, safe on a terminal: control characters (escape sequences,
+    record separators, carriage returns) shown as \\xNN, never acted on. JSON output keeps
+    the text as it is."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
 
 
 def fit_table(

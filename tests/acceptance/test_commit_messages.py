@@ -85,6 +85,9 @@ def test_control_characters_in_every_field_neither_halt_nor_forge(bootstrapped: 
 
     run = gitsched("reconcile", "--once", repo.path)
     assert run.returncode == 0, str(run)
+    # The text is safe on a terminal: what the committer wrote is shown, never acted on.
+    assert not [c for c in CONTROL if c != "\n" and c in run.stdout], repr(run.stdout[:400])
+    assert "subject \\x1b with\\x1f" in run.stdout
     events = read_events(repo.log_path)
     assert_chain_intact(events)
     shas = git(repo.path, "rev-list", "HEAD").split()
