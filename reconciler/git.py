@@ -167,6 +167,22 @@ def parse_commit_object(sha: str, raw: bytes | None) -> CommitObject:
     )
 
 
+def _may_name_approvers(commit: CommitObject) -> bool:
+    lowered = commit.message.lower()
+    return any(key.lower().encode() in lowered for key in APPROVAL_TRAILERS)
+
+
+def _people_of(trailer_lines: Iterable[str]) -> tuple[str, ...]:
+    """The approvers among 'Key: value' trailer lines (keys matched as git does: any case)."""
+    keys = {key.lower() for key in APPROVAL_TRAILERS}
+    values: list[str] = []
+    for line in trailer_lines:
+        key, sep, value = line.partition(":")
+        if sep and key.strip(_GIT_SPACE).lower() in keys:
+            values.append(value)
+    return parse_trailer_people(values)
+
+
 class GitRepo:
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
@@ -236,9 +252,14 @@ class GitRepo:
         be read of it, and its reason kept in `unreadable`, so the reconciler rejects it by
         sha and goes on with the commits after it."""
         shas = self.rev_list("--first-parent", "--reverse", revision_range)
+        objects = [
+            parse_commit_object(sha, raw)
+            for sha, raw in zip(shas, self.read_commit_objects(shas), strict=True)
+        ]
+        approvers = self.approvers_of(objects)
         found: list[CommitInfo] = []
-        for sha, raw in zip(shas, self.read_commit_objects(shas), strict=True):
-            parsed = parse_commit_object(sha, raw)
+        for parsed in objects:
+            sha = parsed.sha
             if parsed.problem is not None:
                 self.unreadable[sha] = parsed.problem
             found.append(
@@ -248,7 +269,7 @@ class GitRepo:
                     parsed.author.email,
                     parsed.committer.iso_time,
                     parsed.subject,
-                    self.approvers(parsed),
+                    approvers[sha],
                     parsed.author.iso_time,
                     parsed.committer.name,
                     parsed.committer.email,
@@ -287,21 +308,48 @@ class GitRepo:
         """The Approved-by and Reviewed-by trailers of a commit's message, as git parses
         trailers (`git interpret-trailers --parse`, the message given as data on stdin);
         git is asked only when the message names one of the keys at all."""
-        lowered = commit.message.lower()
-        if not any(key.lower().encode() in lowered for key in APPROVAL_TRAILERS):
+        if not _may_name_approvers(commit):
             return ()
         out = self._run_bytes(
             "-c", "trailer.separators=:", "interpret-trailers", "--parse", input=commit.message
         )
-        keys = {key.lower() for key in APPROVAL_TRAILERS}
-        values: list[str] = []
         # Lines end with "\n" alone; an unfolded trailer holds no newline, and every other
         # byte (\x1e, \x1f, \r, ...) belongs to the value.
-        for line in out.decode("utf-8", "replace").split("\n"):
-            key, sep, value = line.partition(":")
-            if sep and key.strip(_GIT_SPACE).lower() in keys:
-                values.append(value)
-        return parse_trailer_people(values)
+        return _people_of(out.decode("utf-8", "replace").split("\n"))
+
+    def approvers_of(self, commits: Sequence[CommitObject]) -> dict[str, tuple[str, ...]]:
+        """`approvers` of many commits, by sha, with one git process: git's own trailer
+        parser through `git log -z`, each trailer its own NUL-ended token. No message can
+        hold a NUL that git prints, and each record must read as expected (its sha, then
+        tokens tagged T, then E): a record that does not is asked of
+        `git interpret-trailers` on its own."""
+        found: dict[str, tuple[str, ...]] = {c.sha: () for c in commits}
+        asked = [c for c in commits if _may_name_approvers(c)]
+        if len(asked) <= 2:
+            found.update({c.sha: self.approvers(c) for c in asked})
+            return found
+        keys = ",".join(f"key={k}" for k in APPROVAL_TRAILERS)
+        out = self._run_bytes(
+            "-c", "trailer.separators=:", "log", "--no-walk=unsorted", "--stdin", "-z",
+            f"--format=%H%x00T%(trailers:{keys},unfold,separator=%x00T)%x00E",
+            input=("\n".join(c.sha for c in asked) + "\n").encode(),
+        )  # fmt: skip
+        tokens = out.decode("utf-8", "replace").split("\0")
+        at = 0
+        for i, commit in enumerate(asked):
+            lines: list[str] = []
+            in_step = at < len(tokens) and tokens[at] == commit.sha
+            at += 1
+            while in_step and at < len(tokens) and tokens[at].startswith("T"):
+                lines.append(tokens[at][1:])
+                at += 1
+            if not in_step or at >= len(tokens) or tokens[at] != "E":
+                # Out of step: this one and the rest, one by one.
+                found.update({c.sha: self.approvers(c) for c in asked[i:]})
+                break
+            at += 1
+            found[commit.sha] = _people_of(lines)
+        return found
 
     def commits_since(self, branch: str, last_applied: str | None) -> list[CommitInfo]:
         head = self.resolve(branch)
@@ -398,17 +446,21 @@ def change_commits(repo: GitRepo, *revisions: str) -> list[ChangeCommit]:
             "log", "--no-merges", "--full-history", "--format=%H", *revisions, "--", "."
         ).split()
     )
+    objects = [
+        parse_commit_object(sha, raw)
+        for sha, raw in zip(shas, repo.read_commit_objects(shas), strict=True)
+    ]
+    approvers = repo.approvers_of(objects)
     found: list[ChangeCommit] = []
-    for sha, raw in zip(shas, repo.read_commit_objects(shas), strict=True):
-        parsed = parse_commit_object(sha, raw)
+    for parsed in objects:
         found.append(
             ChangeCommit(
-                sha,
+                parsed.sha,
                 parsed.parents,
                 parsed.tree,
                 parsed.author.email.lower(),
-                repo.approvers(parsed),
-                sha in changing,
+                approvers[parsed.sha],
+                parsed.sha in changing,
             )
         )
     return found
