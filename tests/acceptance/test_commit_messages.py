@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import subprocess
 
+from reconciler.git import GitRepo
 from tests.support.cluster_repo import (
     EPOCH,
     ClusterRepo,
@@ -172,3 +173,24 @@ def test_a_commit_gitsched_cannot_read_is_rejected_by_sha_and_the_next_applies(
     assert "author line" in rejected[0].data["errors"][0]["message"]
     applied = of_type(events, "CommitApplied")
     assert applied[-1].data["commit"]["sha"] == good
+
+
+def test_trailers_of_many_commits_read_as_git_interpret_trailers_reads_each(
+    bootstrapped: ClusterRepo,
+):
+    """Many commits' trailers come from one `git log -z`; each must be what
+    `git interpret-trailers --parse` says of that commit alone."""
+    repo = bootstrapped
+    messages = [
+        "folded\n\nApproved-by: Carol\n  <carol@example.com>\n",
+        "cases\n\napproved-BY: dan@example.com\nREVIEWED-by: Erin\n",
+        "not last\n\nApproved-by: nobody\n\nthe last paragraph is prose\n",
+        "cherry\n\nApproved-by: Fay\n(cherry picked from commit abc)\n",
+        "mixed\n\nSigned-off-by: Gus\nApproved-by: Hal\nApproved-by: Hal\nReviewed-by:\n",
+        "only a subject that says Approved-by: Ivy",
+    ]
+    shas = [commit_raw(repo, m, "Ana") for m in messages]
+    read = {c.sha: c.approvers for c in GitRepo(repo.path).commits(f"{shas[0]}^..HEAD")}
+    assert read == {sha: git_approvers(repo, sha) for sha in shas}
+    assert read[shas[0]] == ("Carol <carol@example.com>",)
+    assert read[shas[2]] == ()
