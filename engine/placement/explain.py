@@ -9,7 +9,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 
-from engine.model import Job, Node, Queue
+from engine.model import Isolation, Job, Node, Queue
 from engine.placement.constraints import eligible_flavors
 from engine.placement.greedy import Fit, Miss, Packing, priority_order
 from engine.placement.objective import lost_gpu_seconds
@@ -24,21 +24,44 @@ NEVER_RUNS = "never-runs"
 
 @dataclass(frozen=True, slots=True)
 class GpuCapacity:
-    """The cluster's GPUs by flavor, every node counted whatever its state (a drained or
-    failed node comes back): what "never" is judged against."""
+    """The cluster's GPUs by flavor, isolation and region, every node counted whatever its
+    state (a drained or failed node comes back): what "never" is judged against."""
 
-    total: Mapping[str, int]
-    largest: Mapping[str, int]  # the most GPUs one node of the flavor has
+    # (flavor, isolation, region) -> (GPUs in all, the most GPUs one node has)
+    kinds: Mapping[tuple[str, Isolation, str | None], tuple[int, int]]
+
+    @property
+    def total(self) -> dict[str, int]:
+        """GPUs in all by flavor."""
+        out: dict[str, int] = defaultdict(int)
+        for (flavor, _, _), (gpus, _) in self.kinds.items():
+            out[flavor] += gpus
+        return dict(out)
+
+    def of(
+        self, flavors: Iterable[str], isolation: Isolation | None, residency: Iterable[str]
+    ) -> tuple[int, int]:
+        """GPUs in all and the largest node among the nodes of `flavors` with `isolation`
+        (None: any) in the regions of `residency` (empty: any)."""
+        wanted, regions = set(flavors), set(residency)
+        total = largest = 0
+        for (flavor, iso, region), (gpus, most) in self.kinds.items():
+            if flavor not in wanted or (isolation is not None and iso is not isolation):
+                continue
+            if regions and region not in regions:
+                continue
+            total, largest = total + gpus, max(largest, most)
+        return total, largest
 
 
 def gpu_capacity(nodes: Iterable[Node]) -> GpuCapacity:
-    total: dict[str, int] = defaultdict(int)
-    largest: dict[str, int] = defaultdict(int)
+    kinds: dict[tuple[str, Isolation, str | None], tuple[int, int]] = {}
     for node in nodes:
         if node.flavor is not None:
-            total[node.flavor] += node.gpus
-            largest[node.flavor] = max(largest[node.flavor], node.gpus)
-    return GpuCapacity(dict(total), dict(largest))
+            key = (node.flavor, node.isolation, node.region)
+            total, largest = kinds.get(key, (0, 0))
+            kinds[key] = (total + node.gpus, max(largest, node.gpus))
+    return GpuCapacity(kinds)
 
 
 def never_runs(
@@ -46,7 +69,9 @@ def never_runs(
 ) -> tuple[tuple[str, ...], str] | None:
     """Why `job` can never run on this cluster whatever else runs or leaves (its field, the
     reason), or None when it could: the one rule for pending reasons, `reconcile`'s
-    warnings and `validate`'s (policies.fit)."""
+    warnings and `validate`'s (policies.fit). The nodes a job may use are those of its
+    eligible flavors, of its isolation (a shared job never uses a dedicated node, nor a
+    dedicated job a shared one) and in its residency's regions."""
     flavors = eligible_flavors(job, queue)
     if flavors == (None,):
         return None  # no GPU asked: any node will do
@@ -57,24 +82,35 @@ def never_runs(
             if wanted
             else f"queue '{job.queue}' has no GPU quota"
         )
-    named = " or ".join(str(f) for f in flavors)
-    total = sum(capacity.total.get(str(f), 0) for f in flavors)
+    names = [str(f) for f in flavors]
+    named = " or ".join(names)
+    total, largest = capacity.of(names, job.isolation, job.residency)
+    # Name the narrowing only where it narrows: a dedicated job, a shared one on a cluster
+    # with dedicated nodes of its flavors, a residency.
+    kind = ""
+    if job.isolation is Isolation.DEDICATED:
+        kind = "dedicated "
+    elif capacity.of(names, Isolation.DEDICATED, ())[0]:
+        kind = "shared "
+    where = f" in {', '.join(job.residency)}" if job.residency else ""
     if total == 0:
-        return ("spec", "gpuFlavors") if job.gpu_flavors else ("spec",), (
-            f"no node has GPU flavor {named}"
-        )
-    largest = max(capacity.largest.get(str(f), 0) for f in flavors)
+        if not kind and not where:
+            return ("spec", "gpuFlavors") if job.gpu_flavors else ("spec",), (
+                f"no node has GPU flavor {named}"
+            )
+        field = ("spec", "residency") if where else ("spec",)
+        return field, f"no {kind}node of flavor {named}{where}"
     per_replica = job.resources.gpu_milli
     if per_replica > milli_from_gpus(largest):
         return ("spec", "resources", "gpu"), (
-            f"no node of flavor {named} has {gpus_text(per_replica)} GPUs (the largest has "
-            f"{largest}); the cluster has {total} {named} GPUs in all"
+            f"no {kind}node of flavor {named}{where} has {gpus_text(per_replica)} GPUs (the"
+            f" largest has {largest}); the cluster has {total} {kind}{named} GPUs{where} in all"
         )
     gang = job.smallest_gang * per_replica
     if gang > milli_from_gpus(total):
         return ("spec", "replicas"), (
             f"its smallest gang needs {gpus_text(gang)} GPUs and the cluster has {total}"
-            f" {named} GPUs in all"
+            f" {kind}{named} GPUs{where} in all"
         )
     return None
 

@@ -57,6 +57,25 @@ def test_a_job_larger_than_any_node_says_it_can_never_run(bootstrapped: ClusterR
     assert "never placed" not in ran.stdout and "h100-" in ran.stdout
 
 
+def test_the_node_set_a_job_may_use_is_its_isolation_and_residency(bootstrapped: ClusterRepo):
+    repo = bootstrapped
+    repo.write("teams/ml/jobs/iso.yaml", job_yaml("iso") + "  isolation: dedicated\n")
+    repo.write("teams/ml/jobs/far.yaml", job_yaml("far") + "  residency: [us-east]\n")
+    repo.write("teams/ml/jobs/near.yaml", job_yaml("near", replicas=5) + "  residency: [eu-west]\n")
+    repo.commit("ml: jobs no node set they may use can hold", author=ANA)
+    validate = gitsched("validate", repo.path, expect=0).stdout
+    run = gitsched("reconcile", "--once", repo.path, expect=0).stdout
+    for says in (
+        "job ml/iso can never run: no dedicated node of flavor h100-80g",
+        "job ml/far can never run: no node of flavor h100-80g in us-east",
+        "job ml/near can never run: its smallest gang needs 40 GPUs and the cluster has 32"
+        " h100-80g GPUs in eu-west in all",
+    ):
+        assert f"warning: {says}" in run, run
+        name = says.split()[1].split("/")[1]
+        assert f"job '{name}' {says.split(' ', 2)[2]}" in validate, validate
+
+
 def test_gpus_no_queue_covers_are_a_validate_warning(bootstrapped: ClusterRepo):
     repo = bootstrapped
     repo.write("teams/ml/queue.yaml", queue_yaml(nominal=24))
