@@ -208,6 +208,7 @@ def read_worktree(root: Path, limits: Limits = DEFAULT_LIMITS) -> list[SourceFil
     """The spec files of a directory on disk, for `validate` before a commit exists."""
     root = root.resolve()
     files: list[SourceFile] = []
+    total_bytes = 0
     for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
         dirnames[:] = sorted(d for d in dirnames if d not in IGNORED_DIRS and not d.startswith("."))
         for filename in sorted(filenames):
@@ -222,6 +223,9 @@ def read_worktree(root: Path, limits: Limits = DEFAULT_LIMITS) -> list[SourceFil
                 continue
             try:
                 size = full.stat().st_size
+                total_bytes += size
+                if (over := budget_error(len(files) + 1, total_bytes, limits)) is not None:
+                    return [SourceFile(BUDGET_FILE, None, over)]  # read no further
                 if size > file_limits(rel, limits).max_bytes:
                     files.append(
                         SourceFile(rel, None, _too_large(rel, size, file_limits(rel, limits)))
