@@ -8,6 +8,7 @@ failure runs again as attempt 2, 3, ...), read from the audit view's `placements
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from typing import Any, NamedTuple
 
@@ -297,6 +298,54 @@ def missing_subject(
 
 
 _INTERVAL_TABLES = ("placements", "open_placements")
+
+
+def never_placed(store: AuditStore, job: str) -> list[dict[str, Any]]:
+    """For a job that never ran anywhere: each job of that name that waited, with its
+    newest pending reason and since when it waited (its first pending record) and since
+    when for that reason; [] when none did. An empty history alone reads as "no data"."""
+    column = "key = ?" if "/" in job else "key LIKE ?"
+    param = job if "/" in job else f"%/{job}"
+    found = store.db.execute(
+        "SELECT key, from_time, to_time, data, from_seq FROM all_versions "
+        f"WHERE kind = ? AND {column} ORDER BY key, from_seq",
+        (KIND_PENDING, param),
+    ).fetchall()
+    by_job: dict[str, list[tuple[Any, ...]]] = {}
+    for row in found:
+        by_job.setdefault(row[0], []).append(row)
+    out = []
+    for key, versions in sorted(by_job.items()):
+        newest = versions[-1]
+        data = json.loads(newest[3])
+        out.append(
+            {
+                "job": key,
+                "placed": False,
+                "pending_since": versions[0][1],
+                "reason": data.get("reason"),
+                "constraint": data.get("constraint"),
+                "reason_since": newest[1],
+                "still_pending": newest[2] is None,
+                "until": newest[2],
+            }
+        )
+    return out
+
+
+def never_placed_text(entries: list[dict[str, Any]]) -> str:
+    lines = []
+    for e in entries:
+        waits = "pending" if e["still_pending"] else f"waited until {e['until']}"
+        lines.append(
+            f"{e['job']}: never placed; {waits} since {e['pending_since']}: {e['reason']}"
+            + (
+                f" (this reason since {e['reason_since']})"
+                if e["reason_since"] != e["pending_since"]
+                else ""
+            )
+        )
+    return "\n".join(lines)
 
 
 def _has_team(store: AuditStore, team: str) -> bool:

@@ -13,6 +13,7 @@ from pathlib import Path
 import click
 
 from engine.errors import TemporaryError
+from engine.placement.explain import NEVER_RUNS
 from eventlog import open_log
 from eventlog.base import LogCorrupted, LogUnavailable
 from eventlog.envelope import format_time
@@ -34,7 +35,8 @@ from gitsched.options import (
     repo_path,
     user_errors,
 )
-from gitsched.render import state_text, state_to_dict
+from gitsched.render import printable, state_text, state_to_dict
+from policies.approval import APPROVAL_CODE
 from reconciler.git import GitRepo
 from reconciler.loop import SNAPSHOT_EVERY, Reconciler, ReconcileReport
 from reconciler.specs import load_commit, load_worktree
@@ -99,6 +101,12 @@ def validate(path: str | None, repo_opt: str | None, rev: str | None, fmt: str) 
             repo = GitRepo(path)
             loaded = load_commit(repo, repo.resolve(rev))
         else:
+            if not (Path(path) / "cluster.yaml").is_file():
+                # Not a cluster repo: walking it (venvs and all) would report every YAML file.
+                fail(
+                    f"no cluster.yaml here ({Path(path).resolve()}): not a cluster repo; pass "
+                    "the repo's folder (gitsched validate PATH)"
+                )
             loaded = load_worktree(Path(path))
     if fmt == "json":
         click.echo(
@@ -127,25 +135,47 @@ def report_text(report: ReconcileReport) -> str:
     lines = []
     for outcome in report.commits:
         c = outcome.commit
+        subject, author = printable(c.subject), printable(c.author)
         if outcome.applied:
-            lines.append(f"applied  {c.sha[:12]} {c.subject} ({c.author}, {outcome.events} events)")
+            lines.append(f"applied  {c.sha[:12]} {subject} ({author}, {outcome.events} events)")
         else:
             lines.append(
-                f"REJECTED {c.sha[:12]} {c.subject} ({c.author}): {len(outcome.errors)} error(s)"
+                f"REJECTED {c.sha[:12]} {subject} ({author}): {len(outcome.errors)} error(s)"
             )
             lines.extend(f"    {f.format()}" for f in outcome.errors)
     if not report.commits:
         lines.append("up to date: no new commits")
         newest = report.state.last_commit
         if report.newest_rejected and newest is not None:
-            lines.append(
-                f"the newest commit {newest.sha[:12]} {newest.subject} stays REJECTED"
-                f" ({len(report.state.last_rejection)} error(s), `gitsched validate"
-                " --rev HEAD` lists them); the cluster runs the last good commit until"
-                " a new commit fixes it"
-            )
+            lines.extend(_stays_rejected(report))
+    if any(outcome.applied for outcome in report.commits):
+        # What validate and plan warn of, said where the commit lands as well.
+        for job, pending in sorted(report.state.pending.items()):
+            if pending.constraint.startswith(NEVER_RUNS):
+                lines.append(f"warning: job {job} {pending.reason}")
     lines.append(f"{report.events_appended} event(s) appended; log at seq {report.last_seq}")
     return "\n".join(lines)
+
+
+def _stays_rejected(report: ReconcileReport) -> list[str]:
+    """The newest commit's rejection as the log records it, and the command that judges
+    it again: `validate` reads files only (it runs with no log, before a commit exists),
+    so an approval finding, judged against the log's last good commit, is `plan`'s."""
+    newest = report.state.last_commit
+    assert newest is not None
+    errors = report.state.last_rejection
+    approval = any(e.code == APPROVAL_CODE for e in errors)
+    again = (
+        "`gitsched plan HEAD` judges the approvals again"
+        if approval
+        else "`gitsched validate --rev HEAD` checks the files again"
+    )
+    return [
+        f"the newest commit {newest.sha[:12]} {printable(newest.subject)} stays REJECTED"
+        f" ({len(errors)} error(s), below; {again}); the cluster runs the last good commit"
+        " until a new commit fixes it",
+        *(f"    {f.format()}" for f in errors),
+    ]
 
 
 @main.command()
@@ -260,14 +290,22 @@ def _watch(reconciler: Reconciler, interval: float, heartbeat: float) -> None:
 
 
 @main.command()
+@repo_path
 @log_option
-@click.option(
-    "--repo", default=".", show_default=True, help="Cluster repo whose default log to read."
-)
 @point_in_time
 @format_option("text", "json")
-def state(log_url: str | None, repo: str, at_time: str | None, seq: int | None, fmt: str) -> None:
-    """The cluster state folded from the log, now or at an earlier point (--at TIME | --seq N)."""
+def state(
+    path: str | None,
+    repo_opt: str | None,
+    log_url: str | None,
+    at_time: str | None,
+    seq: int | None,
+    fmt: str,
+) -> None:
+    """The cluster state folded from the log, now or at an earlier point (--at TIME | --seq N).
+
+    The repo (whose default log is read) as PATH or --repo, as validate, reconcile and plan."""
+    repo = repo_of(path, repo_opt)
     if seq is not None and at_time is not None:
         fail("give --at TIME or --seq N, not both")
     until_time = format_time(parse_time(at_time)) if at_time else None
@@ -299,10 +337,23 @@ main.add_command(audit)
 @main.command()
 @click.argument("directory", type=click.Path(file_okay=False), default="gitsched-demo")
 @click.option("--force", is_flag=True, help="Replace DIRECTORY if it exists.")
-def demo(directory: str, force: bool) -> None:
-    """Create a demo cluster repo with a realistic history, reconcile it and show the result."""
+@format_option("text", "json")
+def demo(directory: str, force: bool, fmt: str) -> None:
+    """Create a demo cluster repo with a realistic history, reconcile it and show the result.
+
+    Its commits are dated just before it is created (recorded in its DEMO.md). --format
+    json prints one document: the commits, each solve's raw objective and bound, and the
+    pull request's state."""
     from gitsched.demo import run_demo
 
+    summary: dict[str, object] = {}
     with user_errors():
-        code = run_demo(Path(directory), force=force, echo=click.echo)
+        code = run_demo(
+            Path(directory),
+            force=force,
+            echo=click.echo if fmt == "text" else (lambda _: None),
+            summary=summary,
+        )
+    if fmt == "json":
+        click.echo(json.dumps(summary, indent=2))
     sys.exit(code)

@@ -39,6 +39,7 @@ from gitsched.config import DEFAULT_LOG_DIR, resolve_log_url
 from gitsched.exit_codes import EXIT_ERROR, EXIT_INVALID, EXIT_NOT_FOUND, EXIT_OK
 from gitsched.options import (
     broken_chain_message,
+    cell,
     emit_rows,
     fail,
     format_option,
@@ -48,7 +49,7 @@ from gitsched.options import (
     point_in_time,
     user_errors,
 )
-from gitsched.render import table
+from gitsched.render import fit_table, table
 
 AUDIT_DB_FILE = "audit.db"
 # Below this many events to fold, a query just does it; above, it shows a progress bar.
@@ -212,12 +213,24 @@ def history(
             store, job=job, node=node, team=team, flavor=flavor, since=since_ts, until=until_ts
         )
         missing = None
+        waiting: list[dict[str, Any]] = []
         if not intervals:
             missing = history_query.missing_subject(
                 store, job=job, node=node, team=team, flavor=flavor
             )
+            if job is not None and missing is None and not (node or team or flavor):
+                waiting = history_query.never_placed(store, job)
     if missing is not None:
         fail(f"the log never saw {missing}", EXIT_NOT_FOUND)
+    if waiting and not since and not until:
+        # A job that never ran has no interval: its answer is its wait, not an empty table.
+        if fmt == "json":
+            click.echo(json.dumps(waiting, indent=2))
+        elif fmt == "text":
+            click.echo(history_query.never_placed_text(waiting))
+        else:
+            emit_rows(waiting, list(waiting[0]), fmt)
+        return
     emit_rows([i.to_dict() for i in intervals], history_query.HEADERS, fmt)
 
 
@@ -579,6 +592,11 @@ def solves_command(
 @click.option("--team", help="Only changes to this team's queue and jobs.")
 @paging
 @format_option("text", "csv", "json")
+@click.option(
+    "--wide",
+    is_flag=True,
+    help="Text: every column in full (default: fit 120 columns; --format json has all).",
+)
 def changes(
     log_url: str | None,
     repo: str,
@@ -589,11 +607,13 @@ def changes(
     after_seq: int,
     limit: int | None,
     fmt: str,
+    wide: bool,
 ) -> None:
     """Every change of queues, priorities and policies: who, approved by whom, when, and what it caused.
 
     All of them by default; --since/--until (when merged), --after-seq and --limit
-    read a page, at the cost of the page."""
+    read a page, at the cost of the page. The text table fits 120 columns, long cells
+    cut with "..."; --wide shows them in full, --format json every detail."""
     with view(log_url, repo, db_path, verify=True) as (_, store):
         after, upto = _seq_range(store, since, until, after_seq)
         rows, more = read_page(
@@ -613,9 +633,53 @@ def changes(
             | {"commit": r["commit"][:12], "approval": changes_query.approval_text(r["approval"])}
             for r in rows
         ]
-        emit_rows(shown, changes_query.HEADERS, fmt)
+        if fmt == "text" and not wide:
+            click.echo(_changes_text(rows))
+        else:
+            emit_rows(shown, changes_query.HEADERS, fmt)
     if more:
         _more_note("changes", len(rows), rows[-1]["applied_seq"])
+
+
+# The columns of `audit changes`' 120-column table: a person's reading of each change
+# (`--wide` and `--format json` keep the rest: committer, approvers, applied time).
+_CHANGES_NARROW = ("applied_seq", "commit", "kind", "target", "change", "author", "approval",
+                   "merged", "caused")  # fmt: skip
+
+
+def _approval_short(approval: dict[str, Any] | None) -> str:
+    """The verdict and who counted, without the marks and keys `--wide` shows."""
+    if approval is None:
+        return "-"
+    if approval["status"] == "bootstrap":
+        return "bootstrap"
+    counted = [a["approver"] for a in approval.get("approvals", ()) if a.get("counted")]
+    return str(approval["status"]) + (": " + ", ".join(counted) if counted else "")
+
+
+def _changes_text(rows: list[dict[str, Any]]) -> str:
+    headers = [
+        "SEQ",
+        "COMMIT",
+        "KIND",
+        "TARGET",
+        "CHANGE",
+        "AUTHOR",
+        "APPROVAL",
+        "MERGED",
+        "CAUSED",
+    ]
+    shown = []
+    for r in rows:
+        cells = {k: cell(r.get(k)) for k in _CHANGES_NARROW}
+        cells["approval"] = _approval_short(r.get("approval"))
+        cells["commit"] = cells["commit"][:8]
+        if "(merged by" not in cells["author"]:
+            cells["author"] = cells["author"].split(" <", 1)[0]  # the name; the e-mail in --wide
+        cells["merged"] = cells["merged"][:16].replace("T", " ")
+        shown.append([cells[k] for k in _CHANGES_NARROW])
+    # Times, names and verdicts stay whole; the free text (change, effects) is cut first.
+    return fit_table(headers, shown, floor=[3, 8, 10, 8, 14, 12, 14, 16, 14])
 
 
 # -- compliance -----------------------------------------------------------------------------

@@ -12,8 +12,10 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from importlib import resources
 from importlib.resources.abc import Traversable
 from pathlib import Path
@@ -89,7 +91,15 @@ INVENTORY = {p: t for p, t in FILES.items() if p.startswith("inventory/")}
 QUEUES = {p: t for p, t in FILES.items() if p.startswith("teams/") and "/jobs/" not in p}
 JOBS = {p: t for p, t in FILES.items() if "/jobs/" in p}
 
-START = 1_763_283_600  # 2025-11-16T09:00:00Z: the demo's history starts a week before "now".
+# The demo lives in the present: its commits are dated at fixed offsets before the moment
+# it is created (CREATED_AT_FILE records that moment), so a merge made on the tour, dated
+# now, waits minutes, not a year. One commit every STEP_S seconds; the last one, the pull
+# request's, STEP_S before creation.
+STEP_S = 5400
+CREATED_AT_FILE = "DEMO.md"
+# A fixed creation moment, for fixtures that need the same dates on every run (the dates
+# the demo had before: its first commit at 2025-11-16T09:00:00Z).
+FIXED_CREATED_AT = 1_763_283_600 + 13 * STEP_S
 
 
 def _git(repo: Path, *args: str, env: dict[str, str] | None = None) -> None:
@@ -116,25 +126,132 @@ def _commit(directory: Path, commit: Commit, when: str) -> None:
     _git(directory, "-c", "commit.gpgsign=false", "commit", "-q", "-m", commit.message, env=env)
 
 
-def build_demo_repo(directory: Path) -> list[str]:
-    """Write the demo history as real commits, and the open pull request as a branch.
+def history_start(created_at: int) -> int:
+    """When the demo's first commit is dated, for a demo created at `created_at` (epoch s)."""
+    return created_at - (len(HISTORY) + 1) * STEP_S
+
+
+def _created_note(created_at: int) -> str:
+    when = datetime.fromtimestamp(created_at, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    start = datetime.fromtimestamp(history_start(created_at), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return (
+        "# gitsched demo\n\n"
+        f"created-at: {when}\n\n"
+        f"Its commits are dated from {start}, one every {STEP_S // 60} minutes, the pull\n"
+        f"request's {STEP_S // 60} minutes before it was created: waits and GPU-hours read\n"
+        "as they would on a cluster created today.\n"
+    )
+
+
+def build_demo_repo(directory: Path, created_at: int | None = None) -> list[str]:
+    """Write the demo history as real commits, and the open pull request as a branch,
+    dated before `created_at` (epoch seconds; default: now, to the minute).
 
     Returns the subjects of main's commits.
     """
+    if created_at is None:
+        created_at = int(time.time()) // 60 * 60  # the one clock read: when the repo is made
+    start = history_start(created_at)
     directory.mkdir(parents=True)
     _git(directory, "init", "-q", "-b", "main")
     (directory / ".gitignore").write_text(".gitsched/\n")
+    (directory / CREATED_AT_FILE).write_text(_created_note(created_at))
     subjects = []
     for i, commit in enumerate(HISTORY):
-        _commit(directory, commit, f"@{START + i * 5400} +0000")
+        _commit(directory, commit, f"@{start + i * STEP_S} +0000")
         subjects.append(commit.message.splitlines()[0])
     _git(directory, "checkout", "-q", "-b", PR_BRANCH)
-    _commit(directory, PULL_REQUEST, f"@{START + len(HISTORY) * 5400} +0000")
+    _commit(directory, PULL_REQUEST, f"@{start + len(HISTORY) * STEP_S} +0000")
     _git(directory, "checkout", "-q", "main")
     return subjects
 
 
-def run_demo(directory: Path, *, force: bool, echo: Callable[[str], None]) -> int:
+def solve_rows(event_log: Any) -> tuple[list[list[str]], list[dict[str, Any]]]:
+    """The solves as a person reads them (jobs and GPUs admitted, gap to the bound, time)
+    and as data, the raw objective and bound included (for --format json)."""
+    admitted: dict[str, tuple[int, int]] = {}
+    solves: list[ev.SolveCompleted] = []
+    for _, e in decode_all(event_log.read(0)):
+        if isinstance(e, ev.SolveCompleted):
+            solves.append(e)
+        elif isinstance(e, ev.PlacementDecided) and e.action == "admitted":
+            jobs, milli = admitted.get(e.solve_id, (0, 0))
+            gpus = sum(r.gpu_milli * len(r.gpus) for r in e.replicas)
+            admitted[e.solve_id] = (jobs + 1, milli + gpus)
+    rows, data = [], []
+    for s in solves:
+        jobs, milli = admitted.get(s.solve_id, (0, 0))
+        if s.gap is None:
+            gap = "no bound"
+        elif s.gap <= 1e-9:
+            gap = "0% (optimal)"
+        elif s.gap < 1e-4:
+            gap = "<0.01%"
+        else:
+            gap = f"{s.gap * 100:.2f}%"
+        rows.append(
+            [
+                s.solve_id.split("/")[0][:10],
+                s.solver + (" -> greedy" if s.fallback else ""),
+                s.status,
+                str(jobs),
+                gpus_text(milli),
+                str(s.pending),
+                gap,
+                f"{s.seconds:.2f}",
+            ]
+        )
+        data.append(
+            {
+                "solve_id": s.solve_id,
+                "solver": s.solver,
+                "status": s.status,
+                "plan_source": s.plan_source,
+                "fallback": s.fallback,
+                "jobs_admitted": jobs,
+                "gpus_admitted": milli / 1000,
+                "pending": s.pending,
+                "objective": s.objective,
+                "bound": s.bound,
+                "gap": s.gap,
+                "seconds": s.seconds,
+            }
+        )
+    return rows, data
+
+
+SOLVE_HEADERS = ["SOLVE", "SOLVER", "STATUS", "ADMITTED", "GPUS ADMITTED", "PENDING",
+                 "GAP TO BOUND", "SECONDS"]  # fmt: skip
+
+
+def _recorded_created_at(directory: Path) -> str | None:
+    try:
+        note = (directory / CREATED_AT_FILE).read_text(encoding="utf-8")
+    except OSError:
+        return None
+    for line in note.splitlines():
+        if line.startswith("created-at: "):
+            return line.removeprefix("created-at: ").strip()
+    return None
+
+
+def pull_request_state(repo: GitRepo) -> str:
+    """'open', 'merged' (main holds the branch's commit), or 'absent'."""
+    if not repo.has_revision(PR_BRANCH):
+        return "absent"
+    return "merged" if repo.is_ancestor(repo.resolve(PR_BRANCH), repo.resolve("main")) else "open"
+
+
+def run_demo(
+    directory: Path,
+    *,
+    force: bool,
+    echo: Callable[[str], None],
+    summary: dict[str, Any] | None = None,
+) -> int:
+    """Build (unless it exists) and reconcile the demo, telling `echo` what it did;
+    `summary`, when given, gets the same as data (what `--format json` prints)."""
+    summary = {} if summary is None else summary
     if directory.exists():
         if not force:
             echo(f"{directory} exists: reconciling it again (use --force to start over)")
@@ -155,28 +272,11 @@ def run_demo(directory: Path, *, force: bool, echo: Callable[[str], None]) -> in
             for finding in outcome.errors:
                 echo(f"           {finding.format()}")
         echo(f"{report.events_appended} events appended")
-        solves = [e for _, e in decode_all(event_log.read(0)) if isinstance(e, ev.SolveCompleted)]
-        if solves:
+        rows, solves = solve_rows(event_log)
+        if rows:
             echo("")
-            echo(f"== the {len(solves)} solves (one per commit that changed placement)")
-            echo(
-                table(
-                    ["SOLVE", "SOLVER", "STATUS", "PLAN", "OBJECTIVE", "BOUND", "GAP", "SECONDS"],
-                    [
-                        [
-                            s.solve_id.split("/")[0][:10],
-                            s.solver,
-                            s.status,
-                            s.plan_source + (f" ({s.fallback})" if s.fallback else ""),
-                            f"{s.objective:.2f}",
-                            "-" if s.bound is None else f"{s.bound:.2f}",
-                            "-" if s.gap is None else f"{s.gap * 100:.2f}%",
-                            f"{s.seconds:.2f}",
-                        ]
-                        for s in solves
-                    ],
-                )
-            )
+            echo(f"== the {len(rows)} solves (one per commit that changed placement)")
+            echo(table(SOLVE_HEADERS, rows))
         echo("")
         echo(state_text(report.state, report.last_seq))
         echo("")
@@ -187,11 +287,11 @@ def run_demo(directory: Path, *, force: bool, echo: Callable[[str], None]) -> in
             f"log: {verification.events} events, hash chain "
             + ("intact" if verification.ok else f"BROKEN at {verification.broken}")
         )
-        rows = []
+        team_rows: list[list[object]] = []
         for team in sorted(report.state.queues):
             mine = [p for k, p in report.state.placements.items() if k.startswith(team + "/")]
             ended = [i for i in intervals if i.queue == team and i.end is not None]
-            rows.append(
+            team_rows.append(
                 [
                     team,
                     len(mine),
@@ -200,16 +300,48 @@ def run_demo(directory: Path, *, force: bool, echo: Callable[[str], None]) -> in
                     len(ended),
                 ]
             )
-        echo(table(["TEAM", "RUNNING", "GPUS", "INTERVALS", "ENDED"], rows))
+        echo(table(["TEAM", "RUNNING", "GPUS", "INTERVALS", "ENDED"], team_rows))
         repo = GitRepo(directory)
-        if repo.has_revision(PR_BRANCH):
+        pr_state = pull_request_state(repo)
+        if pr_state == "open":
             echo("")
             echo(f"== open pull request {PR_BRANCH}, not merged")
             plan = plan_change(repo, event_log, "main", PR_BRANCH)
             echo(plan_text(plan))
+        elif pr_state == "merged":
+            last = report.state.last_commit
+            applied = last is not None and last.sha == repo.resolve("main")
+            echo("")
+            echo(
+                f"== pull request {PR_BRANCH}: merged into main"
+                + (
+                    f"; the log has applied main's newest commit {last.sha[:10]} ({last.subject})"
+                    if applied and last is not None
+                    else "; main's newest commit is not applied yet"
+                )
+                + (
+                    ", which stands REJECTED (gitsched reconcile lists why)"
+                    if report.newest_rejected
+                    else ""
+                )
+            )
         echo("")
         echo(f"try: gitsched state --repo {directory}")
-        echo(f"     gitsched plan {directory} main..{PR_BRANCH} --format markdown")
+        if pr_state == "open":
+            echo(f"     gitsched plan {directory} main..{PR_BRANCH} --format markdown")
         echo(f"     gitsched audit history --repo {directory} --job nlp/moe-gang")
         echo(f"     gitsched validate {directory} --rev main~6")
+        summary.update(
+            {
+                "directory": str(directory),
+                "created_at": _recorded_created_at(directory),
+                "log": url,
+                "commits": [
+                    {"sha": o.commit.sha, "subject": o.commit.subject, "applied": o.applied}
+                    for o in report.commits
+                ],
+                "solves": solves,
+                "pull_request": {"branch": PR_BRANCH, "state": pr_state},
+            }
+        )
     return 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -21,6 +22,46 @@ def table(headers: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
     for row in body:
         lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
     return "\n".join(lines)
+
+
+TEXT_WIDTH = 120
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def printable(text: str) -> str:
+    """What a committer wrote, safe on a terminal: control characters (escape sequences,
+    record separators, carriage returns) shown as \\xNN, never acted on. JSON output keeps
+    the text as it is."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
+def fit_table(
+    headers: Sequence[str],
+    rows: Iterable[Sequence[object]],
+    width: int = TEXT_WIDTH,
+    floor: int | Sequence[int] = 8,
+) -> str:
+    """`table`, its widest columns cut (with "...") until each line fits `width`
+    characters; no column is cut below its `floor` (one for all, or one each) or its
+    header."""
+    body = [[" ".join(str(c).split("\n")) for c in row] for row in rows]
+    widths = [len(h) for h in headers]
+    for row in body:
+        for i, cell in enumerate(row):
+            widths[i] = max(widths[i], len(cell))
+    floors = [floor] * len(headers) if isinstance(floor, int) else list(floor)
+    least = [max(len(h), f) for h, f in zip(headers, floors, strict=True)]
+    while sum(widths) + 2 * (len(widths) - 1) > width:
+        cut = max(range(len(widths)), key=lambda i: widths[i] - least[i])
+        if widths[cut] <= least[cut]:
+            break
+        widths[cut] -= 1
+    fitted = [
+        [c if len(c) <= w else c[: max(w - 3, 0)] + "..." for c, w in zip(row, widths, strict=True)]
+        for row in body
+    ]
+    return table(headers, fitted)
 
 
 def state_to_dict(state: ClusterState, last_seq: int) -> dict[str, Any]:

@@ -183,7 +183,15 @@ def fair_share_rows_text(view: FairShareView) -> list[list[str]]:
     ]
 
 
-FAIR_HEADERS = ["QUEUE", "COHORT", "FAIR SHARE", "USED GPU-H (DECAYED)", "USED SHARE"]
+# Two tables, two meanings, two names: what each queue holds now for its weight (WEIGHTED
+# SHARE), and the share history entitles it to when GPUs are contended (ENTITLED SHARE).
+FAIR_HEADERS = [
+    "QUEUE",
+    "COHORT",
+    "ENTITLED SHARE",
+    "USED GPU-H (DECAYED)",
+    "USED SHARE",
+]
 
 
 def counts_text(plan: PullRequestPlan) -> str:
@@ -322,14 +330,14 @@ def plan_text(plan: PullRequestPlan) -> str:
         out += [f"  {reservation_line(r)}" for r in plan.reservations]
 
     if plan.usage:
-        out += ["", "GPUs and fair share per queue (dominant GPU share / weight)"]
-        out.append(table(["QUEUE", "WEIGHT", "GPUS", "FAIR SHARE"], usage_rows(plan.usage)))
+        out += ["", "GPUs and weighted share per queue now (dominant GPU share / weight)"]
+        out.append(table(["QUEUE", "WEIGHT", "GPUS", "WEIGHTED SHARE"], usage_rows(plan.usage)))
 
     view = plan.fairness
     if view is not None and view.queues:
         out += [
             "",
-            f"Fair share over time (usage halves every {view.half_life_hours:g} h; "
+            f"Entitled share from past usage (usage halves every {view.half_life_hours:g} h; "
             "a queue that used less lately is placed first when GPUs are contended)",
         ]
         out.append(table(FAIR_HEADERS, fair_share_rows_text(view)))
@@ -480,9 +488,11 @@ def plan_markdown(plan: PullRequestPlan) -> str:
 
     if plan.usage:
         out += _details(
-            "GPUs and fair share per queue",
+            "GPUs and weighted share per queue now",
             [
-                *_md_table(["queue", "weight", "GPUs", "fair share"], usage_rows(plan.usage, "→")),
+                *_md_table(
+                    ["queue", "weight", "GPUs", "weighted share"], usage_rows(plan.usage, "→")
+                ),
                 "",
                 "Fair share: the queue's dominant GPU share (the largest fraction of any flavor's "
                 "Ready GPUs it uses), divided by its weight.",
@@ -492,7 +502,7 @@ def plan_markdown(plan: PullRequestPlan) -> str:
     view = plan.fairness
     if view is not None and view.queues:
         out += _details(
-            f"Fair share over time (half-life {view.half_life_hours:g} h)",
+            f"Entitled share from past usage (half-life {view.half_life_hours:g} h)",
             _md_table([h.lower() for h in FAIR_HEADERS], fair_share_rows_text(view)),
         )
     if view is not None and view.idle:

@@ -16,12 +16,14 @@ from collections.abc import Mapping, Sequence
 from engine.core import DesiredState
 from engine.model import Job, Node, NodeState
 from engine.placement.constraints import eligible_flavors, node_rejection
-from engine.units import gpus_text, milli_from_gpus
+from engine.placement.explain import GpuCapacity, gpu_capacity, never_runs
+from engine.units import gpus_from_milli
 from findings import Finding
 from schemas import Document, JsonPath
 
 NEVER_FITS = "never-fits"
 QUOTA_OVER_CLUSTER = "quota-over-cluster"
+GPUS_UNCOVERED = "gpus-uncovered"
 
 
 def fit_warnings(docs: Sequence[Document], desired: DesiredState) -> tuple[Finding, ...]:
@@ -29,11 +31,10 @@ def fit_warnings(docs: Sequence[Document], desired: DesiredState) -> tuple[Findi
     warnings: list[Finding] = []
     # Drained or failed nodes come back: "never" is judged on every node as if Ready.
     nodes = [dataclasses.replace(n, state=NodeState.READY) for n in desired.nodes.values()]
-    capacity: dict[str, int] = defaultdict(int)
+    capacity = gpu_capacity(nodes)
     by_flavor: dict[str, list[Node]] = defaultdict(list)
     for node in nodes:
         if node.flavor is not None:
-            capacity[node.flavor] += node.gpus
             by_flavor[node.flavor].append(node)
     by_name = {(d.file, d.name): d for d in docs if d.kind == "Job"}
     for job in desired.jobs.values():
@@ -46,7 +47,8 @@ def fit_warnings(docs: Sequence[Document], desired: DesiredState) -> tuple[Findi
             )
     for doc in docs:
         if doc.kind == "Queue":
-            warnings.extend(_quota_over_cluster(doc, capacity))
+            warnings.extend(_quota_over_cluster(doc, capacity.total))
+    warnings.extend(_uncovered_warnings(docs, desired, capacity))
     return tuple(sorted(warnings, key=lambda e: (e.file, e.line or 0, e.column or 0)))
 
 
@@ -55,40 +57,53 @@ def _never_fits(
     desired: DesiredState,
     nodes: Sequence[Node],
     by_flavor: Mapping[str, Sequence[Node]],
-    capacity: Mapping[str, int],
+    capacity: GpuCapacity,
 ) -> tuple[JsonPath, str] | None:
-    flavors = eligible_flavors(job, desired.queues.get(job.queue))
-    if not flavors:
-        wanted = ", ".join(job.gpu_flavors)
-        return ("spec", "gpuFlavors"), (
-            f"queue '{job.queue}' has no quota for {wanted}"
-            if wanted
-            else f"queue '{job.queue}' has no GPU quota"
-        )
-    if all(f is not None and capacity.get(f, 0) == 0 for f in flavors):
-        return ("spec", "gpuFlavors") if job.gpu_flavors else ("spec",), (
-            f"no node has GPU flavor {' or '.join(str(f) for f in flavors)}"
-        )
+    queue = desired.queues.get(job.queue)
+    # GPU flavors, counts and gangs: the rule pending reasons give (engine.placement.explain).
+    found = never_runs(job, queue, capacity)
+    if found is not None:
+        return found
+    flavors = eligible_flavors(job, queue)
     candidates = [(node, f) for f in flavors for node in (nodes if f is None else by_flavor[f])]
     # Most jobs fit the first candidate: the search stops there.
     if candidates and not any(node_rejection(job, n, f) is None for n, f in candidates):
-        most = max((node for node, _ in candidates), key=lambda n: (n.gpus, n.cpu_milli))
-        if job.resources.gpu_milli > milli_from_gpus(most.gpus):
-            return ("spec", "resources", "gpu"), (
-                f"a replica asks for {gpus_text(job.resources.gpu_milli)} GPUs and the largest"
-                f" node it may use ({most.name}) has {most.gpus}"
-            )
         return ("spec",), (
             f"no node can host one replica (for one: {node_rejection(job, *candidates[0])})"
         )
-    total = milli_from_gpus(sum(capacity.get(f, 0) for f in flavors if f is not None))
-    if flavors != (None,) and job.smallest_gang * job.resources.gpu_milli > total:
-        return ("spec", "replicas"), (
-            f"its smallest gang needs {gpus_text(job.smallest_gang * job.resources.gpu_milli)}"
-            f" GPUs and the cluster has {gpus_text(total)} of"
-            f" {' or '.join(str(f) for f in flavors)}"
-        )
     return None
+
+
+def uncovered_gpus(desired: DesiredState, capacity: GpuCapacity) -> list[tuple[str, int]]:
+    """(flavor, GPUs) the nodes have and no queue's nominal quota covers: nobody can ever
+    use them (Kueue's rule too: borrowing reaches only what some queue is promised)."""
+    promised: dict[str, float] = defaultdict(float)
+    for queue in desired.queues.values():
+        for quota in queue.quotas:
+            promised[quota.flavor] += gpus_from_milli(quota.nominal)
+    out = []
+    for flavor, total in sorted(capacity.total.items()):
+        left = total - promised.get(flavor, 0.0)
+        if left >= 1:
+            out.append((flavor, int(left)))
+    return out
+
+
+def _uncovered_warnings(
+    docs: Sequence[Document], desired: DesiredState, capacity: GpuCapacity
+) -> list[Finding]:
+    cluster = next((d for d in docs if d.kind == "Cluster"), None)
+    if cluster is None:
+        return []
+    return [
+        cluster.error(
+            ("spec", "gpuFlavors"),
+            f"{count} {flavor} GPUs of the cluster's {capacity.total[flavor]} are in no queue's"
+            f" nominal quota: no job can ever use them (raise a queue's nominal {flavor} quota)",
+            GPUS_UNCOVERED,
+        )
+        for flavor, count in uncovered_gpus(desired, capacity)
+    ]
 
 
 def _quota_over_cluster(doc: Document, capacity: Mapping[str, int]) -> list[Finding]:

@@ -10,8 +10,8 @@ import bisect
 import os
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from functools import partial
+from dataclasses import dataclass, replace
+from functools import lru_cache, partial
 from pathlib import Path, PurePosixPath
 from typing import Any, Generic, TypeVar
 
@@ -90,6 +90,53 @@ def _parts(path: str) -> list[str]:
     return [p for p in path.split("/") if p and p != "."]
 
 
+@lru_cache(maxsize=8)
+def _team_limits(limits: Limits) -> Limits:
+    return replace(
+        limits,
+        max_bytes=min(limits.max_bytes, limits.max_team_file_bytes),
+        max_nodes=min(limits.max_nodes, limits.max_team_file_nodes),
+    )
+
+
+def file_limits(path: str, limits: Limits) -> Limits:
+    """The limits one file is read under: a team's files (queue, OWNERS, jobs) are small
+    by nature and get the team bounds, so a hostile job file costs what a large real one does."""
+    return _team_limits(limits) if path.startswith("teams/") else limits
+
+
+BUDGET_FILE = "(commit)"
+
+
+def budget_error(files: int, total_bytes: int, limits: Limits) -> Finding | None:
+    """The commit's budget, checked before any file of it is parsed: one clear error."""
+    if files > limits.max_commit_files:
+        what = f"{files} spec files; a commit may hold at most {limits.max_commit_files}"
+    elif total_bytes > limits.max_commit_bytes:
+        what = (
+            f"{total_bytes} bytes of spec files; a commit may hold at most "
+            f"{limits.max_commit_bytes}"
+        )
+    else:
+        return None
+    return Finding(
+        BUDGET_FILE,
+        None,
+        None,
+        "$",
+        f"the commit holds {what} (nothing of it was parsed)",
+        "over-budget",
+    )
+
+
+def _over_budget(files: Sequence[SourceFile], limits: Limits) -> Finding | None:
+    for f in files:
+        if f.path == BUDGET_FILE and f.problem is not None:
+            return f.problem  # found from the tree's listing, before anything was read
+    total = sum(len(f.content) for f in files if f.content is not None)
+    return budget_error(len(files), total, limits)
+
+
 def is_spec_file(path: str) -> bool:
     """Whether gitsched reads this file: YAML and OWNERS files outside hidden folders."""
     parts = _parts(path)
@@ -123,9 +170,11 @@ def _source_files(
     """The spec files among tree entries, read (`read`: blob contents by id)."""
     files: list[SourceFile] = []
     wanted: list[tuple[str, str]] = []
-    for entry in entries:
-        if not spec_file(entry.path):
-            continue
+    specs = [entry for entry in entries if spec_file(entry.path)]
+    over = budget_error(len(specs), sum(e.size or 0 for e in specs), limits)
+    if over is not None:
+        return [SourceFile(BUDGET_FILE, None, over)]  # nothing read, nothing parsed
+    for entry in specs:
         if entry.is_symlink:
             target = repo.read_blobs([entry.sha]).get(entry.sha, b"").decode("utf-8", "replace")
             files.append(SourceFile(entry.path, None, _symlink_error(entry.path, target)))
@@ -144,8 +193,14 @@ def _source_files(
                     ),
                 )
             )
-        elif entry.size is not None and entry.size > limits.max_bytes:
-            files.append(SourceFile(entry.path, None, _too_large(entry.path, entry.size, limits)))
+        elif entry.size is not None and entry.size > file_limits(entry.path, limits).max_bytes:
+            files.append(
+                SourceFile(
+                    entry.path,
+                    None,
+                    _too_large(entry.path, entry.size, file_limits(entry.path, limits)),
+                )
+            )
         else:
             wanted.append((entry.path, entry.sha))
     blobs = read([sha for _, sha in wanted])
@@ -157,6 +212,7 @@ def read_worktree(root: Path, limits: Limits = DEFAULT_LIMITS) -> list[SourceFil
     """The spec files of a directory on disk, for `validate` before a commit exists."""
     root = root.resolve()
     files: list[SourceFile] = []
+    total_bytes = 0
     for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
         dirnames[:] = sorted(d for d in dirnames if d not in IGNORED_DIRS and not d.startswith("."))
         for filename in sorted(filenames):
@@ -171,8 +227,13 @@ def read_worktree(root: Path, limits: Limits = DEFAULT_LIMITS) -> list[SourceFil
                 continue
             try:
                 size = full.stat().st_size
-                if size > limits.max_bytes:
-                    files.append(SourceFile(rel, None, _too_large(rel, size, limits)))
+                total_bytes += size
+                if (over := budget_error(len(files) + 1, total_bytes, limits)) is not None:
+                    return [SourceFile(BUDGET_FILE, None, over)]  # read no further
+                if size > file_limits(rel, limits).max_bytes:
+                    files.append(
+                        SourceFile(rel, None, _too_large(rel, size, file_limits(rel, limits)))
+                    )
                     continue
                 if not full.is_file():
                     files.append(
@@ -224,7 +285,9 @@ def _too_large(path: str, size: int, limits: Limits) -> Finding:
         None,
         None,
         "$",
-        f"file is {size} bytes; spec files may be at most {limits.max_bytes} bytes",
+        f"file is {size} bytes; "
+        + ("a team's files" if path.startswith("teams/") else "spec files")
+        + f" may be at most {limits.max_bytes} bytes",
         "too-large",
     )
 
@@ -291,9 +354,47 @@ def _groups(docs: Iterable[Document]) -> dict[str | None, list[Document]]:
     return grouped
 
 
+# A Kubernetes namespace name (RFC 1123 label): `serve` creates a team's pods in the
+# namespace named after its folder, so a folder no namespace can be named after is an error.
+_NAMESPACE = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+NAMESPACE_MAX_CHARS = 63
+
+
+def team_name_problem(team: str) -> str | None:
+    """Why `team` cannot name a Kubernetes namespace; None when it can."""
+    if len(team) > NAMESPACE_MAX_CHARS:
+        return f"is {len(team)} characters long; a namespace name has at most {NAMESPACE_MAX_CHARS}"
+    if _NAMESPACE.fullmatch(team) is None:
+        return (
+            "is not a valid Kubernetes namespace name (RFC 1123 label): only lowercase letters "
+            "a-z, digits and '-', starting and ending with a letter or digit"
+        )
+    return None
+
+
+def _team_folder_error(path: str) -> Finding | None:
+    parts = _parts(path)
+    if len(parts) < 3 or parts[0] != "teams":
+        return None
+    problem = team_name_problem(parts[1])
+    if problem is None:
+        return None
+    return Finding(
+        path,
+        None,
+        None,
+        "$",
+        f"team folder {parts[1]!r} {problem}; serve creates the team's pods in the namespace "
+        "named after it: rename the folder",
+        "team-name",
+    )
+
+
 def _read(f: SourceFile, limits: Limits) -> _FileRead:
     if f.problem is not None:
         return _FileRead(errors=(f.problem,))
+    if (bad_team := _team_folder_error(f.path)) is not None:
+        return _FileRead(errors=(bad_team,))
     assert f.content is not None
     if is_owners_file(f.path):
         team = PurePosixPath(f.path).parts[1]
@@ -314,7 +415,7 @@ def _read(f: SourceFile, limits: Limits) -> _FileRead:
                 ),
             )
         )
-    valid, invalid, errors = _parse_file(f.path, f.content, limits)
+    valid, invalid, errors = _parse_file(f.path, f.content, file_limits(f.path, limits))
     groups = tuple((group, tuple(docs)) for group, docs in _groups(valid).items())
     return _FileRead(valid, invalid, errors, groups=groups)
 
@@ -443,7 +544,7 @@ class SpecCache:
                 if files.get(f.path) is None:
                     bisect.insort(paths, f.path)
                 files[f.path] = f
-        if _COMMIT_ID.fullmatch(rev):
+        if _COMMIT_ID.fullmatch(rev) and BUDGET_FILE not in files:
             self._listing = _Listing(rev, limits, files, paths)
         return [files[p] for p in paths]
 
@@ -475,6 +576,8 @@ def parse_files(
     invalid: list[Document] = []
     owners: dict[str, tuple[Owner, ...]] = {}
     by_group: dict[str | None, list[Document]] = {}
+    if (over := _over_budget(files, limits)) is not None:
+        return LoadedSpecs(None, (over,))
     reads = cache.reads(files, limits) if cache is not None else [_read(f, limits) for f in files]
     for read in reads:
         valid.extend(read.valid)
@@ -807,6 +910,11 @@ def _idle_policy(idle: Mapping[str, Any], base: IdlePolicy) -> IdlePolicy:
 def load_commit(
     repo: GitRepo, rev: str, limits: Limits = DEFAULT_LIMITS, cache: SpecCache | None = None
 ) -> LoadedSpecs:
+    if (problem := repo.unreadable.get(rev)) is not None:
+        # Rejected by its sha like any bad commit, and the commits after it go on.
+        finding = Finding("(commit)", None, None, "$", f"gitsched cannot read commit {rev[:12]}: "
+                          f"{problem}", "unreadable-commit")  # fmt: skip
+        return LoadedSpecs(None, (finding,))
     return parse_files(read_commit(repo, rev, limits, cache), limits, cache)
 
 

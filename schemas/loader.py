@@ -68,6 +68,15 @@ class Limits:
     max_depth: int = 64
     max_aliases: int = 100
     max_nodes: int = 100_000
+    # Items of one list or entries of one mapping: no field of any kind means thousands
+    # (the schemas bound each list far lower, by what it means); stopped while parsing.
+    max_items: int = 4096
+    # A team's files (its queue, OWNERS and jobs) are small by nature: these bound them.
+    max_team_file_bytes: int = 256 << 10
+    max_team_file_nodes: int = 10_000
+    # A commit's budget, checked from the tree's listing before any file is read.
+    max_commit_files: int = 200_000
+    max_commit_bytes: int = 256 << 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -234,9 +243,22 @@ class _Composer:
             if node.anchor is not None:
                 anchors[node.anchor] = node
             if stack:
-                stack[-1].children.append(node)
+                parent = stack[-1]
+                parent.children.append(node)
+                if len(parent.children) > self._most_children(parent):
+                    what = "entries" if isinstance(parent, _Mapping) else "items"
+                    raise _Stop(
+                        "too-many-items",
+                        f"a {'mapping' if what == 'entries' else 'list'} of more than "
+                        f"{self.limits.max_items} {what}; no field holds that many",
+                        parent.line,
+                        parent.column,
+                    )
             else:
                 root = node
+
+    def _most_children(self, parent: _Collection) -> int:
+        return self.limits.max_items * (2 if isinstance(parent, _Mapping) else 1)
 
     def _alias(
         self,

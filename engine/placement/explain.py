@@ -6,15 +6,145 @@ preemption (engine.placement.preemption.attribute).
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import replace
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
 
-from engine.model import Job
+from engine.model import Isolation, Job, Node, Queue
+from engine.placement.constraints import eligible_flavors
 from engine.placement.greedy import Fit, Miss, Packing, priority_order
 from engine.placement.objective import lost_gpu_seconds
-from engine.placement.plan import JobOutcome, OutcomeStatus, PlacementInstance
+from engine.placement.plan import JobOutcome, OutcomeStatus, PlacementInstance, PlacementPlan
 from engine.placement.preemption import Attribution, attribute, reclaim_note
 from engine.placement.running import keep_problem
 from engine.placement.topology import explain_spans
+from engine.units import gpus_text, milli_from_gpus
+
+NEVER_RUNS = "never-runs"
+
+
+@dataclass(frozen=True, slots=True)
+class GpuCapacity:
+    """The cluster's GPUs by flavor, isolation and region, every node counted whatever its
+    state (a drained or failed node comes back): what "never" is judged against."""
+
+    # (flavor, isolation, region) -> (GPUs in all, the most GPUs one node has)
+    kinds: Mapping[tuple[str, Isolation, str | None], tuple[int, int]]
+
+    @property
+    def total(self) -> dict[str, int]:
+        """GPUs in all by flavor."""
+        out: dict[str, int] = defaultdict(int)
+        for (flavor, _, _), (gpus, _) in self.kinds.items():
+            out[flavor] += gpus
+        return dict(out)
+
+    def of(
+        self, flavors: Iterable[str], isolation: Isolation | None, residency: Iterable[str]
+    ) -> tuple[int, int]:
+        """GPUs in all and the largest node among the nodes of `flavors` with `isolation`
+        (None: any) in the regions of `residency` (empty: any)."""
+        wanted, regions = set(flavors), set(residency)
+        total = largest = 0
+        for (flavor, iso, region), (gpus, most) in self.kinds.items():
+            if flavor not in wanted or (isolation is not None and iso is not isolation):
+                continue
+            if regions and region not in regions:
+                continue
+            total, largest = total + gpus, max(largest, most)
+        return total, largest
+
+
+def gpu_capacity(nodes: Iterable[Node]) -> GpuCapacity:
+    kinds: dict[tuple[str, Isolation, str | None], tuple[int, int]] = {}
+    for node in nodes:
+        if node.flavor is not None:
+            key = (node.flavor, node.isolation, node.region)
+            total, largest = kinds.get(key, (0, 0))
+            kinds[key] = (total + node.gpus, max(largest, node.gpus))
+    return GpuCapacity(kinds)
+
+
+def never_runs(
+    job: Job, queue: Queue | None, capacity: GpuCapacity
+) -> tuple[tuple[str, ...], str] | None:
+    """Why `job` can never run on this cluster whatever else runs or leaves (its field, the
+    reason), or None when it could: the one rule for pending reasons, `reconcile`'s
+    warnings and `validate`'s (policies.fit). The nodes a job may use are those of its
+    eligible flavors, of its isolation (a shared job never uses a dedicated node, nor a
+    dedicated job a shared one) and in its residency's regions."""
+    flavors = eligible_flavors(job, queue)
+    if flavors == (None,):
+        return None  # no GPU asked: any node will do
+    if not flavors:
+        wanted = ", ".join(job.gpu_flavors)
+        return ("spec", "gpuFlavors"), (
+            f"queue '{job.queue}' has no quota for {wanted}"
+            if wanted
+            else f"queue '{job.queue}' has no GPU quota"
+        )
+    names = [str(f) for f in flavors]
+    named = " or ".join(names)
+    total, largest = capacity.of(names, job.isolation, job.residency)
+    # Name the narrowing only where it narrows: a dedicated job, a shared one on a cluster
+    # with dedicated nodes of its flavors, a residency.
+    kind = ""
+    if job.isolation is Isolation.DEDICATED:
+        kind = "dedicated "
+    elif capacity.of(names, Isolation.DEDICATED, ())[0]:
+        kind = "shared "
+    where = f" in {', '.join(job.residency)}" if job.residency else ""
+    if total == 0:
+        if not kind and not where:
+            return ("spec", "gpuFlavors") if job.gpu_flavors else ("spec",), (
+                f"no node has GPU flavor {named}"
+            )
+        field = ("spec", "residency") if where else ("spec",)
+        return field, f"no {kind}node of flavor {named}{where}"
+    per_replica = job.resources.gpu_milli
+    if per_replica > milli_from_gpus(largest):
+        return ("spec", "resources", "gpu"), (
+            f"no {kind}node of flavor {named}{where} has {gpus_text(per_replica)} GPUs (the"
+            f" largest has {largest}); the cluster has {total} {kind}{named} GPUs{where} in all"
+        )
+    gang = job.smallest_gang * per_replica
+    if gang > milli_from_gpus(total):
+        return ("spec", "replicas"), (
+            f"its smallest gang needs {gpus_text(gang)} GPUs and the cluster has {total}"
+            f" {kind}{named} GPUs{where} in all"
+        )
+    return None
+
+
+def _capacity(instance: PlacementInstance) -> GpuCapacity:
+    return gpu_capacity(instance.nodes)
+
+
+def _queues(instance: PlacementInstance) -> dict[str, Queue]:
+    return {q.name: q for q in instance.queues}
+
+
+def _jobs(instance: PlacementInstance) -> dict[str, Job]:
+    return {j.key: j for j in instance.jobs}
+
+
+def tell_never_runs(instance: PlacementInstance, plan: PlacementPlan) -> PlacementPlan:
+    """The plan, each job it leaves pending that can never run on this cluster (`never_runs`)
+    saying so and why instead of what blocks it today: every solver's plan goes through it."""
+    pending = [i for i, o in enumerate(plan.outcomes) if o.status is OutcomeStatus.PENDING]
+    if not pending:
+        return plan
+    jobs, queues = instance.derived(_jobs), instance.derived(_queues)
+    capacity = instance.derived(_capacity)
+    outcomes = list(plan.outcomes)
+    for i in pending:
+        o = outcomes[i]
+        job = jobs.get(o.job)
+        never = never_runs(job, queues.get(job.queue), capacity) if job is not None else None
+        if never is not None:
+            outcomes[i] = replace(
+                o, reason=f"can never run: {never[1]}", constraint=f"{NEVER_RUNS}__{o.job}"
+            )
+    return replace(plan, outcomes=tuple(outcomes))
 
 
 def explain_outcomes(

@@ -13,6 +13,7 @@ from collections.abc import Collection
 
 from engine.errors import PermanentError, SolverFailed, TemporaryError, UsageError
 from engine.placement.decompose import DecomposedPlacer, should_decompose
+from engine.placement.explain import tell_never_runs
 from engine.placement.greedy import GreedyPlacer
 from engine.placement.milp import MilpPlacer
 from engine.placement.plan import PlacementInstance, PlacementPlan, Placer
@@ -53,10 +54,11 @@ def placer(name: str) -> Placer:
 def solve(instance: PlacementInstance, solver: str | None = None) -> PlacementPlan:
     """The plan of the instance; a MILP solver on a very large instance solves it in parts
     (engine.placement.decompose). A MILP that fails falls back to greedy's plan. Every
-    solver decides under the Policy's reservations (engine.placement.reservations)."""
+    solver decides under the Policy's reservations (engine.placement.reservations), and a
+    job that can never run says so (explain.tell_never_runs)."""
     plan = with_reservations(instance, lambda part: _solve(part, solver))
     assert plan is not None
-    return plan
+    return tell_never_runs(instance, plan)
 
 
 def _solve(instance: PlacementInstance, solver: str | None) -> PlacementPlan:
@@ -81,13 +83,15 @@ def solve_changed(
     if not isinstance(placer(solver or instance.policy.solver), MilpPlacer):
         return None  # before the reservations are worked out: `solve` works them out
     if instance.policy.backfill.reservations <= 0:
-        return _solve_changed(instance, changed, solver)
+        plan = _solve_changed(instance, changed, solver)
+    else:
 
-    def part_solve(part: PlacementInstance) -> PlacementPlan | None:
-        kept = {j.key for j in part.jobs}
-        return _solve_changed(part, [k for k in changed if k in kept], solver)
+        def part_solve(part: PlacementInstance) -> PlacementPlan | None:
+            kept = {j.key for j in part.jobs}
+            return _solve_changed(part, [k for k in changed if k in kept], solver)
 
-    return with_reservations(instance, part_solve)
+        plan = with_reservations(instance, part_solve)
+    return tell_never_runs(instance, plan) if plan is not None else None
 
 
 def _solve_changed(

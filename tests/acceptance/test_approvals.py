@@ -291,7 +291,7 @@ def test_an_owners_signed_merge_approves_and_the_log_keeps_the_fingerprint(
         "commit": "-",
         "fingerprint": keys["kai"].fingerprint,
     }
-    table = gitsched("audit", "changes", "--repo", repo.path).stdout
+    table = gitsched("audit", "changes", "--repo", repo.path, "--wide").stdout
     assert f"kai@ml.example (owner, signed {keys['kai'].fingerprint})" in table
     assert gitsched("audit", "compliance", "--repo", repo.path, "--format", "json").json()["ok"]
     verified = gitsched(

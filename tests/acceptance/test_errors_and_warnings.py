@@ -88,10 +88,10 @@ def test_jobs_that_can_never_run_and_quotas_over_the_cluster_are_warnings(
         "warning: teams/ml/jobs/a100.yaml:8:3: $.spec.gpuFlavors: job 'a100' can never run:"
         " no node has GPU flavor a100-80g [never-fits]",
         "warning: teams/ml/jobs/huge.yaml:6:3: $.spec.replicas: job 'huge' can never run: its"
-        " smallest gang needs 40 GPUs and the cluster has 32 of h100-80g [never-fits]",
+        " smallest gang needs 40 GPUs and the cluster has 32 h100-80g GPUs in all [never-fits]",
         "warning: teams/ml/jobs/wide.yaml:7:15: $.spec.resources.gpu: job 'wide' can never run:"
-        " a replica asks for 16 GPUs and the largest node it may use (h100-01) has 8"
-        " [never-fits]",
+        " no node of flavor h100-80g has 16 GPUs (the largest has 8); the cluster has 32"
+        " h100-80g GPUs in all [never-fits]",
         "warning: teams/ml/queue.yaml:7:26: $.spec.quotas[0].nominal: queue 'ml' is promised 64"
         " h100-80g GPUs but the cluster has 32: the quota can never be used in full"
         " [quota-over-cluster]",

@@ -66,6 +66,7 @@ CASES: dict[str, tuple[tuple[str, ...], tuple[int, ...]]] = {
         (0,),
     ),
     "audit changes": (("audit", "changes", "--repo", "{repo}"), (0,)),
+    "demo": (("demo", "{dir}/demo-json"), (0,)),
     "audit compliance": (("audit", "compliance", "--repo", "{repo}"), (0, 1)),
     "log verify": (("log", "verify", "--repo", "{repo}"), (0,)),
     # the old name, hidden: its note goes to stderr, stdout stays one document

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from gitsched.demo import build_demo_repo
+from gitsched.demo import FIXED_CREATED_AT, build_demo_repo
 from tests.support.cluster_repo import gitsched
 from tests.support.kafka_broker import bootstrap_from_env, check_broker, delete_topics, unique_topic
 from tests.support.log_fixtures import read_log
@@ -18,7 +18,7 @@ from tests.support.log_fixtures import read_log
 def demo_log(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     """The demo repo reconciled into a SQLite log: (repo, log URL). Copy, never modify."""
     repo = tmp_path_factory.mktemp("demo") / "cluster"
-    build_demo_repo(repo)
+    build_demo_repo(repo, FIXED_CREATED_AT)
     url = f"sqlite:///{repo.parent / 'source.db'}"
     gitsched("reconcile", repo, "--once", "--log", url, expect=0)
     return repo, url
@@ -86,7 +86,7 @@ def test_a_copy_into_a_prefix_of_the_source_resumes(
     kafka_topics: list[str], tmp_path: Path
 ) -> None:
     repo = tmp_path / "cluster"
-    build_demo_repo(repo)
+    build_demo_repo(repo, FIXED_CREATED_AT)
     source = sqlite_url(tmp_path / "source.db")
     target = kafka_url(kafka_topics)
     gitsched("reconcile", repo, "--once", "--branch", "main~4", "--log", source, expect=0)

@@ -64,9 +64,9 @@ def _git(repo: Path, *args: str, env: dict[str, str] | None = None) -> None:
 def build_long_history(directory: Path, extra: int = EXTRA_COMMITS) -> Path:
     """The demo repo's twelve commits, then `extra` more: small speech jobs added,
     changed and withdrawn, so every commit is appended and placed."""
-    from gitsched.demo import build_demo_repo
+    from gitsched.demo import FIXED_CREATED_AT, build_demo_repo
 
-    build_demo_repo(directory)
+    build_demo_repo(directory, FIXED_CREATED_AT)
     for i in range(extra):
         jobs = directory / "teams" / "speech" / "jobs"
         (jobs / f"batch-{i}.yaml").write_text(_batch_job(i))
