@@ -92,7 +92,9 @@ def after_failure(
     wait = backoff_seconds(retry, attempt)
     queued = job
     if state.policy.requeue_timestamp is RequeueTimestamp.EVICTION:
-        queued = dataclasses.replace(job, submitted_at=at)
+        # Behind every job waiting now: its time and its place in the log's wait order
+        # (Job.submission, the position its commit had) are the failure's.
+        queued = dataclasses.replace(job, submitted_at=at, submission=state.events_applied + 1)
     return (
         ev.JobRequeued(
             job=queued,
