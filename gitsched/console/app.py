@@ -517,7 +517,7 @@ def console_routes(source: ConsoleSource) -> list[BaseRoute]:
         Route("/queues", started(pages.queues)),
         Route("/queues/{name}", started(pages.queue)),
         Route("/jobs", started(pages.jobs)),
-        Route("/jobs/{queue}/{name}", started(pages.job)),
+        Route("/jobs/{queue}/{name:path}", started(pages.job)),
         Route("/changes", started(pages.changes)),
         Route("/commits/{sha}", started(pages.commit)),
         Route("/pulls", started(pages.pulls)),
