@@ -19,7 +19,8 @@ from gitsched.options import LazyGroup
         "audit": "gitsched.bench.audit:command",
         "reconcile": "gitsched.bench.reconcile:command",
         "kube": "gitsched.bench.kube:command",
+        "console": "gitsched.bench.console:command",
     },
 )
 def bench() -> None:
-    """Benchmarks: placement quality and speed, log throughput, audit latency."""
+    """Benchmarks: placement quality and speed, log throughput, audit and console latency."""

@@ -561,7 +561,7 @@ def console_app(
     """The console as an ASGI app of its own (guard included), for `gitsched console` or to
     mount under a prefix of another Starlette app (e.g. Mount("/console", app=...)); its
     source starts on the first request and stops with the app's lifespan."""
-    source = source or ConsoleSource(repo, log_url, **source_options)
+    source = source or ConsoleSource(repo, log_url, prepare=views.prepare, **source_options)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:

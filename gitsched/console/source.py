@@ -16,7 +16,7 @@ import contextlib
 import logging
 import subprocess
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -75,13 +75,17 @@ class ConsoleSource:
         branch: str = "main",
         interval_s: float = 1.0,
         plans: bool = True,
+        prepare: Callable[[Snapshot, AuditStore], None] | None = None,
     ) -> None:
+        """`prepare`: builds what pages share of a new snapshot before it is shown, so no
+        page request pays for it (gitsched.console.views.prepare)."""
         self.repo = str(Path(repo).resolve())
         self.log_url = log_url
         self.db_path = Path(db_path) if db_path else default_db_path(log_url, self.repo)
         self.branch = branch
         self.interval_s = interval_s
         self.with_plans = plans
+        self._prepare = prepare
         self.snapshot: Snapshot = EMPTY
         self.problem: str | None = None
         self.plans: dict[str, BranchPlan] = {}
@@ -200,7 +204,13 @@ class ConsoleSource:
         assert self._writer is not None
         saved = self._writer.load_state()
         state = ClusterFold(saved.cluster).state if saved.cluster else ClusterState()
-        self.snapshot = Snapshot(saved.seq or seq, state, saved.jobs)
+        snapshot = Snapshot(saved.seq or seq, state, saved.jobs)
+        if self._prepare is not None:
+            try:
+                self._prepare(snapshot, self._writer)
+            except Exception:  # a page builds it again, and says what went wrong
+                log.exception("console: preparing the snapshot at seq %d failed", snapshot.seq)
+        self.snapshot = snapshot
         self._notify()
 
     def _notify(self) -> None:

@@ -13,6 +13,8 @@ import zlib
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from markupsafe import Markup, escape
+
 from audit import commits as commits_query
 from audit import compliance as compliance_query
 from audit import fairshare as fairshare_query
@@ -73,6 +75,13 @@ def job_flavor(snapshot: Snapshot, job: Job) -> str:
     if placed is not None and placed.flavor:
         return placed.flavor
     return ",".join(job.gpu_flavors) or "-"
+
+
+def prepare(snapshot: Snapshot, store: AuditStore) -> None:
+    """Build the tables every page shares, once, before the snapshot is shown."""
+    overview(snapshot)
+    filter_values(snapshot)
+    queues(snapshot, store)
 
 
 # -- overview ---------------------------------------------------------------------------
@@ -144,7 +153,7 @@ def _overview(snapshot: Snapshot) -> dict[str, Any]:
     return {
         "flavors": [{"flavor": f, **v} for f, v in sorted(flavors.items())],
         "level": level,
-        "groups": sorted(groups.items()),
+        "node_map": node_map_html(sorted(groups.items()), level),
         "queues": [{"queue": q, "team": team_of(snapshot, q), **c} for q, c in queues.items()],
         "totals": {
             "nodes": len(s.nodes),
@@ -155,6 +164,38 @@ def _overview(snapshot: Snapshot) -> dict[str, Any]:
             "pending": len(s.pending),
         },
     }
+
+
+def node_map_html(groups: list[tuple[str, list[dict[str, Any]]]], level: str | None) -> Markup:
+    """The node map as HTML, built here rather than in the template: a cluster of 1,000 nodes
+    has 8,000 GPU cells, and a template loop over them cost most of the page. Every text
+    that comes from the log goes through `escape`."""
+    out: list[str] = ['<div class="groups">']
+    for group, nodes in groups:
+        out.append(f'<div class="group"><h3>{escape(level or "nodes")} {escape(group)}</h3>')
+        out.append('<div class="nodes">')
+        for n in nodes:
+            ready = n["state"] == "Ready"
+            title = escape(f"{n['name']}: {n['flavor']}, {n['state']}, {n['isolation']}")
+            out.append(
+                f'<div class="node{"" if ready else " down"}" title="{title}">'
+                f'<div class="nodename">{escape(n["name"])}</div><div class="gpus">'
+            )
+            for c in n["cells"]:
+                if c["jobs"]:
+                    idle = " idle" if c["idle"] else ""
+                    holders = escape(", ".join(c["jobs"]) + (" (idle)" if c["idle"] else ""))
+                    out.append(
+                        f'<span class="gpu held q{c["colour"]}{idle}" '
+                        f'title="GPU {c["index"]}: {holders}"></span>'
+                    )
+                else:
+                    kind = "free" if ready else "off"
+                    out.append(f'<span class="gpu {kind}" title="GPU {c["index"]}: free"></span>')
+            out.append("</div></div>")
+        out.append("</div></div>")
+    out.append("</div>")
+    return Markup("".join(out))
 
 
 # -- queues -----------------------------------------------------------------------------
@@ -445,12 +486,25 @@ def _spec_rows(job: Job) -> list[tuple[str, str]]:
 # -- changes and compliance -------------------------------------------------------------
 
 
+# A commit that moved many jobs lists this many on the changes page (all counted), and
+# this many on its own page.
+MOVED_SHOWN = 8
+MOVED_SHOWN_ON_COMMIT = 500
+
+
+def _moved_summary(moved: list[dict[str, Any]], shown: int) -> dict[str, Any]:
+    counts: dict[str, int] = {}
+    for m in moved:
+        counts[m["what"]] = counts.get(m["what"], 0) + 1
+    return {"counts": sorted(counts.items()), "shown": moved[:shown], "more": len(moved) - shown}
+
+
 def changes(store: AuditStore, before_seq: int | None, limit: int = 50) -> dict[str, Any]:
     commits = commits_query.recent_commits(store, before_seq=before_seq, limit=limit)
     moved = commits_query.moved_by(store, [c["sha"] for c in commits])
     for c in commits:
         c["changes"] = commits_query.commit_changes(store, c["seq"]) if c["applied"] else []
-        c["moved"] = moved[c["sha"]]
+        c["moved"] = _moved_summary(moved[c["sha"]], MOVED_SHOWN)
     return {
         "commits": commits,
         "total": commits_query.commit_count(store),
@@ -463,7 +517,9 @@ def commit(store: AuditStore, sha: str) -> dict[str, Any] | None:
     if found is None:
         return None
     found["changes"] = commits_query.commit_changes(store, found["seq"]) if found["applied"] else []
-    found["moved"] = commits_query.moved_by(store, [found["sha"]])[found["sha"]]
+    found["moved"] = _moved_summary(
+        commits_query.moved_by(store, [found["sha"]])[found["sha"]], MOVED_SHOWN_ON_COMMIT
+    )
     return found
 
 

@@ -52,7 +52,7 @@ def _wait_up(url: str, server: subprocess.Popen[str]) -> None:
     deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline:
         if server.poll() is not None:
-            out, err = server.communicate()
+            _, err = server.communicate()
             pytest.fail(f"gitsched console exited {server.returncode}: {err[-2000:]}")
         try:
             with urllib.request.urlopen(url, timeout=10) as response:
