@@ -106,9 +106,11 @@ class Page:
         self.problems: list[str] = []
         self.page.on(
             "console",
-            lambda m: self.problems.append(f"console.{m.type}: {m.text}")
-            if m.type in ("error", "warning")
-            else None,
+            lambda m: (
+                self.problems.append(f"console.{m.type}: {m.text}")
+                if m.type in ("error", "warning")
+                else None
+            ),
         )
         self.page.on("pageerror", lambda e: self.problems.append(f"pageerror: {e}"))
 
