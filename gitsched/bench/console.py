@@ -68,9 +68,9 @@ def build_repo(root: Path, nodes: int, jobs: int, queues: int, seed: int, solver
         folder = root / "teams" / queue.name
         folder.mkdir(parents=True)
         (folder / "queue.yaml").write_text(_dump([queue_doc(queue)]))
-    # The jobs arrive in commits of a few hundred, as teams would commit them: the
-    # changes page then has commits to list.
-    per = max(1, len(job_list) // 20)
+    # The jobs arrive in commits of 500 (at most 20 commits), as teams would commit them:
+    # the changes page then has commits to list.
+    per = max(500, -(-len(job_list) // 20))
     for start in range(0, len(job_list), per):
         _write_jobs(root, job_list[start : start + per])
         _commit(root, f"{len(job_list[start : start + per])} jobs ({start // per + 1})")

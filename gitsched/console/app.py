@@ -126,9 +126,10 @@ def _cookie(headers: dict[bytes, bytes], name: str) -> str | None:
 class Guard:
     """ASGI middleware in front of the console: limits, access, security headers."""
 
-    def __init__(self, app: ASGIApp, access: Access) -> None:
+    def __init__(self, app: ASGIApp, access: Access, source: ConsoleSource | None = None) -> None:
         self.app = app
         self.access = access
+        self.source = source  # the console's, to stop when a host app shuts down
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -557,7 +558,7 @@ def console_app(
     trust_forwarded_user: bool = False,
     source: ConsoleSource | None = None,
     **source_options: Any,
-) -> ASGIApp:
+) -> Guard:
     """The console as an ASGI app of its own (guard included), for `gitsched console` or to
     mount under a prefix of another Starlette app (e.g. Mount("/console", app=...)); its
     source starts on the first request and stops with the app's lifespan."""
@@ -575,5 +576,4 @@ def console_app(
         exception_handlers=EXCEPTION_HANDLERS,
         lifespan=lifespan,
     )
-    app.state.console_source = source
-    return Guard(app, Access(token, trust_forwarded_user))
+    return Guard(app, Access(token, trust_forwarded_user), source)
