@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from tests.console.conftest import HOSTILE_NAME, hostile_commit, probe_job
-from tests.support.cluster_repo import gitsched, start_gitsched
+from tests.support.cluster_repo import start_gitsched
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -170,7 +170,15 @@ def test_a_commit_appears_live(console: str, page: Page, demo: Path) -> None:
     # a mark on the window: a full reload would clear it
     page.page.evaluate("window.__stillTheSamePage = true")
     probe_job(demo, "live-probe")
-    gitsched("reconcile", "--once", "--repo", demo, expect=0)
+    reconciling = start_gitsched("reconcile", "--once", "--repo", demo)
+    # the console answers while the reconciler works (it reads the audit view, not the log)
+    while True:
+        running = reconciling.poll() is None
+        with urllib.request.urlopen(console + "/jobs?queue=fraud", timeout=60) as response:
+            assert response.status == 200
+        if not running:
+            break
+    assert reconciling.wait() == 0, reconciling.communicate()
     page.page.wait_for_selector("text=fraud: live-probe, one H100", timeout=WAIT_MS)
     assert page.page.evaluate("window.__stillTheSamePage") is True
     assert int(page.page.inner_text("#seq")) > seq_before
