@@ -492,19 +492,13 @@ MOVED_SHOWN = 8
 MOVED_SHOWN_ON_COMMIT = 500
 
 
-def _moved_summary(moved: list[dict[str, Any]], shown: int) -> dict[str, Any]:
-    counts: dict[str, int] = {}
-    for m in moved:
-        counts[m["what"]] = counts.get(m["what"], 0) + 1
-    return {"counts": sorted(counts.items()), "shown": moved[:shown], "more": len(moved) - shown}
-
-
 def changes(store: AuditStore, before_seq: int | None, limit: int = 50) -> dict[str, Any]:
     commits = commits_query.recent_commits(store, before_seq=before_seq, limit=limit)
-    moved = commits_query.moved_by(store, [c["sha"] for c in commits])
+    moved = commits_query.moved_by(store, [c["sha"] for c in commits], MOVED_SHOWN)
     for c in commits:
         c["changes"] = commits_query.commit_changes(store, c["seq"]) if c["applied"] else []
-        c["moved"] = _moved_summary(moved[c["sha"]], MOVED_SHOWN)
+        c["moved"] = moved[c["sha"]]
+        c["moved"]["more"] = c["moved"]["total"] - len(c["moved"]["shown"])
     return {
         "commits": commits,
         "total": commits_query.commit_count(store),
@@ -517,9 +511,10 @@ def commit(store: AuditStore, sha: str) -> dict[str, Any] | None:
     if found is None:
         return None
     found["changes"] = commits_query.commit_changes(store, found["seq"]) if found["applied"] else []
-    found["moved"] = _moved_summary(
-        commits_query.moved_by(store, [found["sha"]])[found["sha"]], MOVED_SHOWN_ON_COMMIT
-    )
+    found["moved"] = commits_query.moved_by(store, [found["sha"]], MOVED_SHOWN_ON_COMMIT)[
+        found["sha"]
+    ]
+    found["moved"]["more"] = found["moved"]["total"] - len(found["moved"]["shown"])
     return found
 
 
