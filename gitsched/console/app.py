@@ -319,8 +319,11 @@ class Pages:
         found, history = await _in_thread(read)
         if found is None:
             raise HTTPException(404, f"There is no queue {name!r} in the cluster.")
-        points = views.sparkline([r["used_share_pct"] for r in history])
-        fair = views.sparkline([r["fair_share_pct"] for r in history])
+        used = [r["used_share_pct"] for r in history]
+        shares = [r["fair_share_pct"] for r in history]
+        top = max(used + shares, default=0.0)
+        points = views.sparkline(used, top)
+        fair = views.sparkline(shares, top)
         return self.render(
             request,
             "queue.html",

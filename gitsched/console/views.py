@@ -300,11 +300,12 @@ def queue_history(
     return [r for r in fairshare_query.fair_share_over_time(store, times) if r["queue"] == queue]
 
 
-def sparkline(values: list[float], width: int = 280, height: int = 40) -> str:
-    """SVG polyline points for `values` scaled into width x height (no data: '')."""
+def sparkline(values: list[float], top: float, width: int = 280, height: int = 40) -> str:
+    """SVG polyline points for `values` scaled into width x height, `top` at the top (one
+    scale for the lines drawn together); no data: ''."""
     if len(values) < 2:
         return ""
-    top = max(max(values), 1e-9)
+    top = max(top, 1e-9)
     step = width / (len(values) - 1)
     return " ".join(
         f"{i * step:.1f},{height - (v / top) * (height - 2) - 1:.1f}" for i, v in enumerate(values)
