@@ -190,3 +190,34 @@ def test_an_unreachable_log_is_said_on_the_page(tmp_path: Path, demo: Path) -> N
             assert response.status_code == 200, path
             assert "cannot be read" in response.text and "no event log at" in response.text
         assert client.get("/jobs/nlp/moe-gang").status_code == 404
+
+
+def test_mounted_under_a_prefix_in_another_app(demo: Path) -> None:
+    """As serve mounts it: its links, its script and its guard follow the prefix."""
+    from starlette.applications import Starlette
+    from starlette.responses import PlainTextResponse
+    from starlette.routing import Mount, Route
+
+    console = console_app(demo, log_url(demo), plans=False, token="t0ken-0123456789abcdef")
+    host = Starlette(
+        routes=[
+            Route("/healthz", lambda request: PlainTextResponse("ok")),
+            Mount("/console", app=console),
+        ]
+    )
+    try:
+        with TestClient(host) as client:
+            assert client.get("/healthz").text == "ok"  # the host's own routes: no guard
+            assert client.get("/console/").status_code == 401
+            auth = {"Authorization": "Bearer t0ken-0123456789abcdef"}
+            page = client.get("/console/jobs", headers=auth)
+            assert page.status_code == 200
+            assert page.headers["content-security-policy"] == CSP
+            assert 'src="/console/static/console.js"' in page.text
+            assert 'href="/console/jobs/nlp/moe-gang"' in page.text
+            assert client.get("/console/static/console.js").status_code == 200
+            assert client.get("/console/jobs/nlp/nothing", headers=auth).status_code == 404
+            assert client.get("/console/login").status_code == 401  # the sign-in form
+    finally:
+        assert console.source is not None
+        console.source.stop()
