@@ -115,7 +115,9 @@ def measure(root: Path, requests: int, seed: int) -> dict[str, Any]:
     from gitsched.console.source import ConsoleSource
 
     url = f"sqlite:///{root / '.gitsched' / 'log.db'}"
-    source = ConsoleSource(root, url, plans=False, interval_s=1.0, prepare=views.prepare)
+    source = ConsoleSource(
+        root, url, plans=False, interval_s=1.0, prepare=views.prepare, first_wait_s=3600.0
+    )
     began = time.perf_counter()
     source.start()  # the audit view (built from 0 the first time) and the first snapshot
     load_s = time.perf_counter() - began

@@ -202,6 +202,7 @@ def error_page(
         405: "Method not allowed",
         413: "Request too large",
         500: "Console error",
+        503: "Not ready",
     }
     html = _env.get_template("error.html").render(
         base=root,
@@ -288,6 +289,13 @@ class Pages:
         plans = ",".join(f"{p.branch}@{p.sha[:12]}:{p.seq}" for p in self.source.plans.values())
         return f"{self.source.snapshot.seq}|{self.source.problem or ''}|{plans}"
 
+    def not_ready(self) -> None:
+        """Before the log was ever read, nothing can be said not to exist: 503, not 404."""
+        if not self.source.loaded:
+            raise HTTPException(
+                503, f"The console has not read the log yet: {self.source.problem or 'reading'}"
+            )
+
     async def overview(self, request: Request) -> Response:
         _params(request, set())
         data = await _in_thread(views.overview, self.source.snapshot)
@@ -318,6 +326,7 @@ class Pages:
 
         found, history = await _in_thread(read)
         if found is None:
+            self.not_ready()
             raise HTTPException(404, f"There is no queue {name!r} in the cluster.")
         used = [r["used_share_pct"] for r in history]
         shares = [r["fair_share_pct"] for r in history]
@@ -368,6 +377,7 @@ class Pages:
 
         data = await _in_thread(read)
         if data is None:
+            self.not_ready()
             raise HTTPException(404, f"The log never saw a job {key!r}.")
         return self.render(request, "job.html", "jobs", job=data)
 
@@ -398,6 +408,7 @@ class Pages:
 
         found = await _in_thread(read)
         if found is None:
+            self.not_ready()
             raise HTTPException(404, f"The log never recorded a commit {sha!r}.")
         state = self.source.snapshot.state
         errors: tuple[Finding, ...] = ()
@@ -534,8 +545,12 @@ def console_routes(source: ConsoleSource) -> list[BaseRoute]:
 
 async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
-    message = exc.detail if exc.status_code in (400, 404, 413) else exc.detail or "Error"
-    return error_page(exc.status_code, str(message), root=request.scope.get("root_path", ""))
+    response = error_page(
+        exc.status_code, str(exc.detail or "Error"), root=request.scope.get("root_path", "")
+    )
+    if exc.status_code == 503:
+        response.headers["retry-after"] = "5"
+    return response
 
 
 async def _server_error(request: Request, exc: Exception) -> Response:

@@ -36,6 +36,10 @@ from reconciler.plan import PullRequestPlan, plan_change
 
 log = logging.getLogger(__name__)
 
+# How long the first request waits for the first load of the log (then pages answer with
+# "reading the log" and follow when it is done).
+FIRST_WAIT_S = 10.0
+
 
 @dataclass(frozen=True, slots=True)
 class Snapshot:
@@ -76,6 +80,7 @@ class ConsoleSource:
         interval_s: float = 1.0,
         plans: bool = True,
         prepare: Callable[[Snapshot, AuditStore], None] | None = None,
+        first_wait_s: float = FIRST_WAIT_S,
     ) -> None:
         """`prepare`: builds what pages share of a new snapshot before it is shown, so no
         page request pays for it (gitsched.console.views.prepare)."""
@@ -86,6 +91,8 @@ class ConsoleSource:
         self.interval_s = interval_s
         self.with_plans = plans
         self._prepare = prepare
+        self.first_wait_s = first_wait_s
+        self.loaded = False  # a snapshot was read from the log at least once
         self.snapshot: Snapshot = EMPTY
         self.problem: str | None = None
         self.plans: dict[str, BranchPlan] = {}
@@ -98,6 +105,7 @@ class ConsoleSource:
         self._changed = threading.Condition()
         self._threads: list[threading.Thread] = []
         self._started = False
+        self._first_done = threading.Event()
         self._start_lock = threading.Lock()
 
     # -- lifecycle ------------------------------------------------------------------------
@@ -111,12 +119,14 @@ class ConsoleSource:
         return self._stop.is_set()
 
     def start(self) -> None:
-        """Load once (so the first page has data), then follow the log; idempotent."""
+        """Follow the log, and wait up to `first_wait_s` for the first load, so the first page
+        has data; a log that takes longer (a broker that does not answer) is said on the
+        page meanwhile, and pages answer. Idempotent."""
         with self._start_lock:
             if self._started:
                 return
             self._started = True
-            self.refresh()
+            self.problem = f"reading the event log {self.log_url} for the first time…"
             loops = [self._follow]
             if self.with_plans:
                 loops.append(self._plan_loop)
@@ -124,6 +134,7 @@ class ConsoleSource:
                 thread = threading.Thread(target=loop, name=f"console-{loop.__name__}", daemon=True)
                 thread.start()
                 self._threads.append(thread)
+        self._first_done.wait(self.first_wait_s)
 
     def stop(self) -> None:
         self._stop.set()
@@ -157,6 +168,8 @@ class ConsoleSource:
     # -- following the log ----------------------------------------------------------------
 
     def _follow(self) -> None:
+        self.refresh()
+        self._first_done.set()
         while not self._stop.wait(self.interval_s):
             self.refresh()
 
@@ -211,6 +224,7 @@ class ConsoleSource:
             except Exception:  # a page builds it again, and says what went wrong
                 log.exception("console: preparing the snapshot at seq %d failed", snapshot.seq)
         self.snapshot = snapshot
+        self.loaded = True
         self._notify()
 
     def _notify(self) -> None:
@@ -220,6 +234,9 @@ class ConsoleSource:
     # -- plans of open branches -----------------------------------------------------------
 
     def _plan_loop(self) -> None:
+        while not self._first_done.wait(1.0):
+            if self._stop.is_set():
+                return
         while not self._stop.is_set():
             self.refresh_plans()
             self._stop.wait(max(self.interval_s, 2.0))

@@ -57,7 +57,8 @@ def _wait_up(url: str, server: subprocess.Popen[str]) -> None:
             pytest.fail(f"gitsched console exited {server.returncode}: {err[-2000:]}")
         try:
             with urllib.request.urlopen(url, timeout=10) as response:
-                if response.status == 200:
+                # up, and done with its first read of the log
+                if response.status == 200 and b"for the first time" not in response.read():
                     return
         except (urllib.error.URLError, OSError):
             pass

@@ -5,6 +5,8 @@ asked, every response carries the Content-Security-Policy, hostile text stays te
 from __future__ import annotations
 
 import re
+import threading
+import time
 from pathlib import Path
 
 from starlette.testclient import TestClient
@@ -18,6 +20,8 @@ PAGES = ["/", "/queues", "/queues/nlp", "/jobs", "/jobs/nlp/moe-gang", "/changes
 
 
 def client_for(repo: Path, **options: object) -> TestClient:
+    # A busy CI machine may take long to read the log the first time: wait for it.
+    options.setdefault("first_wait_s", 300.0)
     app = console_app(repo, log_url(repo), interval_s=0.2, **options)  # type: ignore[arg-type]
     return TestClient(app)
 
@@ -74,7 +78,7 @@ def test_changes_list_commits_what_they_moved_and_compliance(demo: Path) -> None
 
 
 def test_open_pull_requests_show_the_plan_of_merging(demo: Path) -> None:
-    source = ConsoleSource(demo, log_url(demo), interval_s=60.0)
+    source = ConsoleSource(demo, log_url(demo), interval_s=60.0, first_wait_s=300.0)
     with TestClient(console_app(demo, log_url(demo), source=source)) as client:
         source.refresh_plans()  # what the plan thread does, here at once
         page = client.get("/pulls").text
@@ -184,12 +188,42 @@ def test_hostile_text_is_escaped(demo: Path) -> None:
 
 def test_an_unreachable_log_is_said_on_the_page(tmp_path: Path, demo: Path) -> None:
     missing = f"sqlite:///{tmp_path / 'gone' / 'log.db'}"
-    with TestClient(console_app(demo, missing, plans=False, interval_s=0.2)) as client:
+    with client_for(demo, plans=False) as client:
+        assert client.get("/jobs/nlp/moe-gang").status_code == 200
+    app = console_app(demo, missing, plans=False, interval_s=0.2, first_wait_s=300.0)
+    with TestClient(app) as client:
         for path in ("/", "/jobs", "/changes", "/queues"):
             response = client.get(path)
             assert response.status_code == 200, path
             assert "cannot be read" in response.text and "no event log at" in response.text
-        assert client.get("/jobs/nlp/moe-gang").status_code == 404
+        # never read: whether the job exists cannot be said
+        response = client.get("/jobs/nlp/moe-gang")
+        assert response.status_code == 503 and response.headers["retry-after"] == "5"
+        assert "has not read the log yet" in response.text
+
+
+def test_a_log_slow_to_answer_does_not_hold_the_pages(demo: Path) -> None:
+    """A first read that takes longer than the console waits (a broker that does not
+    answer): pages answer at once and say so, then follow once it is read."""
+    source = ConsoleSource(demo, log_url(demo), plans=False, interval_s=0.2, first_wait_s=0.0)
+    gate = threading.Event()
+    read = source.refresh
+
+    def slow_refresh() -> None:
+        gate.wait(120)
+        read()
+
+    source.refresh = slow_refresh  # type: ignore[method-assign]
+    with TestClient(console_app(demo, log_url(demo), source=source)) as client:
+        page = client.get("/")
+        assert page.status_code == 200 and "for the first time" in page.text
+        assert client.get("/jobs/nlp/moe-gang").status_code == 503
+        gate.set()
+        deadline = time.monotonic() + 120
+        while not source.loaded and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert "20 nodes, 85 of 144 GPUs" in client.get("/").text
+        assert client.get("/jobs/nlp/moe-gang").status_code == 200
 
 
 def test_mounted_under_a_prefix_in_another_app(demo: Path) -> None:
@@ -198,7 +232,9 @@ def test_mounted_under_a_prefix_in_another_app(demo: Path) -> None:
     from starlette.responses import PlainTextResponse
     from starlette.routing import Mount, Route
 
-    console = console_app(demo, log_url(demo), plans=False, token="t0ken-0123456789abcdef")
+    console = console_app(
+        demo, log_url(demo), plans=False, token="t0ken-0123456789abcdef", first_wait_s=300.0
+    )
     host = Starlette(
         routes=[
             Route("/healthz", lambda request: PlainTextResponse("ok")),
