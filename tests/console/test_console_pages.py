@@ -9,6 +9,7 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
 from starlette.testclient import TestClient
 
 from gitsched.console import ConsoleSource, console_app
@@ -257,3 +258,20 @@ def test_mounted_under_a_prefix_in_another_app(demo: Path) -> None:
     finally:
         assert console.source is not None
         console.source.stop()
+
+
+@pytest.mark.slow
+def test_a_broker_that_is_not_there_is_said_on_the_page(demo: Path) -> None:
+    """No broker listens on port 9 here: each read of the log fails after the Kafka client's
+    timeout. Pages answer meanwhile, then say the log cannot be read."""
+    app = console_app(demo, "kafka://127.0.0.1:9/nothing", plans=False, first_wait_s=0.0)
+    with TestClient(app) as client:
+        page = client.get("/")
+        assert page.status_code == 200 and "kafka://127.0.0.1:9/nothing" in page.text
+        assert client.get("/jobs/vision/video-gen").status_code == 503
+        deadline = time.monotonic() + 300
+        while "cannot be read" not in page.text and time.monotonic() < deadline:
+            time.sleep(0.5)
+            page = client.get("/")
+            assert page.status_code == 200
+        assert "cannot be read" in page.text and "Kafka" in page.text
