@@ -420,13 +420,14 @@ def job(snapshot: Snapshot, store: AuditStore | None, key: str) -> dict[str, Any
         )
     for iv in intervals:
         d = iv.to_dict()
+        where = f"{gpus_text(round(iv.gpus * GPU_MILLI))} GPU {iv.flavor or ''} on {', '.join(iv.nodes)}"
+        why = d["start_reason"] if d["start_reason"] != iv.start_kind.replace("_", " ") else ""
         timeline.append(
             {
                 "seq": iv.start_seq,
                 "time": iv.start,
                 "what": iv.start_kind,
-                "text": f"{d['start_reason']} — {gpus_text(round(iv.gpus * GPU_MILLI))} GPU "
-                f"{iv.flavor or ''} on {', '.join(iv.nodes)}",
+                "text": f"{where} — {why}" if why else where,
             }
         )
         if iv.end_seq is not None:
@@ -464,7 +465,10 @@ def _spec_rows(job: Job) -> list[tuple[str, str]]:
         ("min replicas", str(job.min_replicas) if job.min_replicas is not None else "-"),
         ("GPUs per replica", gpus_text(r.gpu_milli)),
         ("CPU per replica", f"{r.cpu_milli / 1000:g}"),
-        ("memory per replica", f"{r.memory_mib} MiB"),
+        (
+            "memory per replica",
+            f"{r.memory_mib // 1024} GiB" if r.memory_mib % 1024 == 0 else f"{r.memory_mib} MiB",
+        ),
         ("GPU flavors", ", ".join(job.gpu_flavors) or "any"),
         ("priority class", f"{job.priority_class} ({job.priority})"),
         ("preemptible", "yes" if job.preemptible else "no"),
