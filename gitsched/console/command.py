@@ -121,7 +121,17 @@ def console(
         # The console's own limits (gitsched.console.app.Guard) answer 413 before these.
         h11_max_incomplete_event_size=64 * 1024,
     )
-    server = uvicorn.Server(config)
+    assert app.source is not None
+    end_streams = app.source.request_stop
+
+    class Server(uvicorn.Server):
+        def handle_exit(self, sig: int, frame: object) -> None:
+            # Live pages hold an event stream open: end them first, so that shutting down
+            # waits for no one.
+            end_streams()
+            super().handle_exit(sig, frame)  # type: ignore[arg-type]
+
+    server = Server(config)
     try:
         server.run()
     except OSError as e:

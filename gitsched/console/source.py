@@ -136,6 +136,12 @@ class ConsoleSource:
                 self._threads.append(thread)
         self._first_done.wait(self.first_wait_s)
 
+    def request_stop(self) -> None:
+        """Ask the threads and the pages' event streams to end (returns at once)."""
+        self._stop.set()
+        with self._changed:
+            self._changed.notify_all()
+
     def stop(self) -> None:
         self._stop.set()
         with self._changed:
