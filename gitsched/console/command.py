@@ -130,6 +130,11 @@ def console(
             # waits for no one.
             end_streams()
             super().handle_exit(sig, frame)  # type: ignore[arg-type]
+            # uvicorn raises the signal again once it has shut down (dying by it); a
+            # console asked to stop has stopped: exit 0, as `gitsched serve` does.
+            captured = getattr(self, "_captured_signals", None)
+            if isinstance(captured, list):
+                captured.clear()
 
     server = Server(config)
     try:

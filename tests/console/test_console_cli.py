@@ -4,9 +4,13 @@ one line and exit 2; the benchmark serves the console over HTTP and times every 
 from __future__ import annotations
 
 import json
+import signal
+import socket
+import time
+import urllib.request
 from pathlib import Path
 
-from tests.support.cluster_repo import gitsched
+from tests.support.cluster_repo import gitsched, start_gitsched
 
 
 def test_bad_listen_and_token_file_are_usage_errors(tmp_path: Path, demo_template: Path) -> None:
@@ -36,3 +40,36 @@ def test_bench_console_times_every_page_over_http(tmp_path: Path) -> None:
     assert all(p["requests"] == 3 and 0 < p["p50_ms"] <= p["p99_ms"] for p in pages.values())
     assert result["p99_ms"] == max(p["p99_ms"] for p in pages.values())
     assert result["goal_p99_ms"] == 200.0
+
+
+def test_sigterm_with_a_live_page_open_exits_cleanly(demo: Path) -> None:
+    port = _free_port()
+    server = start_gitsched(
+        "console", "--repo", demo, "--listen", f"127.0.0.1:{port}", "--no-plans"
+    )
+    try:
+        deadline = time.monotonic() + 120
+        stream = None
+        while stream is None and time.monotonic() < deadline:
+            assert server.poll() is None, server.communicate()
+            try:
+                stream = urllib.request.urlopen(f"http://127.0.0.1:{port}/events", timeout=60)
+            except OSError:
+                time.sleep(0.2)
+        assert stream is not None, "the console did not answer"
+        assert stream.readline().startswith(b"event: head")  # a live page's stream is open
+        server.send_signal(signal.SIGTERM)
+        _, stderr = server.communicate(timeout=60)
+        assert server.returncode == 0, stderr
+        assert "Traceback" not in stderr and "ERROR" not in stderr
+        stream.close()
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.communicate()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
