@@ -52,9 +52,6 @@ class Snapshot:
     memo: dict[str, Any] = field(default_factory=dict, compare=False)
 
 
-EMPTY = Snapshot(0, ClusterState(), {})
-
-
 @dataclass(frozen=True, slots=True)
 class BranchPlan:
     """The plan of merging one branch, for the log at `seq`; `error` when it could not run."""
@@ -93,7 +90,8 @@ class ConsoleSource:
         self._prepare = prepare
         self.first_wait_s = first_wait_s
         self.loaded = False  # a snapshot was read from the log at least once
-        self.snapshot: Snapshot = EMPTY
+        # Nothing read yet: an empty cluster (its own, as each snapshot's memo is its own).
+        self.snapshot = Snapshot(0, ClusterState(), {})
         self.problem: str | None = None
         self.plans: dict[str, BranchPlan] = {}
         self.plans_problem: str | None = None
@@ -216,7 +214,7 @@ class ConsoleSource:
             if self._writer.offset()[0] < self._log.last_seq():
                 catch_up(self._log, self._writer)
         seq = self._writer.offset()[0]
-        if seq != self.snapshot.seq or self.snapshot is EMPTY:
+        if seq != self.snapshot.seq or not self.loaded:
             self._load(seq)
 
     def _load(self, seq: int) -> None:
