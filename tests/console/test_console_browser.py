@@ -66,6 +66,21 @@ def _wait_up(url: str, server: subprocess.Popen[str]) -> None:
     pytest.fail(f"gitsched console did not answer {url} within {START_TIMEOUT_S:.0f} s")
 
 
+def _wait_for(url: str) -> None:
+    """Until `url` answers 200 (the console has read what was just appended)."""
+    deadline = time.monotonic() + WAIT_MS / 1000
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(url, timeout=30) as response:
+                if response.status == 200:
+                    return
+        except urllib.error.HTTPError as e:
+            if e.code not in (404, 503):
+                raise
+        time.sleep(0.2)
+    pytest.fail(f"{url} did not appear within {WAIT_MS / 1000:.0f} s")
+
+
 @pytest.fixture
 def console(demo: Path) -> Iterator[str]:
     port = _free_port()
@@ -208,6 +223,7 @@ def test_a_job_page_shows_its_reason_and_history(console: str, page: Page) -> No
 
 def test_hostile_names_render_as_text(console: str, page: Page, demo: Path) -> None:
     sha = hostile_commit(demo)
+    _wait_for(console + f"/commits/{sha}")  # the console follows the log within a moment
     page.goto(console + f"/commits/{sha}")
     text = page.page.inner_text("main")
     assert "<script>window.__pwned=1</script>" in text
