@@ -548,6 +548,8 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     response = error_page(
         exc.status_code, str(exc.detail or "Error"), root=request.scope.get("root_path", "")
     )
+    for name, value in (exc.headers or {}).items():  # e.g. a 405's Allow
+        response.headers[name] = value
     if exc.status_code == 503:
         response.headers["retry-after"] = "5"
     return response

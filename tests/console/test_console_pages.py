@@ -117,6 +117,10 @@ def test_missing_things_are_404_pages_and_bad_parameters_400(demo: Path) -> None
             assert "<h1>400" in response.text
         assert client.get("/changes?before=-1").status_code == 400
         assert client.get("/?x=1").status_code == 400
+        # read-only: nothing but GET (and HEAD) on a page
+        response = client.post("/jobs")
+        assert response.status_code == 405 and "GET" in response.headers["allow"]
+        assert response.headers["content-security-policy"] == CSP
 
 
 def test_oversized_requests_get_413(demo: Path) -> None:
