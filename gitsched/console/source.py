@@ -24,7 +24,7 @@ from typing import Any
 
 from audit.catchup import catch_up, open_view
 from audit.projection.cluster_fold import ClusterFold
-from audit.projection.state import JobInfo
+from audit.projection.state import Account, JobInfo, Pool
 from audit.store import AuditStore
 from engine.errors import GitschedError
 from engine.state import ClusterState
@@ -48,6 +48,9 @@ class Snapshot:
     seq: int
     state: ClusterState
     jobs: dict[str, JobInfo]
+    # The audit usage ledger's accounts (queue, flavor) and cohort pools, as of `seq`.
+    accounts: dict[str, Account] = field(default_factory=dict)
+    pools: dict[str, Pool] = field(default_factory=dict)
     # Derived tables the pages share, computed once per snapshot (gitsched.console.views).
     memo: dict[str, Any] = field(default_factory=dict, compare=False)
 
@@ -221,7 +224,7 @@ class ConsoleSource:
         assert self._writer is not None
         saved = self._writer.load_state()
         state = ClusterFold(saved.cluster).state if saved.cluster else ClusterState()
-        snapshot = Snapshot(saved.seq or seq, state, saved.jobs)
+        snapshot = Snapshot(saved.seq or seq, state, saved.jobs, saved.accounts, saved.pools)
         if self._prepare is not None:
             try:
                 self._prepare(snapshot, self._writer)

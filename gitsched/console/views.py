@@ -226,45 +226,35 @@ def _queues(snapshot: Snapshot, store: AuditStore | None) -> list[dict[str, Any]
         if r["cohort"] != r["queue"]
     }
     waits = commits_query.wait_seconds_by_queue(store) if store is not None else {}
-    # Borrowed within a cohort, and what each lender's unused nominal quota covers of it,
-    # pro rata to what each could lend (the audit ledger's rule, audit/projection/ledger.py).
-    borrowed_in: dict[tuple[str, str], int] = {}
-    lendable_in: dict[tuple[str, str], int] = {}
     rows_by_queue: dict[str, list[dict[str, Any]]] = {}
     for name in sorted(s.queues):
         q = s.queues[name]
         flavors = sorted({fq.flavor for fq in q.quotas} | {f for (qq, f) in used if qq == name})
         for flavor in flavors:
             fq = q.quota(flavor)
-            nominal = fq.nominal if fq else 0
-            u = used.get((name, flavor), 0)
-            unused = max(0, nominal - u)
-            lendable = (
-                unused if fq is None or fq.lending_limit is None else min(unused, fq.lending_limit)
-            )
             row: dict[str, Any] = {
                 "flavor": flavor,
-                "nominal": nominal,
+                "nominal": fq.nominal if fq else 0,
                 "borrowing_limit": fq.borrowing_limit if fq else None,
                 "lending_limit": fq.lending_limit if fq else None,
-                "used": u,
-                "borrowed": max(0, u - nominal),
-                "lendable": lendable,
+                "used": used.get((name, flavor), 0),
                 "lent": 0.0,
             }
+            row["borrowed"] = max(0, row["used"] - row["nominal"])
+            # Borrowed and lent as the audit's usage ledger keeps them now
+            # (audit/projection/ledger.py): a lender's part of what its cohort borrows,
+            # pro rata to what each could lend; `audit usage` integrates the same rate.
+            account = snapshot.accounts.get(f"{name}\x1f{flavor}")
+            if account is not None:
+                row["used"], row["borrowed"] = account.used, account.borrowed
+                pool = (
+                    snapshot.pools.get(f"{account.cohort}\x1f{flavor}") if account.cohort else None
+                )
+                row["lent"] = account.lendable * pool.rate if pool is not None else 0.0
             rows_by_queue.setdefault(name, []).append(row)
-            if q.cohort:
-                pool = (q.cohort, flavor)
-                borrowed_in[pool] = borrowed_in.get(pool, 0) + max(0, u - nominal)
-                lendable_in[pool] = lendable_in.get(pool, 0) + lendable
     out = []
     for name in sorted(s.queues):
         q = s.queues[name]
-        for row in rows_by_queue.get(name, []):
-            at = (q.cohort or "", str(row["flavor"]))
-            if q.cohort and lendable_in.get(at):
-                rate = min(borrowed_in[at], lendable_in[at]) / lendable_in[at]
-                row["lent"] = row["lendable"] * rate
         share = shares.get(name, {})
         w = waits.get(name, [])
         out.append(
