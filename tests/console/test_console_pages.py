@@ -44,6 +44,12 @@ def test_every_page_answers_with_the_csp_and_shows_the_log(demo: Path) -> None:
         # the demo's cluster as `gitsched state` folds it: 20 nodes, 144 GPUs, 8 jobs
         assert "20 nodes, 85 of 144 GPUs allocated; 8 jobs, 7 running, 1 pending" in overview
         assert 'title="GPU 0: nlp/llama-pretrain"' in overview
+        queues = client.get("/queues").text
+        # nlp borrows 16 H100 above its nominal 32; vision's unused 16 is what it lends
+        nlp = '<td>h100-80g</td><td class="n">32</td><td class="n">16</td><td class="n">-</td>'
+        assert nlp + '<td class="n">48</td><td class="n">16</td><td class="n">0.0</td>' in queues
+        vision = '<td>h100-80g</td><td class="n">24</td><td class="n">16</td><td class="n">-</td>'
+        assert vision + '<td class="n">8</td><td class="n">0</td><td class="n">16.0</td>' in queues
         jobs = client.get("/jobs?queue=vision&state=pending").text
         assert "vision/video-gen" in jobs and "vision/notebook" not in jobs
         assert "1 job(s)" in jobs
