@@ -88,9 +88,23 @@ class Access:
     """Who may read: anyone who reaches the port (the default, bound to 127.0.0.1), a holder
     of the bearer token, or, behind oauth2-proxy, whoever it names in X-Forwarded-User."""
 
-    def __init__(self, token: str | None = None, trust_forwarded_user: bool = False) -> None:
+    def __init__(
+        self,
+        token: str | None = None,
+        trust_forwarded_user: bool = False,
+        allowed_hosts: frozenset[str] | None = None,
+    ) -> None:
         self.token = token
         self.trust_forwarded_user = trust_forwarded_user
+        # Host names a request may address (None: any). An open console on 127.0.0.1 takes
+        # only its loopback names, so a web page that rebinds its own name to 127.0.0.1
+        # (DNS rebinding) cannot read the cluster through the user's browser.
+        self.allowed_hosts = allowed_hosts
+
+    def host_allowed(self, headers: dict[bytes, bytes]) -> bool:
+        if self.allowed_hosts is None:
+            return True
+        return host_name(headers.get(b"host", b"").decode("latin-1")) in self.allowed_hosts
 
     @property
     def open(self) -> bool:
@@ -107,6 +121,17 @@ class Access:
             if given is not None and hmac.compare_digest(given.encode(), self.token.encode()):
                 return True, None
         return self.open, None
+
+
+LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
+
+
+def host_name(host: str) -> str:
+    """'name:port', '[::1]:port' or 'name' -> the name, lower-case."""
+    host = host.strip().lower()
+    if host.startswith("["):
+        return host[1 : host.find("]")] if "]" in host else host
+    return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
 
 
 def _bearer(headers: dict[bytes, bytes]) -> str | None:
@@ -155,6 +180,14 @@ class Guard:
             await error_page(413, "This request is too large for the console.")(
                 scope, receive, send_secured
             )
+            return
+        if not self.access.host_allowed(headers):
+            log.warning("console: 400 for Host %r from %s", headers.get(b"host", b"")[:100], client)
+            await error_page(
+                400,
+                "This console answers only to the names it is served as (loopback, unless a "
+                "token or an auth proxy guards it): see docs/console.md.",
+            )(scope, receive, send_secured)
             return
         allowed, user = self.access.user(headers)
         relative = path[len(scope.get("root_path", "")) :] if scope.get("root_path") else path
@@ -576,6 +609,7 @@ def console_app(
     *,
     token: str | None = None,
     trust_forwarded_user: bool = False,
+    allowed_hosts: frozenset[str] | None = None,
     source: ConsoleSource | None = None,
     **source_options: Any,
 ) -> Guard:
@@ -596,4 +630,4 @@ def console_app(
         exception_handlers=EXCEPTION_HANDLERS,
         lifespan=lifespan,
     )
-    return Guard(app, Access(token, trust_forwarded_user), source)
+    return Guard(app, Access(token, trust_forwarded_user, allowed_hosts), source)

@@ -72,6 +72,13 @@ def read_token(path: str) -> str:
 @click.option(
     "--no-plans", is_flag=True, help="Do not plan open branches (the PR page stays empty)."
 )
+@click.option(
+    "--allow-host",
+    "allow_hosts",
+    multiple=True,
+    help="A host name requests may address besides the loopback ones, when the console is "
+    "open (no token, no auth proxy); repeatable. Others get 400 (DNS rebinding).",
+)
 def console(
     repo: str,
     log_url: str | None,
@@ -81,6 +88,7 @@ def console(
     branch: str,
     interval: float,
     no_plans: bool,
+    allow_hosts: tuple[str, ...],
 ) -> None:
     """Serve the read-only web console: overview, queues, jobs, changes, open pull requests.
 
@@ -90,22 +98,28 @@ def console(
     """
     import uvicorn
 
-    from gitsched.console.app import console_app
+    from gitsched.console.app import LOOPBACK_HOSTS, console_app
 
     host, port = parse_listen(listen)
     token = read_token(token_file) if token_file else None
     if host not in ("127.0.0.1", "localhost", "::1") and token is None and not trust_forwarded_user:
         click.echo(
             f"gitsched console: warning: serving on {host} with no --token-file and no "
-            "--trust-forwarded-user: anyone who reaches the port can read the cluster",
+            "--trust-forwarded-user: anyone who reaches the port can read the cluster "
+            "(requests must name it by a loopback name or an --allow-host one)",
             err=True,
         )
     url = resolve_log_url(log_url, repo)
+    guarded = token is not None or trust_forwarded_user
     app = console_app(
         repo,
         url,
         token=token,
         trust_forwarded_user=trust_forwarded_user,
+        # Open, the console answers only to loopback names (and --allow-host ones).
+        allowed_hosts=None
+        if guarded
+        else LOOPBACK_HOSTS | {host.lower()} | {h.lower() for h in allow_hosts},
         branch=branch,
         interval_s=interval,
         plans=not no_plans,

@@ -285,3 +285,18 @@ def test_a_broker_that_is_not_there_is_said_on_the_page(demo: Path) -> None:
             page = client.get("/")
             assert page.status_code == 200
         assert "cannot be read" in page.text and "Kafka" in page.text
+
+
+def test_an_open_console_answers_only_to_its_loopback_names(demo: Path) -> None:
+    """DNS rebinding: a page on evil.example whose name now resolves to 127.0.0.1 sends
+    Host: evil.example; the open console (what `gitsched console` serves) refuses it."""
+    from gitsched.console.app import LOOPBACK_HOSTS
+
+    with client_for(demo, plans=False, allowed_hosts=LOOPBACK_HOSTS) as client:
+        for host in ("evil.example", "evil.example:8080", "127.0.0.1.evil.example"):
+            response = client.get("/", headers={"host": host})
+            assert response.status_code == 400, host
+            assert response.headers["content-security-policy"] == CSP
+            assert "nlp/" not in response.text
+        for host in ("127.0.0.1:8080", "localhost", "LOCALHOST:1", "[::1]:8080"):
+            assert client.get("/", headers={"host": host}).status_code == 200, host
