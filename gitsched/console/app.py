@@ -320,6 +320,7 @@ class Pages:
     def version(self) -> str:
         """What a page shows changes with this: the log's seq, the problem, the plans."""
         plans = ",".join(f"{p.branch}@{p.sha[:12]}:{p.seq}" for p in self.source.plans.values())
+        plans += "|" + ",".join(f"{b}@{sha[:12]}" for b, sha, _ in self.source.branches or ())
         return f"{self.source.snapshot.seq}|{self.source.problem or ''}|{plans}"
 
     def not_ready(self) -> None:
@@ -456,11 +457,16 @@ class Pages:
     async def pulls(self, request: Request) -> Response:
         _params(request, set())
         plans = []
-        try:
-            branches = await _in_thread(self.source.open_branches)
-            problem = self.source.plans_problem
-        except Exception as e:  # git missing or the repo gone: say so on the page
-            branches, problem = [], str(e)
+        # The plan thread lists the branches (git, per branch) every few seconds; a page
+        # reads its list. With plans off, or before its first pass, the page lists them.
+        listed = self.source.branches
+        problem = self.source.plans_problem
+        if listed is None:
+            try:
+                listed = await _in_thread(self.source.open_branches)
+            except Exception as e:  # git missing or the repo gone: say so on the page
+                listed, problem = [], str(e)
+        branches = listed
         for name, sha, subject in branches:
             known = self.source.plans.get(name)
             entry: dict[str, Any] = {"branch": name, "sha": sha, "subject": subject}

@@ -97,6 +97,8 @@ class ConsoleSource:
         self.snapshot = Snapshot(0, ClusterState(), {})
         self.problem: str | None = None
         self.plans: dict[str, BranchPlan] = {}
+        # (branch, sha, subject) of the open branches, as the plan thread last listed them
+        self.branches: list[tuple[str, str, str]] | None = None
         self.plans_problem: str | None = None
         self._read_lock = threading.Lock()
         self._reader: AuditStore | None = None
@@ -288,6 +290,9 @@ class ConsoleSource:
         except GitschedError as e:
             self.plans_problem = str(e)
             return
+        if branches != self.branches:
+            self.branches = branches
+            self._notify()
         fresh: dict[str, BranchPlan] = {}
         for name, sha, subject in branches:
             old = self.plans.get(name)
