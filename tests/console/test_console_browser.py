@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from tests.console.conftest import HOSTILE_NAME, hostile_commit, probe_job
-from tests.support.cluster_repo import start_gitsched
+from tests.support.cluster_repo import git, start_gitsched
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -244,3 +244,17 @@ def test_hostile_names_render_as_text(console: str, page: Page, demo: Path) -> N
     assert page.page.evaluate("typeof window.__pwned") == "undefined"
     problems = [p for p in page.problems if "404" not in p]
     assert problems == []
+
+
+def test_a_new_branch_appears_with_its_plan(console: str, page: Page, demo: Path) -> None:
+    page.goto(console + "/pulls")
+    page.page.evaluate("window.__stillTheSamePage = true")
+    git(demo, "checkout", "-q", "-b", "pr/fraud-probe")
+    probe_job(demo, "branch-probe")
+    git(demo, "checkout", "-q", "main")
+    section = page.page.locator("section.pr", has_text="pr/fraud-probe")
+    section.locator("p.summary").wait_for(timeout=WAIT_MS)
+    assert "admitted" in section.inner_text() or "pending" in section.inner_text()
+    assert "fraud/branch-probe" in section.inner_text()
+    assert page.page.evaluate("window.__stillTheSamePage") is True
+    assert page.problems == []
