@@ -51,6 +51,7 @@ from reconciler.specs import load_commit, load_worktree
         "inventory": "gitsched.cli_inventory:inventory",
         "serve": "gitsched.serve:serve",
         "telemetry": "gitsched.cli_telemetry:telemetry",
+        "console": "gitsched.console.command:console",
     },
     context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
 )

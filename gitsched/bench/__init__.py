@@ -20,7 +20,8 @@ from gitsched.options import LazyGroup
         "reconcile": "gitsched.bench.reconcile:command",
         "kube": "gitsched.bench.kube:command",
         "trace": "gitsched.bench.trace:command",
+        "console": "gitsched.bench.console:command",
     },
 )
 def bench() -> None:
-    """Benchmarks: placement quality and speed, log throughput, audit latency."""
+    """Benchmarks: placement quality and speed, log throughput, audit and console latency."""
