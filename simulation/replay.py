@@ -27,6 +27,7 @@ from pathlib import Path
 from engine import events as ev
 from engine.errors import PermanentError
 from engine.model import (
+    BackfillPolicy,
     ClusterSpec,
     FlavorQuota,
     GpuFlavor,
@@ -279,7 +280,7 @@ def job_of(t: TraceJob, priority: int, limit_minutes: int | None) -> Job:
     else:
         replicas, per = 1, gpus
     whole = max(1, per // GPU_MILLI)
-    job = Job(
+    return Job(
         name=f"j{t.index:06d}",
         queue=t.team,
         replicas=replicas,
@@ -289,10 +290,8 @@ def job_of(t: TraceJob, priority: int, limit_minutes: int | None) -> Job:
         gpu_flavors=(FLAVOR,),
         checkpoint_interval_minutes=CHECKPOINT_MINUTES,
         submitted_at=iso(t.submit_s),
+        time_limit_minutes=limit_minutes,
     )
-    if limit_minutes is not None and "time_limit_minutes" in Job.__dataclass_fields__:
-        job = replace(job, time_limit_minutes=limit_minutes)  # type: ignore[call-arg]
-    return job
 
 
 def sjf_priorities(jobs: Sequence[TraceJob]) -> dict[int, int]:
@@ -577,13 +576,22 @@ def wait_cdf(result: ReplayResult) -> list[float]:
 
 def policies(builtin: Policy) -> list[ReplayPolicy]:
     """The policies BENCHMARKS.md §5 compares, each a configuration of the product:
-    gitsched's built-in Policy; best-effort FIFO (Kueue's default: priority, then
-    submission order, a head that does not fit does not block, no preemption); and
-    shortest-job-first with the true run times known (an oracle: priorities by run time).
-    """
-    fifo = Policy(solver="greedy", preemption_enabled=False, fairness_weight=0.0)
+    gitsched's built-in Policy (the MILP, fair share, preemption, EASY backfill); best-effort
+    FIFO (Kueue's default: priority, then submission order, a head that does not fit does
+    not block, no preemption, no reservation); EASY backfill as Slurm does it (the same
+    order, one reservation for the top job, no preemption); and shortest-job-first with the
+    true run times known (an oracle: priorities by run time, no reservation).
+    Kueue's StrictFIFO is not a configuration gitsched has yet, so it is not compared."""
+    fifo = Policy(
+        solver="greedy",
+        preemption_enabled=False,
+        fairness_weight=0.0,
+        backfill=BackfillPolicy(reservations=0),
+    )
+    easy = replace(fifo, backfill=BackfillPolicy(reservations=1))
     return [
         ReplayPolicy("gitsched", builtin),
         ReplayPolicy("fifo", fifo),
+        ReplayPolicy("easy-backfill", easy),
         ReplayPolicy("sjf-oracle", fifo, oracle_sjf=True),
     ]

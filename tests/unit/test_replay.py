@@ -21,6 +21,7 @@ from simulation.replay import (
     TraceJob,
     figures,
     jain,
+    policies,
     read_philly,
     replay,
     size_cluster,
@@ -167,3 +168,27 @@ def test_bench_trace_stops_at_a_malformed_row(tmp_path: Path) -> None:
     result = CliRunner().invoke(main, ["bench", "trace", "--trace", str(path)])
     assert result.exit_code == 2
     assert "philly.csv:2: num_gpus" in result.output
+
+
+def test_easy_backfill_holds_the_job_that_would_delay_the_gangs_reservation() -> None:
+    """Two 8-GPU nodes. A (8 GPUs, limit 2,000 s) runs from t=0 and ends at 1,000; B asks
+    16 GPUs at t=1; C asks 8 at t=2 and runs 5,000 s. Best-effort FIFO starts C at once on
+    the free node, so B waits for C; EASY backfill reserves both nodes for B from A's limit,
+    holds C (it would run past it), starts B when A ends, then C."""
+    jobs = [
+        TraceJob(0, 0.0, 1000.0, 8 * GPU_MILLI, "a"),
+        TraceJob(1, 1.0, 100.0, 16 * GPU_MILLI, "a"),
+        TraceJob(2, 2.0, 5000.0, 8 * GPU_MILLI, "a"),
+    ]
+    cluster = size_cluster(jobs, load=1000.0)
+    assert cluster.gpus == 16
+    limits = {0: 34, 1: 10, 2: 167}  # minutes: each a little above its run
+    by_name = {rp.name: rp for rp in policies(policy_of(default_policy()))}
+
+    def starts(name: str) -> dict[int, float | None]:
+        result = replay(jobs, cluster, by_name[name], limits)
+        return {r.trace.index: r.first_start for r in result.jobs}
+
+    assert starts("fifo") == {0: 0.0, 1: 5002.0, 2: 2.0}
+    assert starts("easy-backfill") == {0: 0.0, 1: 1000.0, 2: 1100.0}
+    assert starts("gitsched") == {0: 0.0, 1: 1000.0, 2: 1100.0}
