@@ -17,6 +17,13 @@ from cluster.api import Obj
 from engine.model import Job, Placement, Queue
 from engine.state import ClusterState
 from engine.units import GPU_MILLI
+from policies.pod_security import (
+    CONTAINER_KINDS,
+    GPU_RESOURCE,
+    PLACEMENT_FIELDS,
+    UNACCOUNTED_ALLOWED,
+    UNACCOUNTED_POD_FIELDS,
+)
 
 MANAGED_BY = "app.kubernetes.io/managed-by"
 MANAGER = "gitsched"
@@ -31,6 +38,19 @@ SCHEDULING_GATE = "gitsched.io/placement"
 SCHEDULER_NAME = "gitsched"
 SELECTOR = f"{MANAGED_BY}={MANAGER}"
 DEFAULT_IMAGE = "registry.k8s.io/pause:3.10"
+# A job without a template runs the pause image, as the Pod Security Standard
+# `restricted` asks, so it runs in a namespace of any level.
+DEFAULT_CONTAINER = {
+    "name": "main",
+    "image": DEFAULT_IMAGE,
+    "securityContext": {
+        "runAsNonRoot": True,
+        "runAsUser": 65535,
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+        "seccompProfile": {"type": "RuntimeDefault"},
+    },
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,14 +117,16 @@ def _body(
     template: dict[str, Any] = copy.deepcopy(dict(job.template or {}))
     meta = template.get("metadata") or {}
     spec = template.get("spec") or {}
-    spec.setdefault("containers", [{"name": "main", "image": DEFAULT_IMAGE}])
+    spec.setdefault("containers", [copy.deepcopy(DEFAULT_CONTAINER)])
     spec.setdefault("restartPolicy", "Never")
     # Gated until every replica of the gang exists; a scheduler of our own name, so
     # no kube-scheduler takes the pod in the moment between ungating and binding.
     spec["schedulingGates"] = [{"name": SCHEDULING_GATE}]
     spec["schedulerName"] = SCHEDULER_NAME
-    spec.pop("nodeName", None)
-    _set_resources(spec["containers"][0], job)
+    for field in PLACEMENT_FIELDS:  # placement is gitsched's (the template may not state it)
+        if field not in ("schedulingGates", "schedulerName"):
+            spec.pop(field, None)
+    _set_resources(spec, job)
     env = spec["containers"][0].setdefault("env", [])
     env.extend(
         [
@@ -135,17 +157,54 @@ def _body(
     }
 
 
-def _set_resources(container: dict[str, Any], job: Job) -> None:
-    """The job's per-replica resources, unless the template states them itself."""
-    resources = container.setdefault("resources", {})
-    requests = resources.setdefault("requests", {})
-    limits = resources.setdefault("limits", {})
+def _set_resources(spec: dict[str, Any], job: Job) -> None:
+    """Exactly the resources gitsched accounts: the job's per-replica figures on the first
+    container, and none of cpu, memory, GPUs or any other resource anywhere else.
+
+    Validation refuses a template that states other figures (policies/pod_security.py);
+    this makes it so for any pod made, whatever the log holds. Scratch disk
+    (ephemeral-storage) is not accounted and stays as the template states it.
+    """
+    main = spec["containers"][0]
+    stated_limits = (main.get("resources") or {}).get("limits") or {}
+    cpu_limit = isinstance(stated_limits, dict) and "cpu" in stated_limits
+    for field in UNACCOUNTED_POD_FIELDS:
+        spec.pop(field, None)
+    for kind in CONTAINER_KINDS:
+        containers = spec.get(kind)
+        for container in containers if isinstance(containers, list) else []:
+            if isinstance(container, dict):
+                container["resources"] = _unaccounted_only(container.get("resources"))
+    stated = main["resources"]
+    requests = stated.setdefault("requests", {})
+    limits = stated.setdefault("limits", {})
     r = job.resources
-    if r.gpu_milli >= GPU_MILLI and "nvidia.com/gpu" not in limits:
-        # Whole GPUs are an extended resource: requests equal limits.
-        limits["nvidia.com/gpu"] = str(r.whole_gpus)
-        requests["nvidia.com/gpu"] = str(r.whole_gpus)
-    if r.cpu_milli and "cpu" not in requests:
+    if r.gpu_milli >= GPU_MILLI:
+        # Whole GPUs are an extended resource: requests equal limits. A share of one GPU is
+        # no extended resource: the pod's GPU annotation names the device it shares.
+        limits[GPU_RESOURCE] = str(r.whole_gpus)
+        requests[GPU_RESOURCE] = str(r.whole_gpus)
+    if r.cpu_milli:
         requests["cpu"] = f"{r.cpu_milli}m"
-    if r.memory_mib and "memory" not in requests:
+        if cpu_limit:  # a CPU limit throttles: only when the template asks for one
+            limits["cpu"] = f"{r.cpu_milli}m"
+    if r.memory_mib:
+        # Memory cannot be taken back from a pod that outgrows it: its limit is its grant.
         requests["memory"] = f"{r.memory_mib}Mi"
+        limits["memory"] = f"{r.memory_mib}Mi"
+    for section in ("requests", "limits"):
+        if not stated[section]:
+            del stated[section]
+
+
+def _unaccounted_only(resources: object) -> dict[str, Any]:
+    if not isinstance(resources, dict):
+        return {}
+    out: dict[str, Any] = {}
+    for section in ("requests", "limits"):
+        figures = resources.get(section)
+        if isinstance(figures, dict):
+            kept = {k: v for k, v in figures.items() if k in UNACCOUNTED_ALLOWED}
+            if kept:
+                out[section] = kept
+    return out

@@ -42,6 +42,7 @@ from engine.units import mib_from_gib, milli_from_cores, milli_from_gpus
 from findings import Finding
 from policies.approval import parse_owners
 from policies.fit import fit_warnings
+from policies.pod_security import pod_security_policy
 from reconciler.git import GitError, GitRepo, TreeEntry
 from schemas import Document, Limits
 
@@ -729,6 +730,7 @@ def policy_of(spec: Mapping[str, Any]) -> Policy:
             spec.get("fairness", {}).get("usageHalfLifeHours", base.usage_half_life_hours)
         ),
         idle=_idle_policy(spec.get("idle", {}), base.idle),
+        pod_security=pod_security_policy(spec),
     )
 
 
