@@ -5,11 +5,15 @@ validate/plan/reconcile report it (policies/rules.py) and as the pod is made (cl
 from __future__ import annotations
 
 import copy
+from dataclasses import replace
 from fractions import Fraction
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
+from cluster.actuator import Actuator
+from cluster.api import KubeApi
+from cluster.informer import Informer
 from cluster.pods import DEFAULT_CONTAINER, desired_pods
 from engine.model import (
     Job,
@@ -415,3 +419,50 @@ def test_a_job_without_a_template_runs_a_pod_restricted_allows() -> None:
 
 def test_policy_in_the_engine_defaults_to_the_built_in_level() -> None:
     assert Policy().pod_security == PodSecurityPolicy("baseline", (), ("default",))
+
+
+# --- the actuator's second wall ---
+
+
+class RecordingApi:
+    """Our cluster adapter, recording the pods the actuator asks it to make."""
+
+    def __init__(self) -> None:
+        self.created: list[dict[str, Any]] = []
+
+    def create_pod(self, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+        self.created.append(body)
+        return {**body, "metadata": {**body["metadata"], "uid": f"u{len(self.created)}"}}
+
+    def ensure_namespace(self, namespace: str) -> None:
+        pass
+
+
+class StillInformer(Informer):
+    """An informer that never watches: the pods it holds are the ones put in it."""
+
+    def __init__(self) -> None:
+        super().__init__(cast(KubeApi, None), "pods")
+
+
+def test_the_actuator_makes_no_pod_of_a_template_the_policy_refuses() -> None:
+    tpl = template(main(securityContext={"privileged": True}), hostNetwork=True)
+    job = Job("train", "vision", 1, GRANT, "normal", 500, template=tpl)
+    state = _state(job)  # a job the log holds: admitted before the rule, say
+    api = RecordingApi()
+    report = Actuator(cast(KubeApi, api), StillInformer(), workers=1).converge(state)
+    assert api.created == []
+    (error,) = report.errors
+    assert error.startswith("vision/train: no pod made: the pod template breaks the policy")
+    assert "template.spec.hostNetwork" in error and "privileged" in error
+
+    # A team the policy lets run privileged pods gets its pod; its figures are the grant's.
+    allowed = replace(
+        state,
+        policy=Policy(pod_security=PodSecurityPolicy(teams=(("vision", "privileged"),))),
+    )
+    report = Actuator(cast(KubeApi, api), StillInformer(), workers=1).converge(allowed)
+    assert report.errors == [] and report.created == 1
+    (pod,) = api.created
+    assert pod["spec"]["hostNetwork"] is True
+    assert pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "1"
