@@ -146,6 +146,8 @@ def template_problems(
     """Everything `template` (a PodTemplateSpec; None when the job has none) may not do,
     for a job granted `granted` per replica, held to Pod Security Standard `level`, that may
     run as one of `service_accounts`. Paths are inside the template; no problem: ()."""
+    if not template and DEFAULT_SERVICE_ACCOUNT in service_accounts:
+        return ()  # the pod gitsched makes of no template asks for nothing (cluster/pods.py)
     template = template if isinstance(template, Mapping) else {}
     meta = _map(template.get("metadata"))
     spec = _map(template.get("spec"))
