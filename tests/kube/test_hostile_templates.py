@@ -6,29 +6,67 @@ the good job keeps running."""
 from __future__ import annotations
 
 import os
+import signal
+import socket
+import subprocess
 
 import pytest
 import yaml
 
+from cluster.api import Obj
 from engine import events as ev
-from tests.acceptance.test_hostile_templates import ESCAPES, _escape, _job
-from tests.kube.test_serve import Daemon, _job_pods
-from tests.support.kube import ENV_VAR, KubeWorld, wait_for
+from tests.support.cluster_repo import start_gitsched
+from tests.support.hostile_templates import ESCAPES, escaped_template, job_doc
+from tests.support.kube import ENV_VAR, TEST_LABEL, KubeWorld, wait_for
 
 pytestmark = pytest.mark.kube
 
 
+def _serve(world: KubeWorld) -> subprocess.Popen[str]:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return start_gitsched(
+        "serve",
+        str(world.repo.path),
+        "--log",
+        f"sqlite:///{world.log_path}",
+        "--kubeconfig",
+        os.environ[ENV_VAR],
+        "--node-selector",
+        f"{TEST_LABEL}={world.run_id}",
+        "--listen",
+        f"127.0.0.1:{port}",
+        "--lease-name",
+        f"gitsched-{world.run_id}",
+        "--lease-seconds",
+        "5",
+        "--poll-seconds",
+        "0.2",
+        "--grace-period-seconds",
+        "1",
+    )
+
+
+def _running(world: KubeWorld, job: str) -> list[Obj]:
+    return [
+        p
+        for p in world.pods().values()
+        if p["metadata"]["labels"]["gitsched.io/job"] == f"{world.team}.{job}"
+        and p["status"].get("phase") == "Running"
+    ]
+
+
 def test_serve_rejects_every_escape_and_never_creates_its_pod(world: KubeWorld) -> None:
-    kubeconfig = os.environ[ENV_VAR]
     world.add_node("n0")
     world.add_node("n1")
     world.bootstrap(nominal=16)
     world.submit("good", replicas=1)
-    daemon = Daemon(world, "replica-a", kubeconfig)
+    daemon = _serve(world)
     try:
-        wait_for("good's pod Running", lambda: len(_job_pods(world, "good")) == 1)
+        wait_for("good's pod Running", lambda: len(_running(world, "good")) == 1)
         for escape, (change, refused) in ESCAPES.items():
-            job = _job(_escape(change))
+            job = job_doc(escaped_template(change))
             world.repo.write(f"teams/{world.team}/jobs/sneaky.yaml", yaml.safe_dump(job))
             sha = world.repo.commit(f"{world.team}: {escape}")
 
@@ -53,7 +91,8 @@ def test_serve_rejects_every_escape_and_never_creates_its_pod(world: KubeWorld) 
         assert not [
             e for e in world.events() if isinstance(e, ev.JobSubmitted) and e.job.name == "sneaky"
         ]
-        assert len(_job_pods(world, "good")) == 1
+        assert len(_running(world, "good")) == 1
     finally:
-        code, stderr = daemon.stop()
-        assert code == 0 and "Traceback" not in stderr, stderr
+        daemon.send_signal(signal.SIGTERM)
+        _, stderr = daemon.communicate(timeout=60)
+        assert daemon.returncode == 0 and "Traceback" not in stderr, stderr

@@ -31,7 +31,45 @@ from policies.pod_security import (
     quantity,
     template_problems,
 )
-from tests.unit.test_policies import JOB, POLICY, base_repo, load
+from schemas import Document, parse_documents, validate_document
+
+H = "apiVersion: gitsched.io/v1\n"
+CLUSTER = (
+    H
+    + """kind: Cluster
+metadata:
+  name: demo
+spec:
+  topologyLevels: [nvlink, rack, zone]
+  gpuFlavors:
+    - name: h100-80g
+  priorityClasses:
+    - {name: normal, value: 500}
+  defaultPriorityClass: normal
+"""
+)
+QUEUE = (
+    H
+    + "kind: Queue\nmetadata:\n  name: vision\nspec:\n  quotas:\n    - {flavor: h100-80g, nominal: 16}\n"
+)
+JOB = H + "kind: Job\nmetadata:\n  name: {name}\nspec:\n{spec}"
+POLICY = H + "kind: Policy\nmetadata:\n  name: {name}\nspec:\n{spec}"
+
+
+def base_repo() -> dict[str, str]:
+    return {"cluster.yaml": CLUSTER, "teams/vision/queue.yaml": QUEUE}
+
+
+def load(files: dict[str, str]) -> list[Document]:
+    docs: list[Document] = []
+    for file, text in files.items():
+        parsed, errors = parse_documents(text.encode(), file)
+        assert errors == (), errors
+        for doc in parsed:
+            assert validate_document(doc) == (), validate_document(doc)
+        docs.extend(parsed)
+    return docs
+
 
 GRANT = Resources(gpu_milli=1000, cpu_milli=4000, memory_mib=16 * 1024)
 ACCOUNTS = ("default",)
