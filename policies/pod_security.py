@@ -344,7 +344,7 @@ def _service_account(spec: Mapping[str, Any], allowed: Sequence[str]) -> Iterato
         elif account not in allowed:
             yield TemplateProblem(
                 ("spec", field),
-                f"service account '{_text(account)}' is not one the policy lists"
+                f"service account {_text(account)} is not one the policy lists"
                 f" (podSecurity.serviceAccounts: {_names(allowed)})",
                 "service-account",
             )
@@ -363,7 +363,7 @@ def _baseline(meta: Mapping[str, Any], spec: Mapping[str, Any]) -> Iterator[Temp
             path = _map(volume.get("hostPath")).get("path", "?")
             yield _pss(
                 ("spec", "volumes", index, "hostPath"),
-                f"hostPath volume '{_text(volume.get('name', index))}' mounts the node's"
+                f"hostPath volume {_text(volume.get('name', index))} mounts the node's"
                 f" {_text(path)}",
                 "baseline",
             )
@@ -373,7 +373,7 @@ def _baseline(meta: Mapping[str, Any], spec: Mapping[str, Any]) -> Iterator[Temp
         if name not in SAFE_SYSCTLS:
             yield _pss(
                 ("spec", "securityContext", "sysctls", index, "name"),
-                f"sysctl '{_text(name)}' is not one of the safe set",
+                f"sysctl {_text(name)} is not one of the safe set",
                 "baseline",
             )
     for key, value in _map(meta.get("annotations")).items():
@@ -383,7 +383,7 @@ def _baseline(meta: Mapping[str, Any], spec: Mapping[str, Any]) -> Iterator[Temp
         ):
             yield _pss(
                 ("metadata", "annotations", key),
-                f"AppArmor profile '{_text(value)}' (runtime/default or localhost/* only)",
+                f"AppArmor profile {_text(value)} (runtime/default or localhost/* only)",
                 "baseline",
             )
     for kind, index, container in _containers(spec):
@@ -506,11 +506,7 @@ def _restricted(spec: Mapping[str, Any]) -> Iterator[TemplateProblem]:
 
 
 def _pss(path: Path, what: str, level: str) -> TemplateProblem:
-    return TemplateProblem(
-        path,
-        f"{what}: not allowed by the Pod Security Standard '{level}'",
-        "pod-security",
-    )
+    return TemplateProblem(path, f"{what} (Pod Security Standard '{level}')", "pod-security")
 
 
 # --- small pieces: a template is free-form, so every value may have any shape ---

@@ -505,8 +505,8 @@ def _policy_changes(before: Policy, after: Policy) -> tuple[FieldChange, ...]:
     changes.extend(
         FieldChange(
             POD_SECURITY_FIELD_NAMES[f.name],
-            _plain(getattr(before.pod_security, f.name)),
-            _plain(getattr(after.pod_security, f.name)),
+            _plain(f.name, getattr(before.pod_security, f.name)),
+            _plain(f.name, getattr(after.pod_security, f.name)),
         )
         for f in dataclasses.fields(type(before.pod_security))
         if getattr(before.pod_security, f.name) != getattr(after.pod_security, f.name)
@@ -514,11 +514,13 @@ def _policy_changes(before: Policy, after: Policy) -> tuple[FieldChange, ...]:
     return tuple(changes)
 
 
-def _plain(value: object) -> object:
-    """A podSecurity value as its Policy document writes it (teams: a mapping)."""
-    if isinstance(value, tuple) and all(isinstance(v, tuple) for v in value):
-        return dict(value)
-    return list(value) if isinstance(value, tuple) else value
+def _plain(name: str, value: object) -> object:
+    """A podSecurity value as its Policy document writes it: `{ml: restricted}`, `[default]`."""
+    if name == "teams" and isinstance(value, tuple):
+        return "{" + ", ".join(f"{k}: {v}" for k, v in value) + "}"
+    if isinstance(value, tuple):
+        return "[" + ", ".join(map(str, value)) + "]"
+    return value
 
 
 def _effects(

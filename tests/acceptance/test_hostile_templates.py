@@ -107,3 +107,27 @@ def test_a_team_held_to_restricted_and_one_allowed_privileged(reconciled: Cluste
     run = gitsched("reconcile", "--once", reconciled.path, expect=1)
     assert "containers[0].resources.limits['nvidia.com/gpu']" in run.stdout
     assert "grants 1 GPU" in run.stdout
+
+
+def test_plan_shows_a_podsecurity_change_and_reconcile_applies_it(reconciled: ClusterRepo) -> None:
+    policy = (
+        "apiVersion: gitsched.io/v1\nkind: Policy\nmetadata:\n  name: security\nspec:\n"
+        "  podSecurity:\n    teams: {ml: restricted}\n    serviceAccounts: [default, trainer]\n"
+    )
+    open_pr(reconciled, {"policies/security.yaml": policy}, "platform: ml runs restricted")
+    plan = plan_json(reconciled, expect=1)
+    changes = {c["field"]: (c["before"], c["after"]) for c in plan["policy_changes"]}
+    assert changes == {
+        "podSecurity.teams": ("{}", "{ml: restricted}"),
+        "podSecurity.serviceAccounts": ("[default]", "[default, trainer]"),
+    }
+    text = gitsched("plan", reconciled.path, f"main..{PR}", expect=1).stdout
+    assert "podSecurity.teams: {} -> {ml: restricted}" in text
+    git(reconciled.path, "merge", "-q", "--ff-only", PR)
+    gitsched("reconcile", "--once", reconciled.path, expect=0)
+    (*_, changed) = of_type(read_events(reconciled.log_path), "PolicyChanged")
+    assert changed.data["policy"]["pod_security"] == {
+        "level": "baseline",
+        "teams": [["ml", "restricted"]],
+        "service_accounts": ["default", "trainer"],
+    }
