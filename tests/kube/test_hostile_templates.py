@@ -9,42 +9,57 @@ import os
 import signal
 import socket
 import subprocess
+import sys
+from pathlib import Path
+from typing import IO
 
 import pytest
 import yaml
 
 from cluster.api import Obj
 from engine import events as ev
-from tests.support.cluster_repo import start_gitsched
+from tests.support.cluster_repo import PROJECT_ROOT, gitsched_env
 from tests.support.hostile_templates import ESCAPES, escaped_template, job_doc
 from tests.support.kube import ENV_VAR, TEST_LABEL, KubeWorld, wait_for
 
 pytestmark = pytest.mark.kube
 
 
-def _serve(world: KubeWorld) -> subprocess.Popen[str]:
+def _serve(world: KubeWorld, output: IO[str]) -> subprocess.Popen[str]:
+    """`gitsched serve` on the world's repo and log; its output goes to a file, so a
+    long run never blocks on a full pipe."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    return start_gitsched(
-        "serve",
-        str(world.repo.path),
-        "--log",
-        f"sqlite:///{world.log_path}",
-        "--kubeconfig",
-        os.environ[ENV_VAR],
-        "--node-selector",
-        f"{TEST_LABEL}={world.run_id}",
-        "--listen",
-        f"127.0.0.1:{port}",
-        "--lease-name",
-        f"gitsched-{world.run_id}",
-        "--lease-seconds",
-        "5",
-        "--poll-seconds",
-        "0.2",
-        "--grace-period-seconds",
-        "1",
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "gitsched",
+            "serve",
+            str(world.repo.path),
+            "--log",
+            f"sqlite:///{world.log_path}",
+            "--kubeconfig",
+            os.environ[ENV_VAR],
+            "--node-selector",
+            f"{TEST_LABEL}={world.run_id}",
+            "--listen",
+            f"127.0.0.1:{port}",
+            "--lease-name",
+            f"gitsched-{world.run_id}",
+            "--lease-seconds",
+            "5",
+            "--poll-seconds",
+            "0.2",
+            "--grace-period-seconds",
+            "1",
+        ],
+        cwd=PROJECT_ROOT,
+        env=gitsched_env(),
+        stdout=output,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
 
 
@@ -62,9 +77,14 @@ def test_serve_rejects_every_escape_and_never_creates_its_pod(world: KubeWorld) 
     world.add_node("n1")
     world.bootstrap(nominal=16)
     world.submit("good", replicas=1)
-    daemon = _serve(world)
+    log_file = world.tmp / "serve.log"
+    with log_file.open("w") as output:
+        _rejects_every_escape(world, _serve(world, output), log_file)
+
+
+def _rejects_every_escape(world: KubeWorld, daemon: subprocess.Popen[str], log_file: Path) -> None:
     try:
-        wait_for("good's pod Running", lambda: len(_running(world, "good")) == 1)
+        wait_for("good's pod Running", lambda: len(_running(world, "good")) == 1, timeout_s=90)
         for escape, (change, refused) in ESCAPES.items():
             job = job_doc(escaped_template(change))
             world.repo.write(f"teams/{world.team}/jobs/sneaky.yaml", yaml.safe_dump(job))
@@ -94,5 +114,6 @@ def test_serve_rejects_every_escape_and_never_creates_its_pod(world: KubeWorld) 
         assert len(_running(world, "good")) == 1
     finally:
         daemon.send_signal(signal.SIGTERM)
-        _, stderr = daemon.communicate(timeout=60)
-        assert daemon.returncode == 0 and "Traceback" not in stderr, stderr
+        daemon.wait(timeout=60)
+        output = log_file.read_text()
+        assert daemon.returncode == 0 and "Traceback" not in output, output
