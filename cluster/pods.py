@@ -115,9 +115,14 @@ def _body(
     job: Job, ns: str, name: str, replica: int, replicas: int, pid: str, gpus: tuple[int, ...]
 ) -> Obj:
     template: dict[str, Any] = copy.deepcopy(dict(job.template or {}))
-    meta = template.get("metadata") or {}
-    spec = template.get("spec") or {}
-    spec.setdefault("containers", [copy.deepcopy(DEFAULT_CONTAINER)])
+    meta = template.get("metadata")
+    meta = meta if isinstance(meta, dict) else {}
+    spec = template.get("spec")
+    spec = spec if isinstance(spec, dict) else {}
+    containers = spec.get("containers")
+    if not (isinstance(containers, list) and containers and isinstance(containers[0], dict)):
+        # No template, or one the actuator refuses (policies/pod_security.py): never a crash.
+        spec["containers"] = [copy.deepcopy(DEFAULT_CONTAINER)]
     spec.setdefault("restartPolicy", "Never")
     # Gated until every replica of the gang exists; a scheduler of our own name, so
     # no kube-scheduler takes the pod in the moment between ungating and binding.
@@ -135,7 +140,7 @@ def _body(
             {"name": "GITSCHED_REPLICAS", "value": str(replicas)},
         ]
     )
-    labels = dict(meta.get("labels") or {})
+    labels = dict(meta["labels"]) if isinstance(meta.get("labels"), dict) else {}
     labels.update(
         {
             MANAGED_BY: MANAGER,
@@ -146,7 +151,7 @@ def _body(
             PLACEMENT_LABEL: pid,
         }
     )
-    annotations = dict(meta.get("annotations") or {})
+    annotations = dict(meta["annotations"]) if isinstance(meta.get("annotations"), dict) else {}
     annotations[JOB_ANNOTATION] = job.key
     annotations[GPUS_ANNOTATION] = ",".join(map(str, gpus))
     return {

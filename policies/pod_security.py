@@ -152,6 +152,20 @@ def template_problems(
     meta = _map(template.get("metadata"))
     spec = _map(template.get("spec"))
     found: list[TemplateProblem] = []
+    containers = spec.get("containers")
+    if not (
+        isinstance(containers, list)
+        and containers
+        and all(isinstance(c, Mapping) for c in containers)
+    ):
+        # The schema says so for a new commit; a job an older log holds may still have it.
+        found.append(
+            TemplateProblem(
+                ("spec", "containers"),
+                "must list at least one container, each a mapping",
+                "pod-spec",
+            )
+        )
     found.extend(_resources(spec, granted))
     found.extend(_placement(spec))
     found.extend(_reserved_metadata(meta))

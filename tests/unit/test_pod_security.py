@@ -312,6 +312,15 @@ def test_service_accounts_gitsched_labels_and_placement_are_not_the_templates() 
     assert unlisted.path == ("spec",) and "'default' account" in unlisted.message
 
 
+def test_a_template_without_containers_is_refused_and_makes_no_crash() -> None:
+    for spec in ({"containers": []}, {"containers": "all"}, {"containers": [3]}, {}):
+        found = template_problems({"spec": spec}, GRANT, "baseline", ACCOUNTS)
+        assert [(p.path, p.code) for p in found] == [(("spec", "containers"), "pod-spec")]
+        job = Job("odd", "vision", 1, GRANT, "normal", 500, template={"spec": spec})
+        (want,) = desired_pods(_state(job)).values()  # the actuator refuses it; no crash
+        assert want.body["spec"]["containers"][0]["image"] == DEFAULT_CONTAINER["image"]
+
+
 def test_hostile_shapes_are_findings_not_crashes() -> None:
     for spec in (
         {"containers": "all of them"},
