@@ -513,3 +513,22 @@ def test_the_actuator_makes_no_pod_of_a_template_the_policy_refuses() -> None:
     (pod,) = api.created
     assert pod["spec"]["hostNetwork"] is True
     assert pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "1"
+
+
+@pytest.mark.parametrize(
+    ("section", "path"),
+    [
+        ("serviceAccounts: [default, gitsched]", "$.spec.podSecurity.serviceAccounts[1]"),
+        ("level: sandboxed", "$.spec.podSecurity.level"),
+        ("teams: {ml: root}", "$.spec.podSecurity.teams.ml"),
+        ("allowHostPath: true", "$.spec.podSecurity.allowHostPath"),
+    ],
+)
+def test_the_policy_schema_refuses_gitscheds_account_and_unknown_levels(
+    section: str, path: str
+) -> None:
+    text = POLICY.format(name="security", spec=f"  podSecurity:\n    {section}\n")
+    (doc,), errors = parse_documents(text.encode(), "policies/security.yaml")
+    assert errors == ()
+    found = validate_document(doc)
+    assert [(e.path, e.line) for e in found] == [(path, 7)], found
