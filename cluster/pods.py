@@ -132,7 +132,10 @@ def _body(
         if field not in ("schedulingGates", "schedulerName"):
             spec.pop(field, None)
     _set_resources(spec, job)
-    env = spec["containers"][0].setdefault("env", [])
+    main = spec["containers"][0]
+    if not isinstance(main.get("env"), list):
+        main["env"] = []
+    env = main["env"]
     env.extend(
         [
             {"name": "GITSCHED_JOB", "value": job.key},
@@ -171,7 +174,8 @@ def _set_resources(spec: dict[str, Any], job: Job) -> None:
     (ephemeral-storage) is not accounted and stays as the template states it.
     """
     main = spec["containers"][0]
-    stated_limits = (main.get("resources") or {}).get("limits") or {}
+    resources = main.get("resources")
+    stated_limits = resources.get("limits") if isinstance(resources, dict) else None
     cpu_limit = isinstance(stated_limits, dict) and "cpu" in stated_limits
     for field in UNACCOUNTED_POD_FIELDS:
         spec.pop(field, None)
