@@ -55,6 +55,11 @@ UNACCOUNTED_POD_FIELDS = {
 }
 
 CONTAINER_KINDS = ("containers", "initContainers", "ephemeralContainers")
+# The NVIDIA container toolkit hands a container the devices these name, whatever the pod
+# requests (unless the node's toolkit is told to ignore them): a GPU around the accounting.
+DEVICE_ENV = frozenset(
+    {"NVIDIA_VISIBLE_DEVICES", "NVIDIA_MIG_CONFIG_DEVICES", "NVIDIA_MIG_MONITOR_DEVICES"}
+)
 # Pod Security Standards, baseline: capabilities a container may add.
 BASELINE_CAPABILITIES = frozenset(
     {
@@ -210,6 +215,15 @@ def _resources(spec: Mapping[str, Any], granted: Resources) -> Iterator[Template
                 " the cpu, memory and GPUs of spec.resources",
                 "resources",
             )
+        for i, variable in enumerate(_list(container.get("env"))):
+            if _map(variable).get("name") in DEVICE_ENV:
+                yield TemplateProblem(
+                    ("spec", kind, index, "env", i, "name"),
+                    f"{_container(kind, index, container)} sets"
+                    f" {_map(variable).get('name')}, which hands it GPUs gitsched does not"
+                    " account; a pod gets the GPUs of spec.resources",
+                    "resources",
+                )
         for section in ("requests", "limits"):
             for name, value in _map(resources.get(section)).items():
                 where = (*at, section, name)
@@ -218,7 +232,7 @@ def _resources(spec: Mapping[str, Any], granted: Resources) -> Iterator[Template
                 if name not in ACCOUNTED:
                     yield TemplateProblem(
                         where,
-                        f"{_container(kind, index, container)} asks for '{name}', which"
+                        f"{_container(kind, index, container)} asks for {_text(name)}, which"
                         " gitsched does not account; a pod gets only the cpu, memory and"
                         " GPUs of spec.resources",
                         "resources",

@@ -84,6 +84,20 @@ ESCAPES: dict[str, tuple[Any, list[tuple[str, str]]]] = {
             )
         ],
     ),
+    "nvidia-visible-devices": (
+        _set(
+            "spec",
+            "containers",
+            value=[
+                {
+                    "name": "train",
+                    "image": "x:1",
+                    "env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}],
+                }
+            ],
+        ),
+        [("$.spec.template.spec.containers[0].env[0].name", "resources")],
+    ),
     "privileged": (
         _set(
             "spec",

@@ -154,6 +154,24 @@ def test_cpu_memory_other_resources_and_pod_level_figures() -> None:
     ]
 
 
+def test_gpus_by_environment_around_the_device_plugin() -> None:
+    tpl = template(
+        main(
+            env=[
+                {"name": "EPOCHS", "value": "3"},
+                {"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"},
+            ]
+        ),
+        initContainers=[
+            {"name": "probe", "env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "0"}]}
+        ],
+    )
+    assert problems(tpl) == [
+        (("spec", "containers", 0, "env", 1, "name"), "resources"),
+        (("spec", "initContainers", 0, "env", 0, "name"), "resources"),
+    ]
+
+
 def test_a_share_of_a_gpu_states_no_whole_gpu() -> None:
     share = Resources(gpu_milli=500)
     tpl = template(main(resources={"limits": {"nvidia.com/gpu": "1"}}))
