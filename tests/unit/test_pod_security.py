@@ -15,6 +15,7 @@ from cluster.actuator import Actuator
 from cluster.api import KubeApi
 from cluster.informer import Informer
 from cluster.pods import DEFAULT_CONTAINER, desired_pods
+from engine import events as ev
 from engine.model import (
     Job,
     Placement,
@@ -25,6 +26,8 @@ from engine.model import (
     Resources,
 )
 from engine.state import ClusterState
+from eventlog import codec
+from eventlog.envelope import GENESIS_HASH, NewEvent, seal
 from policies import check_repository, merge_policies
 from policies.pod_security import (
     pod_security_policy,
@@ -550,3 +553,18 @@ def test_the_policy_schema_refuses_gitscheds_account_and_unknown_levels(
     assert errors == ()
     found = validate_document(doc)
     assert [(e.path, e.line) for e in found] == [(path, 7)], found
+
+
+def test_a_policy_logged_before_pod_security_reads_as_the_built_in_baseline() -> None:
+    """PolicyChanged v1 written before the field existed: the built-in default, so the
+    actuator's second wall holds an old log's jobs to baseline too."""
+    old = seal(
+        NewEvent("x/0", "PolicyChanged", 1, {"policy": {"solver": "greedy"}}, "a", "c"),
+        seq=1,
+        time="2026-01-01T00:00:00.000000Z",
+        prev_hash=GENESIS_HASH,
+    )
+    event = codec.decode(old)
+    assert isinstance(event, ev.PolicyChanged)
+    assert event.policy.pod_security == PodSecurityPolicy("baseline", (), ("default",))
+    assert event.policy.pod_security == pod_security_policy(merge_policies([]))
