@@ -144,7 +144,11 @@ def test_pod_security_admission_refuses_what_the_team_namespace_does_not_allow(
             {"volumes": [{"name": "root", "hostPath": {"path": "/"}}]},
             {
                 "containers": [
-                    {"name": "c", "image": PAUSE, "securityContext": {"privileged": True}}
+                    {
+                        "name": "c",
+                        "image": PAUSE,
+                        "securityContext": {"capabilities": {"add": ["SYS_ADMIN"]}},
+                    }
                 ]
             },
         ):
