@@ -35,6 +35,7 @@ from cluster.api import ClusterRefused, KubeApi, Obj
 from cluster.informer import Informer, Key
 from cluster.pods import JOB_ANNOTATION, PLACEMENT_LABEL, DesiredPod, desired_pods
 from engine.state import ClusterState
+from policies.pod_security import template_problems
 
 log = logging.getLogger("gitsched.cluster")
 
@@ -91,6 +92,7 @@ class Actuator:
         # not need; a platform team makes each team's namespace once.
         self.create_namespaces = create_namespaces
         self._namespaces: set[str] = set()
+        self._refused: set[tuple[str, str]] = set()  # (job, placement) already logged
 
     def converge(self, state: ClusterState) -> ActuationReport:
         report = ActuationReport()
@@ -154,6 +156,12 @@ class Actuator:
         self, state: ClusterState, wants: list[DesiredPod], existing: dict[Key, Obj]
     ) -> ActuationReport:
         report = ActuationReport()
+        refusal = self._refusal(state, wants[0])
+        if refusal:
+            # The second wall: validation refuses such a template, but the log may hold a
+            # job admitted before the rule, or under a policy since made stricter.
+            report.errors.append(f"{wants[0].job}: {refusal}")
+            return report
         try:
             self._converge_gang(state, wants, existing, report)
         except ClusterRefused as e:
@@ -215,6 +223,25 @@ class Actuator:
             placement = state.placements.get(wants[0].job)
             report.gangs_bound[wants[0].job] = placement.started_at if placement else ""
             report.bound_at[wants[0].job] = time.monotonic()
+
+    def _refusal(self, state: ClusterState, want: DesiredPod) -> str:
+        """Why no pod of this job may be made ("" when it may): what its template asks
+        beyond its grant, judged by the policy in the log (policies/pod_security.py)."""
+        job = state.jobs.get(want.job)
+        if job is None:
+            return ""
+        rules = state.policy.pod_security
+        problems = template_problems(
+            job.template, job.resources, rules.level_of(want.namespace), rules.service_accounts
+        )
+        if not problems:
+            return ""
+        text = "; ".join(f"template.{'.'.join(map(str, p.path))}: {p.message}" for p in problems)
+        refusal = f"no pod made: the pod template breaks the policy ({text})"
+        if (want.job, want.placement) not in self._refused:
+            self._refused.add((want.job, want.placement))
+            log.error("job %s: %s", want.job, refusal)
+        return refusal
 
     def _ensure_namespace(self, namespace: str) -> None:
         if self.create_namespaces and namespace not in self._namespaces:

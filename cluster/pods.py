@@ -17,6 +17,13 @@ from cluster.api import Obj
 from engine.model import Job, Placement, Queue
 from engine.state import ClusterState
 from engine.units import GPU_MILLI
+from policies.pod_security import (
+    CONTAINER_KINDS,
+    GPU_RESOURCE,
+    PLACEMENT_FIELDS,
+    UNACCOUNTED_ALLOWED,
+    UNACCOUNTED_POD_FIELDS,
+)
 
 MANAGED_BY = "app.kubernetes.io/managed-by"
 MANAGER = "gitsched"
@@ -31,6 +38,19 @@ SCHEDULING_GATE = "gitsched.io/placement"
 SCHEDULER_NAME = "gitsched"
 SELECTOR = f"{MANAGED_BY}={MANAGER}"
 DEFAULT_IMAGE = "registry.k8s.io/pause:3.10"
+# A job without a template runs the pause image, as the Pod Security Standard
+# `restricted` asks, so it runs in a namespace of any level.
+DEFAULT_CONTAINER = {
+    "name": "main",
+    "image": DEFAULT_IMAGE,
+    "securityContext": {
+        "runAsNonRoot": True,
+        "runAsUser": 65535,
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+        "seccompProfile": {"type": "RuntimeDefault"},
+    },
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,17 +115,27 @@ def _body(
     job: Job, ns: str, name: str, replica: int, replicas: int, pid: str, gpus: tuple[int, ...]
 ) -> Obj:
     template: dict[str, Any] = copy.deepcopy(dict(job.template or {}))
-    meta = template.get("metadata") or {}
-    spec = template.get("spec") or {}
-    spec.setdefault("containers", [{"name": "main", "image": DEFAULT_IMAGE}])
+    meta = template.get("metadata")
+    meta = meta if isinstance(meta, dict) else {}
+    spec = template.get("spec")
+    spec = spec if isinstance(spec, dict) else {}
+    containers = spec.get("containers")
+    if not (isinstance(containers, list) and containers and isinstance(containers[0], dict)):
+        # No template, or one the actuator refuses (policies/pod_security.py): never a crash.
+        spec["containers"] = [copy.deepcopy(DEFAULT_CONTAINER)]
     spec.setdefault("restartPolicy", "Never")
     # Gated until every replica of the gang exists; a scheduler of our own name, so
     # no kube-scheduler takes the pod in the moment between ungating and binding.
     spec["schedulingGates"] = [{"name": SCHEDULING_GATE}]
     spec["schedulerName"] = SCHEDULER_NAME
-    spec.pop("nodeName", None)
-    _set_resources(spec["containers"][0], job)
-    env = spec["containers"][0].setdefault("env", [])
+    for field in PLACEMENT_FIELDS:  # placement is gitsched's (the template may not state it)
+        if field not in ("schedulingGates", "schedulerName"):
+            spec.pop(field, None)
+    _set_resources(spec, job)
+    main = spec["containers"][0]
+    if not isinstance(main.get("env"), list):
+        main["env"] = []
+    env = main["env"]
     env.extend(
         [
             {"name": "GITSCHED_JOB", "value": job.key},
@@ -113,7 +143,7 @@ def _body(
             {"name": "GITSCHED_REPLICAS", "value": str(replicas)},
         ]
     )
-    labels = dict(meta.get("labels") or {})
+    labels = dict(meta["labels"]) if isinstance(meta.get("labels"), dict) else {}
     labels.update(
         {
             MANAGED_BY: MANAGER,
@@ -124,7 +154,7 @@ def _body(
             PLACEMENT_LABEL: pid,
         }
     )
-    annotations = dict(meta.get("annotations") or {})
+    annotations = dict(meta["annotations"]) if isinstance(meta.get("annotations"), dict) else {}
     annotations[JOB_ANNOTATION] = job.key
     annotations[GPUS_ANNOTATION] = ",".join(map(str, gpus))
     return {
@@ -135,17 +165,55 @@ def _body(
     }
 
 
-def _set_resources(container: dict[str, Any], job: Job) -> None:
-    """The job's per-replica resources, unless the template states them itself."""
-    resources = container.setdefault("resources", {})
-    requests = resources.setdefault("requests", {})
-    limits = resources.setdefault("limits", {})
+def _set_resources(spec: dict[str, Any], job: Job) -> None:
+    """Exactly the resources gitsched accounts: the job's per-replica figures on the first
+    container, and none of cpu, memory, GPUs or any other resource anywhere else.
+
+    Validation refuses a template that states other figures (policies/pod_security.py);
+    this makes it so for any pod made, whatever the log holds. Scratch disk
+    (ephemeral-storage) is not accounted and stays as the template states it.
+    """
+    main = spec["containers"][0]
+    resources = main.get("resources")
+    stated_limits = resources.get("limits") if isinstance(resources, dict) else None
+    cpu_limit = isinstance(stated_limits, dict) and "cpu" in stated_limits
+    for field in UNACCOUNTED_POD_FIELDS:
+        spec.pop(field, None)
+    for kind in CONTAINER_KINDS:
+        containers = spec.get(kind)
+        for container in containers if isinstance(containers, list) else []:
+            if isinstance(container, dict):
+                container["resources"] = _unaccounted_only(container.get("resources"))
+    stated = main["resources"]
+    requests = stated.setdefault("requests", {})
+    limits = stated.setdefault("limits", {})
     r = job.resources
-    if r.gpu_milli >= GPU_MILLI and "nvidia.com/gpu" not in limits:
-        # Whole GPUs are an extended resource: requests equal limits.
-        limits["nvidia.com/gpu"] = str(r.whole_gpus)
-        requests["nvidia.com/gpu"] = str(r.whole_gpus)
-    if r.cpu_milli and "cpu" not in requests:
+    if r.gpu_milli >= GPU_MILLI:
+        # Whole GPUs are an extended resource: requests equal limits. A share of one GPU is
+        # no extended resource: the pod's GPU annotation names the device it shares.
+        limits[GPU_RESOURCE] = str(r.whole_gpus)
+        requests[GPU_RESOURCE] = str(r.whole_gpus)
+    if r.cpu_milli:
         requests["cpu"] = f"{r.cpu_milli}m"
-    if r.memory_mib and "memory" not in requests:
+        if cpu_limit:  # a CPU limit throttles: only when the template asks for one
+            limits["cpu"] = f"{r.cpu_milli}m"
+    if r.memory_mib:
+        # Memory cannot be taken back from a pod that outgrows it: its limit is its grant.
         requests["memory"] = f"{r.memory_mib}Mi"
+        limits["memory"] = f"{r.memory_mib}Mi"
+    for section in ("requests", "limits"):
+        if not stated[section]:
+            del stated[section]
+
+
+def _unaccounted_only(resources: object) -> dict[str, Any]:
+    if not isinstance(resources, dict):
+        return {}
+    out: dict[str, Any] = {}
+    for section in ("requests", "limits"):
+        figures = resources.get(section)
+        if isinstance(figures, dict):
+            kept = {k: v for k, v in figures.items() if k in UNACCOUNTED_ALLOWED}
+            if kept:
+                out[section] = kept
+    return out

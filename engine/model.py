@@ -295,6 +295,10 @@ class Policy:
     # Backfill with reservations (engine/placement/reservations.py). Off here (0), so a
     # policy logged before it existed reads as it acted; the built-in policy sets 1 (EASY).
     backfill: BackfillPolicy = field(default_factory=lambda: BackfillPolicy())
+    # What a job's pod template may ask of the node (policies/pod_security.py). Its default
+    # is the built-in policy's, so a policy logged before it existed reads as baseline: the
+    # actuator's second wall then holds old jobs to the same rule as new ones.
+    pod_security: PodSecurityPolicy = field(default_factory=lambda: PodSecurityPolicy())
 
 
 @dataclass(frozen=True, slots=True)
@@ -303,6 +307,22 @@ class BackfillPolicy:
     backfill (Slurm's default), more comes closer to conservative backfill, 0 is off."""
 
     reservations: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class PodSecurityPolicy:
+    """The Pod Security Standard level each team's pod templates are held to, and the
+    service accounts a template may name (Policy `podSecurity`)."""
+
+    level: str = "baseline"  # privileged | baseline | restricted (Kubernetes' own names)
+    teams: tuple[tuple[str, str], ...] = ()  # (team, level), sorted by team
+    service_accounts: tuple[str, ...] = ("default",)
+
+    def level_of(self, team: str) -> str:
+        for name, level in self.teams:
+            if name == team:
+                return level
+        return self.level
 
 
 class IdleAction(StrEnum):

@@ -15,7 +15,14 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Any
 
+from engine.model import PodSecurityPolicy, Resources
+from engine.units import mib_from_gib, milli_from_cores, milli_from_gpus
 from findings import Finding
+from policies.pod_security import (
+    DEFAULT_SERVICE_ACCOUNT,
+    pod_security_policy,
+    template_problems,
+)
 from schemas import Document, JsonPath
 
 CLUSTER_FILE = "cluster.yaml"
@@ -148,6 +155,7 @@ class RepositoryCheck:
         admission = policy.get("admission")
         frame_key = (
             dict(admission) if isinstance(admission, Mapping) else None,
+            pod_security_policy(policy),
             tuple(id(d) for d in unchecked),
             frozenset(broken_files),
         )
@@ -230,6 +238,7 @@ class _Frame:
     team_queues: Mapping[str, Document]
     broken_queues: QueuesInBrokenFiles
     limits: Mapping[str, Any]
+    pod_security: PodSecurityPolicy
 
 
 def _doc_order(doc: Document) -> tuple[str, int]:
@@ -287,7 +296,8 @@ def _frame(
         errors.extend(check_retry(doc))
     admission = policy.get("admission")
     limits: Mapping[str, Any] = admission if isinstance(admission, Mapping) else {}
-    return _Frame(cluster, queues, team_queues, broken_queues, limits), errors
+    frame = _Frame(cluster, queues, team_queues, broken_queues, limits, pod_security_policy(policy))
+    return frame, errors
 
 
 def _job_findings(doc: Document, frame: _Frame) -> tuple[str | None, tuple[Finding, ...]]:
@@ -296,6 +306,7 @@ def _job_findings(doc: Document, frame: _Frame) -> tuple[str | None, tuple[Findi
     errors: list[Finding] = list(_layout((doc,)))
     queue = _job_queue(doc, frame.queues, frame.team_queues, frame.broken_queues, errors)
     errors.extend(_check_job(doc, queue, frame.cluster, frame.limits))
+    errors.extend(_check_job_template(doc, frame.pod_security))
     return (None if queue is None else _name(queue)), tuple(errors)
 
 
@@ -751,6 +762,26 @@ def check_retry(doc: Document) -> Iterator[Finding]:
             " the first wait cannot be longer than the longest",
             "policy",
         )
+
+
+def _check_job_template(doc: Document, pod_security: PodSecurityPolicy) -> Iterator[Finding]:
+    """The pod template asks for no more than the job spec grants (policies/pod_security.py),
+    held to the Pod Security Standard level of the job's team."""
+    spec = _spec(doc)
+    template = spec.get("template")
+    if template is None and DEFAULT_SERVICE_ACCOUNT in pod_security.service_accounts:
+        return  # most jobs: nothing to judge (a commit may hold 50,000 of them)
+    resources: Mapping[str, Any] = spec["resources"]
+    granted = Resources(
+        gpu_milli=milli_from_gpus(resources.get("gpu", 0)),
+        cpu_milli=milli_from_cores(resources.get("cpu", 0)),
+        memory_mib=mib_from_gib(resources.get("memoryGiB", 0)),
+    )
+    team = place_of(doc.file).team or str(spec.get("queue", ""))
+    level = pod_security.level_of(team)
+    for problem in template_problems(template, granted, level, pod_security.service_accounts):
+        at: JsonPath = ("spec", "template", *problem.path) if template is not None else ("spec",)
+        yield doc.error(at, f"job '{_name(doc)}': {problem.message}", problem.code)
 
 
 def _check_job_references(

@@ -65,6 +65,11 @@ POLICY_FIELD_NAMES = {
     "require_signed_approval": "approval.requireSignedApproval",
     "usage_half_life_hours": "fairness.usageHalfLifeHours",
 }
+POD_SECURITY_FIELD_NAMES = {
+    "level": "podSecurity.level",
+    "teams": "podSecurity.teams",
+    "service_accounts": "podSecurity.serviceAccounts",
+}
 IDLE_FIELD_NAMES = {
     "enabled": "idle.enabled",
     "threshold_percent": "idle.thresholdPercent",
@@ -491,7 +496,8 @@ def _policy_changes(before: Policy, after: Policy) -> tuple[FieldChange, ...]:
             POLICY_FIELD_NAMES.get(f.name, f.name), getattr(before, f.name), getattr(after, f.name)
         )
         for f in dataclasses.fields(Policy)
-        if f.name != "idle" and getattr(before, f.name) != getattr(after, f.name)
+        if f.name not in ("idle", "pod_security")
+        and getattr(before, f.name) != getattr(after, f.name)
     ]
     changes.extend(
         FieldChange(
@@ -500,7 +506,25 @@ def _policy_changes(before: Policy, after: Policy) -> tuple[FieldChange, ...]:
         for f in dataclasses.fields(type(before.idle))
         if getattr(before.idle, f.name) != getattr(after.idle, f.name)
     )
+    changes.extend(
+        FieldChange(
+            POD_SECURITY_FIELD_NAMES[f.name],
+            _plain(f.name, getattr(before.pod_security, f.name)),
+            _plain(f.name, getattr(after.pod_security, f.name)),
+        )
+        for f in dataclasses.fields(type(before.pod_security))
+        if getattr(before.pod_security, f.name) != getattr(after.pod_security, f.name)
+    )
     return tuple(changes)
+
+
+def _plain(name: str, value: object) -> object:
+    """A podSecurity value as its Policy document writes it: `{ml: restricted}`, `[default]`."""
+    if name == "teams" and isinstance(value, tuple):
+        return "{" + ", ".join(f"{k}: {v}" for k, v in value) + "}"
+    if isinstance(value, tuple):
+        return "[" + ", ".join(map(str, value)) + "]"
+    return value
 
 
 def _effects(

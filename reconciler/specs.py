@@ -46,6 +46,7 @@ from engine.units import mib_from_gib, milli_from_cores, milli_from_gpus
 from findings import Finding
 from policies.approval import parse_owners
 from policies.fit import fit_warnings
+from policies.pod_security import pod_security_policy
 from reconciler.git import GitError, GitRepo, TreeEntry
 from schemas import Document, Limits
 
@@ -890,6 +891,7 @@ def policy_of(spec: Mapping[str, Any]) -> Policy:
                 spec.get("backfill", {}).get("reservations", base.backfill.reservations)
             )
         ),
+        pod_security=pod_security_policy(spec),
     )
 
 

@@ -21,11 +21,13 @@ from tests.support.kube import KubeWorld, run_until
 pytestmark = pytest.mark.kube
 
 RBAC = Path(__file__).resolve().parents[2] / "deploy" / "rbac.yaml"
+TEAM = Path(__file__).resolve().parents[2] / "deploy" / "teams" / "ml.yaml"
 
 
 def _service_account_api(world: KubeWorld, namespace: str) -> tuple[KubeApi, list[Any]]:
     """A client that authenticates as the `gitsched` service account of `namespace`,
-    bound to deploy/rbac.yaml's rules (cluster-wide names made unique to this test)."""
+    bound to deploy/rbac.yaml's rules (cluster-wide names made unique to this test), with
+    the RoleBinding of deploy/teams/ml.yaml in the test's team namespace."""
     api = world.api
     api.ensure_namespace(namespace)
     api.core.create_namespaced_service_account(
@@ -33,9 +35,13 @@ def _service_account_api(world: KubeWorld, namespace: str) -> tuple[KubeApi, lis
     )
     rbac: Any = client.RbacAuthorizationV1Api(api.api_client)
     made: list[Any] = []
-    for doc in yaml.safe_load_all(RBAC.read_text()):
+    team_binding = [d for d in yaml.safe_load_all(TEAM.read_text()) if d["kind"] == "RoleBinding"]
+    for doc in [*yaml.safe_load_all(RBAC.read_text()), *team_binding]:
         doc = copy.deepcopy(doc)
         kind = doc["kind"]
+        target = namespace
+        if doc["metadata"].get("namespace") == "ml":  # the team's binding: in the team's namespace
+            doc["metadata"]["namespace"] = target = world.team
         if kind.startswith("Cluster"):
             doc["metadata"]["name"] += f"-{world.run_id}"
         if "roleRef" in doc and doc["roleRef"]["kind"] == "ClusterRole":
@@ -51,7 +57,7 @@ def _service_account_api(world: KubeWorld, namespace: str) -> tuple[KubeApi, lis
         elif kind == "Role":
             rbac.create_namespaced_role(namespace, doc, _preload_content=False)
         elif kind == "RoleBinding":
-            rbac.create_namespaced_role_binding(namespace, doc, _preload_content=False)
+            rbac.create_namespaced_role_binding(target, doc, _preload_content=False)
     token = json.loads(
         api.core.create_namespaced_service_account_token(
             "gitsched", namespace, {"spec": {"expirationSeconds": 3600}}, _preload_content=False
@@ -63,6 +69,13 @@ def _service_account_api(world: KubeWorld, namespace: str) -> tuple[KubeApi, lis
     conf.ssl_ca_cert = admin.ssl_ca_cert
     conf.api_key = {"authorization": f"Bearer {token}"}
     return KubeApi(client.ApiClient(conf)), made
+
+
+def _pod() -> dict[str, Any]:
+    return {
+        "metadata": {"name": "not-here"},
+        "spec": {"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]},
+    }
 
 
 def test_the_deploy_rbac_runs_gitsched_and_allows_nothing_else(world: KubeWorld) -> None:
@@ -91,6 +104,11 @@ def test_the_deploy_rbac_runs_gitsched_and_allows_nothing_else(world: KubeWorld)
             ),
             lambda: sa_api.core.read_namespaced_pod(
                 next(iter(world.pods())), world.team, _preload_content=False
+            ),
+            # Pods only in team namespaces: not in its own, not in kube-system.
+            lambda: sa_api.core.create_namespaced_pod(namespace, _pod(), _preload_content=False),
+            lambda: sa_api.core.create_namespaced_pod(
+                "kube-system", _pod(), _preload_content=False
             ),
         ):
             with pytest.raises(ApiException) as refused:
