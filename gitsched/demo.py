@@ -331,6 +331,11 @@ def run_demo(
             echo(f"     gitsched plan {directory} main..{PR_BRANCH} --format markdown")
         echo(f"     gitsched audit history --repo {directory} --job nlp/moe-gang")
         echo(f"     gitsched validate {directory} --rev main~6")
+        echo("")
+        echo(
+            f"see it in a browser: gitsched console --repo {directory}"
+            "   (then open http://127.0.0.1:8080/; docs/console.md)"
+        )
         summary.update(
             {
                 "directory": str(directory),

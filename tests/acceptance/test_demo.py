@@ -70,3 +70,10 @@ def test_the_commands_the_demo_suggests_work(demo: tuple[Path, Run]) -> None:
         "audit", "history", "--repo", directory, "--job", "nlp/moe-gang", "--format", "json"
     )
     assert history.returncode == 0 and history.json(), history
+
+
+def test_demo_ends_by_saying_how_to_open_the_console(demo: tuple[Path, Run]) -> None:
+    directory, run = demo
+    tail = run.stdout.strip().splitlines()[-1]
+    assert f"gitsched console --repo {directory}" in tail
+    assert "http://127.0.0.1:8080/" in tail
