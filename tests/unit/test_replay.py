@@ -192,3 +192,33 @@ def test_easy_backfill_holds_the_job_that_would_delay_the_gangs_reservation() ->
     assert starts("fifo") == {0: 0.0, 1: 5002.0, 2: 2.0}
     assert starts("easy-backfill") == {0: 0.0, 1: 1000.0, 2: 1100.0}
     assert starts("gitsched") == {0: 0.0, 1: 1000.0, 2: 1100.0}
+
+
+def test_bench_trace_draws_utilisation_and_the_wait_cdf(tmp_path: Path) -> None:
+    path = _csv(
+        tmp_path,
+        ["2017-10-02 00:00:00,600,8,4800,a", "2017-10-02 00:01:00,300,1,300,b"],
+    )
+    out = tmp_path / "plots"
+    result = CliRunner().invoke(
+        main,
+        [
+            "bench",
+            "trace",
+            "--trace",
+            str(path),
+            "--policy",
+            "fifo",
+            "--limits",
+            "unknown",
+            "--plot",
+            str(out),
+            "--format",
+            "json",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.output)
+    assert sorted(Path(p).name for p in doc["plots"]) == ["utilisation.png", "wait-cdf.png"]
+    for name in ("utilisation.png", "wait-cdf.png"):
+        assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
