@@ -39,8 +39,28 @@ def email_of(person: str) -> str:
     return text.strip().lower()
 
 
+# The platform owners: the OWNERS file at the repo's root, kept in the log like a team's
+# OWNERS under this key (no team folder can be named "/").
+PLATFORM = "/"
+# Namespaces no team may take: Kubernetes' own and gitsched's (deploy/kustomization.yaml).
+RESERVED_NAMESPACES = ("kube-system", "kube-public", "kube-node-lease", "gitsched-system")
+
+
 def owners_file(team: str) -> str:
-    return f"teams/{team}/OWNERS"
+    return "OWNERS" if team == PLATFORM else f"teams/{team}/OWNERS"
+
+
+def team_label(team: str) -> str:
+    return "the platform" if team == PLATFORM else f"team {team}"
+
+
+def may_approve(team: str, owners: Mapping[str, Sequence[Owner | str]]) -> tuple[Owner, ...]:
+    """Who may approve a change of `team`, from the OWNERS at the base: the team's owners
+    and the platform owners (OWNERS at the repo root); for the platform, its owners."""
+    listed = [_as_owner(o) for o in owners.get(team, ())]
+    if team != PLATFORM:
+        listed += [_as_owner(o) for o in owners.get(PLATFORM, ())]
+    return tuple(dict.fromkeys(listed))
 
 
 def key_fingerprint(key: str) -> str:
@@ -166,6 +186,7 @@ class TeamApproval:
     refused: tuple[str, ...] = ()  # why each other claim of approval did not count
     authors: tuple[str, ...] = ()  # e-mails of who wrote the change
     signed_required: bool = False
+    team_owners: tuple[str, ...] = ()  # the team's own OWNERS at the base (owners adds the platform's)
 
     @property
     def unowned(self) -> bool:
@@ -182,9 +203,18 @@ class TeamApproval:
         return tuple(o for o in self.owners if o not in self.authors_among_owners)
 
     def missing_text(self) -> str:
-        who = ", ".join(self.eligible) or "nobody (every owner wrote the change)"
         kind = "a signed approval" if self.signed_required else "an approval"
-        text = f"needs {kind} from one of {who} ({owners_file(self.team)} at the base commit)"
+        platform = tuple(o for o in self.owners if o not in self.team_owners)
+        where = owners_file(self.team) + (
+            " or OWNERS at the repo root" if platform and self.team != PLATFORM else ""
+        )
+        if not self.eligible:
+            return f"needs {kind}, and nobody may give it: {self._nobody_text()}" + (
+                "; not counted: " + "; ".join(self.refused) if self.refused else ""
+            )
+        text = (
+            f"needs {kind} from one of {', '.join(self.eligible)} ({where} at the base commit)"
+        )
         if self.authors_among_owners:
             text += (
                 f"; {', '.join(self.authors_among_owners)} wrote the change and cannot approve it"
@@ -192,6 +222,32 @@ class TeamApproval:
         if self.refused:
             text += "; not counted: " + "; ".join(self.refused)
         return text
+
+
+    def _nobody_text(self) -> str:
+        """Every owner who may approve wrote the change: say so, and what the team can do."""
+        wrote = ", ".join(self.authors_among_owners)
+        if self.team == PLATFORM:
+            only = len(self.owners) == 1
+            return (
+                f"{wrote}, {'the only platform owner' if only else 'every platform owner'} "
+                "(OWNERS at the repo root), wrote the change, and an author cannot approve "
+                "their own change; add a second platform owner to OWNERS (a change another "
+                "platform owner approves)"
+            )
+        only = len(self.team_owners) == 1
+        text = (
+            f"{wrote}, {'the only owner' if only else 'every owner'} of team {self.team} "
+            f"({owners_file(self.team)}), wrote the change, and an author cannot approve "
+            f"their own change; add a second owner to {owners_file(self.team)} (a change "
+            f"someone else writes and {wrote} approves), or "
+        )
+        if self.owners == self.team_owners:
+            return text + (
+                "have the platform name its owners in OWNERS at the repo root, who may then "
+                "approve any team's change"
+            )
+        return text + "ask a platform owner (OWNERS at the repo root) who did not write it"
 
 
 @dataclass(frozen=True, slots=True)
@@ -250,6 +306,11 @@ def judge_team(
                     f"merge {short} is signed by the change's own author {signer}: "
                     "an author cannot approve their own change"
                 )
+            elif not v.current and signed_required:
+                refused.append(
+                    f"{signer}'s signed merge {short} is stale: the change goes on after it, "
+                    "and a signature covers only its own commit"
+                )
             else:
                 approvals.append(Approval(signer, VIA_SIGNED_MERGE, v.commit, sig.fingerprint))
             continue
@@ -268,9 +329,11 @@ def judge_team(
             approvals.append(Approval(named, VIA_SIGNED_TRAILER, v.commit, sig.fingerprint))
         elif signer == named:
             refused.append(
-                f"{named}'s signed approval on {short} is stale: the change goes on after it "
-                "(later commits, or the merge commit's own edits), and a signature covers "
-                "only its own commit; sign again at the end, or sign the merge"
+                f"{named}'s signed approval on {short} is stale: its tree is not the tree of "
+                "everything the change brings in (later commits, the merge commit's own "
+                "edits, commits from the main line the log has not applied, or another "
+                "branch of an octopus merge), and a signature covers only its own commit; "
+                "sign again at the end, or sign the merge"
             )
         elif not signed_required:
             approvals.append(Approval(named, VIA_TRAILER, v.commit))
@@ -397,8 +460,9 @@ def touched_teams(
                 )
                 if part
             )
+            whose = "the platform's owners" if team == PLATFORM else "the team's owners"
             touched.setdefault(team, []).append(
-                (owners_file(team), f"changes the team's owners: {what or 'reorders them'}", None)
+                (owners_file(team), f"changes {whose}: {what or 'reorders them'}", None)
             )
     return touched
 
@@ -415,6 +479,7 @@ def check_approvals(
     approvers: Sequence[str] = (),
     vouches: Sequence[Vouch] = (),
     signed_required: bool = False,
+    platform: Sequence[tuple[str, str]] = (),
 ) -> tuple[TeamApproval, ...]:
     """One TeamApproval for each team whose queue or OWNERS the change touches.
 
@@ -424,6 +489,11 @@ def check_approvals(
     change. A team without OWNERS at the base has nobody to ask (bootstrap: the commit
     that creates a team's queue and OWNERS), so its changes need no approval.
     `approvers` are plain trailers (unverified); `vouches` carry where they come from.
+
+    The platform owners (OWNERS at the repo root, under `PLATFORM`) may approve any
+    team's change, and a team with no OWNERS is theirs (so creating a team needs them).
+    `platform` (from `platform_changes`), a change of the root OWNERS and the removal
+    of a team are the platform's own changes, judged as a team `PLATFORM`.
     """
     touched = touched_teams(
         base_queues=base_queues,
@@ -433,12 +503,18 @@ def check_approvals(
         base_owners=base_owners,
         head_owners=head_owners,
     )
+    touched = {team: list(entries) for team, entries in touched.items()}
+    for file, what in platform:
+        touched.setdefault(PLATFORM, []).append((file, what, None))
+    for team in sorted(teams_of(base_queues, base_owners) - teams_of(head_queues, head_owners)):
+        touched.setdefault(PLATFORM, []).append((f"teams/{team}/", f"removes team {team}", None))
     claims = (*trailer_vouches(approvers), *vouches)
     writing = tuple(dict.fromkeys(email_of(a) for a in authors))
     out: list[TeamApproval] = []
     for team in sorted(touched):
-        listed = tuple(_as_owner(o) for o in base_owners.get(team, ()))
+        listed = may_approve(team, base_owners)
         owners = tuple(dict.fromkeys(o.email for o in listed))
+        team_owners = tuple(dict.fromkeys(_as_owner(o).email for o in base_owners.get(team, ())))
         entries = touched[team]
         verdict = judge_team(
             team,
@@ -461,9 +537,63 @@ def check_approvals(
                 refused=verdict.refused,
                 authors=writing,
                 signed_required=signed_required,
+                team_owners=team_owners,
             )
         )
     return tuple(out)
+
+
+def teams_of(
+    queues: Mapping[str, Queue], owners: Mapping[str, Sequence[Owner | str]]
+) -> set[str]:
+    """The teams that exist: those with a queue or an OWNERS file (not the platform)."""
+    return ({q.team for q in queues.values()} | set(owners)) - {PLATFORM}
+
+
+def platform_changes(
+    *,
+    cluster_changed: bool,
+    policy_changed: bool,
+    nodes_changed: Iterable[str],
+) -> tuple[tuple[str, str], ...]:
+    """(file, what) for each change of the platform's own files the platform owners
+    approve: cluster.yaml, inventory/ and policies/ (OWNERS at the root and the removal
+    of a team are found by `check_approvals`). Judged on what the commit changes in the
+    cluster, not on its bytes, so the reconciler and `audit compliance` see the same."""
+    out: list[tuple[str, str]] = []
+    if cluster_changed:
+        out.append(("cluster.yaml", "changes the cluster"))
+    nodes = sorted(set(nodes_changed))
+    if nodes:
+        shown = ", ".join(nodes[:5]) + (f" and {len(nodes) - 5} more" if len(nodes) > 5 else "")
+        out.append(("inventory/", f"changes nodes {shown}"))
+    if policy_changed:
+        out.append(("policies/", "changes the Policy"))
+    return tuple(out)
+
+
+def namespace_findings(
+    teams: Iterable[str], allowed: Sequence[str] | None
+) -> tuple[Finding, ...]:
+    """A team is a namespace its pods run in: never Kubernetes' or gitsched's own, and one
+    of the Policy's `approval.teamNamespaces` when the Policy names them."""
+    findings: list[Finding] = []
+    for team in sorted(set(teams)):
+        why = ""
+        if team in RESERVED_NAMESPACES or team.startswith("kube-"):
+            why = (
+                f"team {team} would run its pods in namespace {team}, which belongs to "
+                f"{'gitsched' if team == 'gitsched-system' else 'Kubernetes'}; no team may "
+                "take it"
+            )
+        elif allowed is not None and team not in allowed:
+            why = (
+                f"team {team} is not one of the namespaces the Policy allows teams "
+                f"(approval.teamNamespaces: {', '.join(allowed) or 'none'})"
+            )
+        if why:
+            findings.append(Finding(f"teams/{team}/", None, None, "$", why, "namespace"))
+    return tuple(findings)
 
 
 def _default_home(before: Queue | None, after: Queue | None) -> tuple[str, int | None]:
@@ -503,6 +633,7 @@ def approval_findings(checks: Iterable[TeamApproval]) -> tuple[Finding, ...]:
 
 __all__ = [
     "APPROVAL_CODE",
+    "PLATFORM",
     "Judgement",
     "Signature",
     "SignatureStatus",
@@ -514,9 +645,14 @@ __all__ = [
     "email_of",
     "judge_team",
     "key_fingerprint",
+    "namespace_findings",
     "owners_file",
+    "platform_changes",
     "parse_owners",
     "recorded_vouches",
     "touched_teams",
+    "team_label",
+    "teams_of",
     "trailer_vouches",
+    "may_approve",
 ]

@@ -40,7 +40,7 @@ from engine.model import (
 )
 from engine.units import mib_from_gib, milli_from_cores, milli_from_gpus
 from findings import Finding
-from policies.approval import parse_owners
+from policies.approval import PLATFORM, parse_owners
 from policies.fit import fit_warnings
 from reconciler.git import GitError, GitRepo, TreeEntry
 from schemas import Document, Limits
@@ -95,8 +95,9 @@ def is_spec_file(path: str) -> bool:
 
 
 def is_owners_file(path: str) -> bool:
+    """teams/<team>/OWNERS, or OWNERS at the repo root: the platform owners."""
     parts = _parts(path)
-    return len(parts) == 3 and parts[0] == "teams" and parts[2] == "OWNERS"
+    return parts == ["OWNERS"] or (len(parts) == 3 and parts[0] == "teams" and parts[2] == "OWNERS")
 
 
 def read_commit(
@@ -292,7 +293,8 @@ def _read(f: SourceFile, limits: Limits) -> _FileRead:
         return _FileRead(errors=(f.problem,))
     assert f.content is not None
     if is_owners_file(f.path):
-        team = PurePosixPath(f.path).parts[1]
+        parts = PurePosixPath(f.path).parts
+        team = parts[1] if len(parts) == 3 else PLATFORM
         listed, problems = parse_owners(f.content.decode("utf-8", "replace"))
         found = tuple(Finding(f.path, n, None, "$", m, "owners") for n, m in problems)
         return _FileRead(errors=found, owners=(team, listed))
@@ -724,6 +726,14 @@ def policy_of(spec: Mapping[str, Any]) -> Policy:
         ),
         require_signed_approval=bool(
             approval.get("requireSignedApproval", base.require_signed_approval)
+        ),
+        require_member_for_jobs=bool(
+            approval.get("requireMemberForJobs", base.require_member_for_jobs)
+        ),
+        team_namespaces=(
+            tuple(sorted(set(approval["teamNamespaces"])))
+            if approval.get("teamNamespaces") is not None
+            else base.team_namespaces
         ),
         usage_half_life_hours=float(
             spec.get("fairness", {}).get("usageHalfLifeHours", base.usage_half_life_hours)
