@@ -186,7 +186,9 @@ class TeamApproval:
     refused: tuple[str, ...] = ()  # why each other claim of approval did not count
     authors: tuple[str, ...] = ()  # e-mails of who wrote the change
     signed_required: bool = False
-    team_owners: tuple[str, ...] = ()  # the team's own OWNERS at the base (owners adds the platform's)
+    team_owners: tuple[
+        str, ...
+    ] = ()  # the team's own OWNERS at the base (owners adds the platform's)
 
     @property
     def unowned(self) -> bool:
@@ -212,9 +214,7 @@ class TeamApproval:
             return f"needs {kind}, and nobody may give it: {self._nobody_text()}" + (
                 "; not counted: " + "; ".join(self.refused) if self.refused else ""
             )
-        text = (
-            f"needs {kind} from one of {', '.join(self.eligible)} ({where} at the base commit)"
-        )
+        text = f"needs {kind} from one of {', '.join(self.eligible)} ({where} at the base commit)"
         if self.authors_among_owners:
             text += (
                 f"; {', '.join(self.authors_among_owners)} wrote the change and cannot approve it"
@@ -222,7 +222,6 @@ class TeamApproval:
         if self.refused:
             text += "; not counted: " + "; ".join(self.refused)
         return text
-
 
     def _nobody_text(self) -> str:
         """Every owner who may approve wrote the change: say so, and what the team can do."""
@@ -543,9 +542,7 @@ def check_approvals(
     return tuple(out)
 
 
-def teams_of(
-    queues: Mapping[str, Queue], owners: Mapping[str, Sequence[Owner | str]]
-) -> set[str]:
+def teams_of(queues: Mapping[str, Queue], owners: Mapping[str, Sequence[Owner | str]]) -> set[str]:
     """The teams that exist: those with a queue or an OWNERS file (not the platform)."""
     return ({q.team for q in queues.values()} | set(owners)) - {PLATFORM}
 
@@ -572,9 +569,7 @@ def platform_changes(
     return tuple(out)
 
 
-def namespace_findings(
-    teams: Iterable[str], allowed: Sequence[str] | None
-) -> tuple[Finding, ...]:
+def namespace_findings(teams: Iterable[str], allowed: Sequence[str] | None) -> tuple[Finding, ...]:
     """A team is a namespace its pods run in: never Kubernetes' or gitsched's own, and one
     of the Policy's `approval.teamNamespaces` when the Policy names them."""
     findings: list[Finding] = []
@@ -645,14 +640,14 @@ __all__ = [
     "email_of",
     "judge_team",
     "key_fingerprint",
+    "may_approve",
     "namespace_findings",
     "owners_file",
-    "platform_changes",
     "parse_owners",
+    "platform_changes",
     "recorded_vouches",
-    "touched_teams",
     "team_label",
     "teams_of",
+    "touched_teams",
     "trailer_vouches",
-    "may_approve",
 ]

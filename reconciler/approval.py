@@ -14,8 +14,8 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from engine.events import ApprovalChecked
 from engine.core import DesiredState
+from engine.events import ApprovalChecked
 from engine.model import CommitInfo, Owner, Queue
 from engine.state import ClusterState
 from findings import Finding

@@ -25,7 +25,7 @@ from audit.projection.vocabulary import (
     email_of,
 )
 from engine.model import Approval, Owner
-from policies.approval import judge_team, recorded_vouches, trailer_vouches
+from policies.approval import judge_team, may_approve, recorded_vouches, team_label, trailer_vouches
 
 
 class ComplianceChecks:
@@ -210,7 +210,7 @@ class ComplianceChecks:
         owners at the base from OwnersChanged, authors and approvals from ApprovalChecked
         (for a log written before those, the commit's author and trailers)."""
         owners = {t: [Owner(e, k) for e, k in people] for t, people in base.items()}
-        listed = owners.get(team, [])
+        listed = list(may_approve(team, owners))
         if record is not None:
             authors = [a.lower() for a in record.get("authors", ())]
             recorded = [Approval(**a) for a in record.get("approvals", ())]
@@ -284,7 +284,7 @@ class ComplianceChecks:
             stored,
             time,
             team,
-            f"change of team {team} in {commit['sha'][:12]} by {who} has no "
+            f"change of {team_label(team)} in {commit['sha'][:12]} by {who} has no "
             + ("signed " if signed else "")
             + f"approval from an owner at the base ({', '.join(sorted(emails))})"
             + (f": {reasons}" if reasons else ""),

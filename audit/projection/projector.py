@@ -59,6 +59,7 @@ from engine.model import utc_time
 from engine.units import gpus_text as gpus
 from eventlog.codec import upcast
 from eventlog.timeline import COMMIT_EVENTS, Timeline
+from policies.approval import PLATFORM
 
 _string = json.encoder.encode_basestring_ascii  # what canonical_json does to a str
 
@@ -575,6 +576,7 @@ class Projector:
                 [stored.seq, "priorities", "cluster", None, dict_diff(before, after)]
             )
             s.priority_classes = classes
+        s.staged_platform.append([stored.seq, "cluster", "cluster", stored.cause])
         self._open_version(KIND_CLUSTER, "cluster", stored, cluster, batch)
 
     def _policy_changed(self, stored: Envelope, d: dict[str, Any], batch: Batch) -> None:
@@ -590,6 +592,7 @@ class Projector:
         s = self.state
         node = d["node"]
         name = node["name"]
+        s.staged_platform.append([stored.seq, "node", name, stored.cause])
         s.nodes[name] = NodeInfo(
             flavor=node.get("flavor"),
             gpus=int(node.get("gpus", 0)),
@@ -624,6 +627,7 @@ class Projector:
                 self.checks.placement(job_key, job, [name], stored, self._time, batch)
 
     def _node_removed(self, stored: Envelope, d: dict[str, Any], batch: Batch) -> None:
+        self.state.staged_platform.append([stored.seq, "node", d["node"], stored.cause])
         self.state.nodes.pop(d["node"], None)
         self._close_version(KIND_NODE, d["node"], stored, batch)
 
@@ -632,6 +636,7 @@ class Projector:
         node = s.nodes.get(d["node"])
         if node is None:
             return
+        s.staged_platform.append([stored.seq, "node", d["node"], stored.cause])
         node.state = d["state"]
         node.seq = stored.seq
         vid = s.versions.get(f"{KIND_NODE}\x1f{d['node']}")
@@ -723,11 +728,25 @@ class Projector:
         records, s.staged_approvals = s.staged_approvals, []
         owners_base, s.staged_owners_base = s.staged_owners_base, {}
         signed_base, s.staged_signed_base = s.staged_signed_base, None
+        platform_staged, s.staged_platform = s.staged_platform, []
         s.effects_of = [commit["sha"], stored.seq] if staged else None
         for seq, kind, target, team, summary in staged:
             batch.changes.append((s.next_change, stored.seq, seq, kind, target, team, summary))
             s.next_change += 1
         governed = [c for c in staged if c[1] in ("queue", "owners")]
+        # The platform's own changes (the reconciler's `commit_platform_changes`): the
+        # cluster, nodes and Policy this commit changed, and each team it removed.
+        mine = [p for p in platform_staged if p[3] == commit["sha"]]
+        existing = {q.team for q in s.queues.values()} | set(s.owners)
+        platform = [[c[0], "policy", c[2], PLATFORM, c[4]] for c in staged if c[1] == "policy"] + [
+            [p[0], p[1], p[2], PLATFORM, ""] for p in mine
+        ]
+        platform += [
+            [c[0], "team", c[3], PLATFORM, ""]
+            for c in governed
+            if c[3] and c[3] != PLATFORM and c[3] not in existing
+        ]
+        governed += platform
         if not governed:
             return
         self.checks.approvals(
@@ -741,6 +760,7 @@ class Projector:
         s.staged_approvals = []
         s.staged_owners_base = {}
         s.staged_signed_base = None
+        s.staged_platform = []
         s.effects_of = None
 
     def _solve_completed(self, stored: Envelope, d: dict[str, Any], batch: Batch) -> None:

@@ -229,6 +229,9 @@ class ProjectionState:
     staged_approvals: list[dict[str, Any]] = field(default_factory=list)
     staged_owners_base: dict[str, list[list[str]]] = field(default_factory=dict)
     staged_signed_base: bool | None = None
+    # of the commit being read: [seq, what, name, cause] for each change of the cluster or
+    # a node (the platform's own files, with the policy's in staged_changes)
+    staged_platform: list[list[Any]] = field(default_factory=list)
     effects_of: list[Any] | None = None  # [sha, commit seq] whose solve is being read
     touched: dict[str, list[int]] = field(
         default_factory=dict

@@ -10,7 +10,9 @@ from __future__ import annotations
 import json
 from datetime import datetime
 
-FORMAT_VERSION = "6"  # 6: fair share and solves, folded by the engine
+FORMAT_VERSION = (
+    "7"  # 7: the platform owners' approvals; 6: fair share and solves, folded by the engine
+)
 
 # How a placement interval started and ended; `history` shows them like sacct's State.
 START_ADMITTED, START_MOVED = "admitted", "moved"

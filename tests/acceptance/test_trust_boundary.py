@@ -1,0 +1,330 @@
+"""The trust boundary (issue 32) with real git, through the CLI: who may change what.
+
+Each test is an attack seen on a cluster repo: an owner approving their own change
+through someone else's commit, an approval stretched over an octopus merge or a
+commit the log never applied, the platform's own files changed without its owners,
+a team named after Kubernetes' own namespace. `reconcile`, `plan` and `audit` must
+all refuse it, with the same words.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.acceptance.test_approvals import (
+    KAI,
+    MALLORY,
+    Key,
+    SigningRepo,
+    keys,  # noqa: F401  (a fixture)
+    owners_line,
+    plan_approvals,
+    policy,
+    raise_ml,
+    reconcile,
+    repo,  # noqa: F401  (a fixture)
+)
+from tests.support.cluster_repo import (
+    ANA,
+    MINIMAL_CLUSTER,
+    PRIYA,
+    H,
+    git,
+    gitsched,
+    job_yaml,
+    of_type,
+    queue_yaml,
+    read_events,
+)
+
+CAROL = ("Carol Diaz", "carol@ml.example")
+PAT = ("Pat Kim", "pat@ml.example")
+OLGA = ("Olga Platform", "olga@platform.example")
+
+
+def one_owner_repo(tmp_path: Path, *, platform: tuple[str, str] | None = None) -> SigningRepo:
+    """ml owned by carol alone; owner approval required; the platform's owners, if any."""
+    r = SigningRepo(tmp_path / "cluster")
+    r.write_all(MINIMAL_CLUSTER)
+    r.write_all(
+        {"policies/default.yaml": policy(owner=True), "teams/ml/OWNERS": "carol@ml.example\n"}
+    )
+    if platform is not None:
+        r.write("OWNERS", f"# the platform owners\n{platform[1]}\n")
+    r.commit("Bootstrap")
+    gitsched("reconcile", "--once", r.path, expect=0)
+    return r
+
+
+def applied_shas(repo: SigningRepo) -> list[str]:
+    return [e.data["commit"]["sha"] for e in of_type(read_events(repo.log_path), "CommitApplied")]
+
+
+# -- 32.1: the authors of a change are the authors of every commit since the last applied one
+
+
+def test_the_only_owner_cannot_approve_her_change_through_someone_elses_empty_commit(
+    tmp_path: Path,
+) -> None:
+    repo = one_owner_repo(tmp_path)
+    raise_ml(repo)
+    change = repo.commit("ml: nominal 40", author=CAROL)
+    (first,) = reconcile(repo, expect=1)
+    assert "carol@ml.example, the only owner of team ml" in first
+    approval = repo.commit(
+        "Approve",
+        author=PAT,
+        trailers=[("Approved-by", "Carol Diaz <carol@ml.example>")],
+        allow_empty=True,
+    )
+    (message,) = reconcile(repo, expect=1)
+    assert (
+        "carol@ml.example, the only owner of team ml (teams/ml/OWNERS), wrote the change" in message
+    )
+    assert "add a second owner to teams/ml/OWNERS" in message
+    assert "OWNERS at the repo root" in message  # no platform owners yet: say who to ask
+    assert change not in applied_shas(repo) and approval not in applied_shas(repo)
+    (checked,) = [
+        e
+        for e in of_type(read_events(repo.log_path), "CommitRejected")
+        if e.data["commit"]["sha"] == approval
+    ]
+    assert checked.data["errors"][0]["file"] == "teams/ml/queue.yaml"
+
+
+def test_with_platform_owners_the_message_names_them_and_their_approval_counts(
+    tmp_path: Path,
+) -> None:
+    repo = one_owner_repo(tmp_path, platform=OLGA)
+    raise_ml(repo)
+    repo.commit("ml: nominal 40", author=CAROL)
+    (message,) = reconcile(repo, expect=1)
+    assert "needs an approval from one of olga@platform.example" in message
+    approve = repo.commit(
+        "Approve",
+        author=PAT,
+        trailers=[("Approved-by", "Olga <olga@platform.example>")],
+        allow_empty=True,
+    )
+    assert reconcile(repo, expect=0) == []
+    changes = gitsched("audit", "changes", "--repo", repo.path, "--format", "json").json()
+    (change,) = [c for c in changes if c["commit"] == approve]
+    assert change["approval"]["authors"] == ["carol@ml.example"]
+    assert change["approvers"] == ["olga@platform.example"]
+    result = gitsched("audit", "compliance", "--repo", repo.path, "--format", "json").json()
+    assert result["ok"], result["violations"]
+
+
+# -- 31.2: audit shows the approval the reconciler counted
+
+
+def test_audit_changes_and_the_report_name_the_approver_of_a_no_ff_merge(tmp_path: Path) -> None:
+    repo = one_owner_repo(tmp_path)
+    git(repo.path, "checkout", "-q", "-b", "raise")
+    raise_ml(repo)
+    repo.signed("ml: nominal 40", None, trailers=[("Approved-by", "Carol Diaz <carol@ml.example>")])
+    git(repo.path, "checkout", "-q", "main")
+    merge = repo.merge("raise", None, by=PAT)
+    assert reconcile(repo, expect=0) == []
+
+    changes = gitsched("audit", "changes", "--repo", repo.path, "--format", "json").json()
+    (change,) = [c for c in changes if c["commit"] == merge]
+    assert [a["approver"] for a in change["approval"]["approvals"] if a["counted"]] == [
+        "carol@ml.example"
+    ]
+    assert change["approvers"] == ["carol@ml.example"]
+    table = gitsched("audit", "changes", "--repo", repo.path).stdout
+    (row,) = [line for line in table.splitlines() if merge[:12] in line]
+    assert "carol@ml.example" in row.split("approved")[0]
+    page = tmp_path / "report.html"
+    gitsched("audit", "report", "--repo", repo.path, "--output", page, expect=0)
+    html = page.read_text()
+    section = html[html.index('id="changes"') :]
+    (cells,) = [r for r in section.split("<tr>") if merge[:12] in r]
+    assert "carol@ml.example" in cells and "nobody" not in cells
+
+
+# -- 32.6: a signed approval counts only for the tree it approves
+
+
+def approved_branch(repo: SigningRepo, keys: dict[str, Key]) -> None:
+    """Branch 'raise': priya raises ml's quota, ana signs an approval at its tip."""
+    git(repo.path, "checkout", "-q", "-b", "raise", "main")
+    raise_ml(repo)
+    repo.signed("ml: nominal 40", None)
+    repo.signed(
+        "Approve the ml raise",
+        keys["ana"],
+        author=ANA,
+        trailers=[("Approved-by", "Ana Souza <ana@ml.example>")],
+        allow_empty=True,
+    )
+    git(repo.path, "checkout", "-q", "main")
+
+
+def add_mallory(repo: SigningRepo, keys: dict[str, Key]) -> None:
+    repo.write(
+        "teams/ml/OWNERS",
+        owners_line(ANA, keys["ana"])
+        + owners_line(KAI, keys["kai"])
+        + owners_line(MALLORY, keys["mallory"]),
+    )
+
+
+def test_an_octopus_merge_does_not_stretch_a_signed_approval_over_another_branch(
+    repo: SigningRepo, keys: dict[str, Key]
+) -> None:
+    base = repo.head()
+    approved_branch(repo, keys)
+    git(repo.path, "checkout", "-q", "-b", "grab", "main")
+    add_mallory(repo, keys)
+    repo.signed("ml: mallory co-owns ml", None, author=MALLORY)
+    git(repo.path, "checkout", "-q", "main")
+    git(
+        repo.path, "-c", "commit.gpgsign=false", "merge", "-q", "--no-ff", "-m", "Merge",
+        "raise", "grab",
+        env={"GIT_AUTHOR_NAME": PRIYA[0], "GIT_AUTHOR_EMAIL": PRIYA[1],
+             "GIT_COMMITTER_NAME": PRIYA[0], "GIT_COMMITTER_EMAIL": PRIYA[1]},
+    )  # fmt: skip
+    octopus = repo.head()
+    assert len(git(repo.path, "rev-list", "--parents", "-n1", octopus).split()) == 4
+
+    (ml,) = plan_approvals(repo, f"{base}..{octopus}")
+    assert ml["satisfied"] is False
+    (message,) = reconcile(repo, expect=1)
+    assert "ana@ml.example's signed approval on" in message and "is stale" in message
+    assert octopus not in applied_shas(repo)
+    owners = [e.data for e in of_type(read_events(repo.log_path), "OwnersChanged")]
+    assert all("mallory@elsewhere.example" not in str(o) for o in owners)
+
+
+def test_a_stale_approval_on_an_unmerged_branch_does_not_carry_a_rejected_commit_in(
+    repo: SigningRepo, keys: dict[str, Key]
+) -> None:
+    approved_branch(repo, keys)  # approved, but not merged yet
+    add_mallory(repo, keys)
+    rejected = repo.signed("ml: mallory co-owns ml", None, author=MALLORY)
+    (first,) = reconcile(repo, expect=1)
+    assert "changes the team's owners" in first
+    merge = repo.merge("raise", None)  # its first parent is the rejected commit
+    (message,) = reconcile(repo, expect=1)
+    assert "is stale" in message
+    assert rejected not in applied_shas(repo) and merge not in applied_shas(repo)
+
+
+# -- 32.4: the platform's own files
+
+
+def platform_repo(tmp_path: Path, *, owner: bool = True) -> SigningRepo:
+    r = SigningRepo(tmp_path / "cluster")
+    r.write_all(MINIMAL_CLUSTER)
+    r.write_all(
+        {
+            "policies/default.yaml": policy(owner=owner),
+            "OWNERS": "olga@platform.example\n",
+            "teams/ml/OWNERS": "ana@ml.example\n",
+        }
+    )
+    r.commit("Bootstrap: the platform and its owners")  # no owners at the base: applied
+    assert reconcile(r, expect=0) == []
+    return r
+
+
+def test_the_policy_cannot_switch_approval_off_without_a_platform_owner(tmp_path: Path) -> None:
+    repo = platform_repo(tmp_path)
+    repo.write("policies/default.yaml", policy(owner=False))
+    weaken = repo.commit("policy: no more approvals", author=MALLORY)
+    raise_ml(repo)
+    repo.commit("ml: nominal 40", author=MALLORY)
+    rng = f"{repo.head('HEAD~2')}..HEAD"
+    teams = {t["team"]: t for t in plan_approvals(repo, rng)}
+    assert teams["/"]["satisfied"] is False
+    messages = reconcile(repo, expect=1)
+    assert any(
+        "changes the Policy" in m and "olga@platform.example" in m and "OWNERS" in m
+        for m in messages
+    ), messages
+    assert weaken not in applied_shas(repo)
+    # approved by a platform owner, it is applied
+    repo.commit(
+        "Approve",
+        author=PAT,
+        trailers=[("Approved-by", "Olga <olga@platform.example>")],
+        allow_empty=True,
+    )
+    assert reconcile(repo, expect=0) == []
+
+
+def test_creating_removing_and_inventory_need_a_platform_owner(tmp_path: Path) -> None:
+    repo = platform_repo(tmp_path)
+    repo.write("teams/vision/queue.yaml", queue_yaml("vision", 8))
+    repo.write("teams/vision/jobs/train.yaml", job_yaml("train", gpu=1))
+    repo.commit("vision: a new team", author=MALLORY)
+    (message,) = reconcile(repo, expect=1)
+    assert "adds queue vision" in message and "olga@platform.example" in message
+    repo.commit(
+        "Approve",
+        author=PAT,
+        trailers=[("Approved-by", "olga@platform.example")],
+        allow_empty=True,
+    )
+    assert reconcile(repo, expect=0) == []
+
+    pool = (repo.path / "inventory/pool.yaml").read_text().replace("count: 4", "count: 5")
+    repo.write("inventory/pool.yaml", pool)
+    repo.remove("teams/vision/queue.yaml").remove("teams/vision/jobs/train.yaml")
+    repo.commit("one more node; vision goes", author=MALLORY)
+    messages = reconcile(repo, expect=1)
+    assert any("changes nodes h100-" in m for m in messages), messages
+    assert any("removes team vision" in m for m in messages), messages
+
+
+def test_a_team_may_not_take_a_kubernetes_namespace_even_approved(tmp_path: Path) -> None:
+    repo = platform_repo(tmp_path)
+    repo.write("teams/kube-system/queue.yaml", queue_yaml("kube-system", 8))
+    repo.commit(
+        "kube-system: a team",
+        author=MALLORY,
+        trailers=[("Approved-by", "olga@platform.example")],
+    )
+    messages = reconcile(repo, expect=1)
+    assert any(
+        "team kube-system would run its pods in namespace kube-system" in m for m in messages
+    ), messages
+    run = gitsched("plan", repo.path, "HEAD~1..HEAD", "--format", "json")
+    assert "kube-system" in run.stdout
+
+
+def test_with_the_policy_off_audit_flags_an_unapproved_platform_change(tmp_path: Path) -> None:
+    repo = platform_repo(tmp_path, owner=False)
+    pool = (repo.path / "inventory/pool.yaml").read_text().replace("count: 4", "count: 5")
+    repo.write("inventory/pool.yaml", pool)
+    repo.commit("one more node", author=MALLORY)
+    assert reconcile(repo, expect=0) == []
+    result = gitsched(
+        "audit", "compliance", "--repo", repo.path, "--format", "json", expect=1
+    ).json()
+    (violation,) = result["violations"]
+    assert violation["check"] == "quota-approval"
+    assert "change of the platform" in violation["message"]
+    assert "olga@platform.example" in violation["message"]
+
+
+def test_a_namespace_list_in_the_policy_limits_new_teams(tmp_path: Path) -> None:
+    listed = (
+        H
+        + """kind: Policy
+metadata:
+  name: namespaces
+spec:
+  approval: {teamNamespaces: [ml, nlp]}
+"""
+    )
+    repo = platform_repo(tmp_path)
+    repo.write("policies/namespaces.yaml", listed)
+    repo.commit("policy: teams ml and nlp", trailers=[("Approved-by", "olga@platform.example")])
+    assert reconcile(repo, expect=0) == []
+    repo.write("teams/vision/queue.yaml", queue_yaml("vision", 8))
+    repo.commit("vision", trailers=[("Approved-by", "olga@platform.example")])
+    (message,) = reconcile(repo, expect=1)
+    assert "team vision is not one of the namespaces the Policy allows" in message
