@@ -12,22 +12,16 @@ from __future__ import annotations
 from pathlib import Path
 
 from tests.acceptance.test_approvals import (
-    KAI,
     MALLORY,
-    Key,
     SigningRepo,
-    keys,  # noqa: F401  (a fixture)
-    owners_line,
+    applied_shas,
     plan_approvals,
     policy,
     raise_ml,
     reconcile,
-    repo,  # noqa: F401  (a fixture)
 )
 from tests.support.cluster_repo import (
-    ANA,
     MINIMAL_CLUSTER,
-    PRIYA,
     H,
     git,
     gitsched,
@@ -54,10 +48,6 @@ def one_owner_repo(tmp_path: Path, *, platform: tuple[str, str] | None = None) -
     r.commit("Bootstrap")
     gitsched("reconcile", "--once", r.path, expect=0)
     return r
-
-
-def applied_shas(repo: SigningRepo) -> list[str]:
-    return [e.data["commit"]["sha"] for e in of_type(read_events(repo.log_path), "CommitApplied")]
 
 
 # -- 32.1: the authors of a change are the authors of every commit since the last applied one
@@ -142,74 +132,6 @@ def test_audit_changes_and_the_report_name_the_approver_of_a_no_ff_merge(tmp_pat
     section = html[html.index('id="changes"') :]
     (cells,) = [r for r in section.split("<tr>") if merge[:12] in r]
     assert "carol@ml.example" in cells and "nobody" not in cells
-
-
-# -- 32.6: a signed approval counts only for the tree it approves
-
-
-def approved_branch(repo: SigningRepo, keys: dict[str, Key]) -> None:
-    """Branch 'raise': priya raises ml's quota, ana signs an approval at its tip."""
-    git(repo.path, "checkout", "-q", "-b", "raise", "main")
-    raise_ml(repo)
-    repo.signed("ml: nominal 40", None)
-    repo.signed(
-        "Approve the ml raise",
-        keys["ana"],
-        author=ANA,
-        trailers=[("Approved-by", "Ana Souza <ana@ml.example>")],
-        allow_empty=True,
-    )
-    git(repo.path, "checkout", "-q", "main")
-
-
-def add_mallory(repo: SigningRepo, keys: dict[str, Key]) -> None:
-    repo.write(
-        "teams/ml/OWNERS",
-        owners_line(ANA, keys["ana"])
-        + owners_line(KAI, keys["kai"])
-        + owners_line(MALLORY, keys["mallory"]),
-    )
-
-
-def test_an_octopus_merge_does_not_stretch_a_signed_approval_over_another_branch(
-    repo: SigningRepo, keys: dict[str, Key]
-) -> None:
-    base = repo.head()
-    approved_branch(repo, keys)
-    git(repo.path, "checkout", "-q", "-b", "grab", "main")
-    add_mallory(repo, keys)
-    repo.signed("ml: mallory co-owns ml", None, author=MALLORY)
-    git(repo.path, "checkout", "-q", "main")
-    git(
-        repo.path, "-c", "commit.gpgsign=false", "merge", "-q", "--no-ff", "-m", "Merge",
-        "raise", "grab",
-        env={"GIT_AUTHOR_NAME": PRIYA[0], "GIT_AUTHOR_EMAIL": PRIYA[1],
-             "GIT_COMMITTER_NAME": PRIYA[0], "GIT_COMMITTER_EMAIL": PRIYA[1]},
-    )  # fmt: skip
-    octopus = repo.head()
-    assert len(git(repo.path, "rev-list", "--parents", "-n1", octopus).split()) == 4
-
-    (ml,) = plan_approvals(repo, f"{base}..{octopus}")
-    assert ml["satisfied"] is False
-    (message,) = reconcile(repo, expect=1)
-    assert "ana@ml.example's signed approval on" in message and "is stale" in message
-    assert octopus not in applied_shas(repo)
-    owners = [e.data for e in of_type(read_events(repo.log_path), "OwnersChanged")]
-    assert all("mallory@elsewhere.example" not in str(o) for o in owners)
-
-
-def test_a_stale_approval_on_an_unmerged_branch_does_not_carry_a_rejected_commit_in(
-    repo: SigningRepo, keys: dict[str, Key]
-) -> None:
-    approved_branch(repo, keys)  # approved, but not merged yet
-    add_mallory(repo, keys)
-    rejected = repo.signed("ml: mallory co-owns ml", None, author=MALLORY)
-    (first,) = reconcile(repo, expect=1)
-    assert "changes the team's owners" in first
-    merge = repo.merge("raise", None)  # its first parent is the rejected commit
-    (message,) = reconcile(repo, expect=1)
-    assert "is stale" in message
-    assert rejected not in applied_shas(repo) and merge not in applied_shas(repo)
 
 
 # -- 32.4: the platform's own files
