@@ -24,6 +24,7 @@ from policies.rules import place_of
 from schemas import Document
 
 APPROVAL_CODE = "approval"
+MEMBERSHIP_CODE = "membership"
 TRAILER_HINT = "Approved-by: Name <e-mail>"
 # How an OWNERS key line starts its key: the key types ssh-keygen writes and reads.
 KEY_TYPE_PREFIXES = ("ssh-", "ecdsa-sha2-", "sk-ssh-", "sk-ecdsa-")
@@ -111,6 +112,24 @@ def parse_owners(text: str) -> tuple[tuple[Owner, ...], tuple[tuple[int, str], .
         else:
             owners.append(Owner(email, key))
     return tuple(owners), tuple(problems)
+
+
+def parse_members(text: str) -> tuple[tuple[str, ...], tuple[tuple[int, str], ...]]:
+    """A MEMBERS file -> its members' e-mails, and (line, message) for each line that is
+    not one. A line is an e-mail ("li@nlp.example" or "Li Wei <li@nlp.example>"); '#'
+    starts a comment."""
+    members: list[str] = []
+    problems: list[tuple[int, str]] = []
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        email = email_of(line)
+        if "@" not in email or any(c in email for c in "*?,! <>"):
+            problems.append((number, f"{line!r} is not an e-mail: a line is one member's e-mail"))
+        else:
+            members.append(email)
+    return tuple(dict.fromkeys(members)), tuple(problems)
 
 
 def _as_owner(owner: Owner | str) -> Owner:
@@ -626,9 +645,124 @@ def approval_findings(checks: Iterable[TeamApproval]) -> tuple[Finding, ...]:
     return tuple(findings)
 
 
+def members_file(team: str) -> str:
+    return f"teams/{team}/MEMBERS"
+
+
+@dataclass(frozen=True, slots=True)
+class JobSubmission:
+    """Who changed a team's job files, and whether they may (approval.requireMemberForJobs).
+
+    A job file under teams/<team>/ runs on that team's quota: only a member or owner of
+    the team at the base writes it, unless an owner (or a platform owner) approves.
+    """
+
+    team: str
+    files: tuple[str, ...]
+    allowed: tuple[str, ...]  # members and owners of the team at the base
+    outsiders: tuple[str, ...]  # the change's authors who are neither
+    owners: tuple[str, ...]  # who may approve: the team's owners and the platform's
+    authors: tuple[str, ...] = ()
+    approvals: tuple[Approval, ...] = ()
+    refused: tuple[str, ...] = ()
+    signed_required: bool = False
+
+    @property
+    def open_team(self) -> bool:
+        """Bootstrap: the team names no member or owner at the base; anyone submits."""
+        return not self.allowed
+
+    @property
+    def satisfied(self) -> bool:
+        return self.open_team or not self.outsiders or bool(self.approvals)
+
+    def missing_text(self) -> str:
+        people = ", ".join(self.outsiders)
+        shown = ", ".join(self.files[:3]) + (
+            f" and {len(self.files) - 3} more" if len(self.files) > 3 else ""
+        )
+        eligible = ", ".join(o for o in self.owners if o not in self.authors) or "nobody"
+        kind = "a signed approval" if self.signed_required else "an approval"
+        text = (
+            f"{people} {'is' if len(self.outsiders) == 1 else 'are'} not a member or owner of "
+            f"team {self.team} ({members_file(self.team)} and {owners_file(self.team)} at the "
+            f"base commit) and may not add, change or remove its jobs ({shown}): they run on "
+            f"team {self.team}'s quota; a member or owner of team {self.team} commits them, "
+            f"or the change needs {kind} from one of {eligible}"
+        )
+        if self.refused:
+            text += "; not counted: " + "; ".join(self.refused)
+        return text
+
+
+def check_submitters(
+    *,
+    job_files: Mapping[str, Sequence[str]],
+    base_owners: Mapping[str, Sequence[Owner | str]],
+    base_members: Mapping[str, Sequence[str]],
+    authors: Sequence[str],
+    vouches: Sequence[Vouch] = (),
+    signed_required: bool = False,
+) -> tuple[JobSubmission, ...]:
+    """One JobSubmission for each team whose job files (`job_files`: team -> files) the
+    change adds, changes or removes. Members and owners are those at the base; an
+    approval is judged by `judge_team`, as for a change of the team's queue."""
+    writing = tuple(dict.fromkeys(email_of(a) for a in authors))
+    out: list[JobSubmission] = []
+    for team in sorted(job_files):
+        team_owners = [_as_owner(o).email for o in base_owners.get(team, ())]
+        allowed = tuple(dict.fromkeys([*map(email_of, base_members.get(team, ())), *team_owners]))
+        listed = may_approve(team, base_owners)
+        outsiders = tuple(a for a in writing if a not in allowed)
+        verdict = (
+            judge_team(
+                team,
+                listed,
+                authors=writing,
+                vouches=vouches,
+                signed_required=signed_required,
+                all_owners=base_owners,
+            )
+            if outsiders and allowed
+            else Judgement((), ())
+        )
+        out.append(
+            JobSubmission(
+                team=team,
+                files=tuple(sorted(set(job_files[team]))),
+                allowed=allowed,
+                outsiders=outsiders,
+                owners=tuple(dict.fromkeys(o.email for o in listed)),
+                authors=writing,
+                approvals=verdict.approvals,
+                refused=verdict.refused,
+                signed_required=signed_required,
+            )
+        )
+    return tuple(out)
+
+
+def submitter_findings(checks: Iterable[JobSubmission]) -> tuple[Finding, ...]:
+    """The errors of a commit whose job files come from outside their team: one per team."""
+    return tuple(
+        Finding(
+            file=check.files[0],
+            line=None,
+            column=None,
+            path="$",
+            message=f"{check.missing_text()} (the Policy sets approval.requireMemberForJobs)",
+            code=MEMBERSHIP_CODE,
+        )
+        for check in checks
+        if not check.satisfied
+    )
+
+
 __all__ = [
     "APPROVAL_CODE",
+    "MEMBERSHIP_CODE",
     "PLATFORM",
+    "JobSubmission",
     "Judgement",
     "Signature",
     "SignatureStatus",
@@ -636,16 +770,20 @@ __all__ = [
     "Vouch",
     "approval_findings",
     "check_approvals",
+    "check_submitters",
     "describe_queue_change",
     "email_of",
     "judge_team",
     "key_fingerprint",
     "may_approve",
+    "members_file",
     "namespace_findings",
     "owners_file",
+    "parse_members",
     "parse_owners",
     "platform_changes",
     "recorded_vouches",
+    "submitter_findings",
     "team_label",
     "teams_of",
     "touched_teams",

@@ -10,25 +10,30 @@ the reconcile loop (reject, or record the approvals in the log) and `audit verif
 
 from __future__ import annotations
 
+import dataclasses
+import operator
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from engine.core import DesiredState
 from engine.events import ApprovalChecked
-from engine.model import CommitInfo, Owner, Queue
+from engine.model import CommitInfo, Job, Owner, Queue
 from engine.state import ClusterState
 from findings import Finding
 from policies.approval import (
+    JobSubmission,
     Signature,
     SignatureStatus,
     TeamApproval,
     Vouch,
     approval_findings,
     check_approvals,
+    check_submitters,
     email_of,
     namespace_findings,
     platform_changes,
+    submitter_findings,
     teams_of,
 )
 from reconciler.git import (
@@ -174,16 +179,26 @@ class CommitApproval:
     checks: tuple[TeamApproval, ...] = ()
     enforced: bool = False
     forbidden: tuple[Finding, ...] = ()  # refused whatever the Policy: a reserved namespace
+    # job files from outside their team, judged when approval.requireMemberForJobs is on
+    submissions: tuple[JobSubmission, ...] = ()
 
     @property
     def findings(self) -> tuple[Finding, ...]:
         """Why the commit must be rejected; () when it need not."""
-        return self.forbidden + (approval_findings(self.checks) if self.enforced else ())
+        return (
+            self.forbidden
+            + (approval_findings(self.checks) if self.enforced else ())
+            + submitter_findings(self.submissions)
+        )
 
     @property
     def records(self) -> tuple[ApprovalChecked, ...]:
-        """What the log keeps of it, so `audit` can judge the change again."""
-        return tuple(ApprovalChecked(c.team, c.authors, c.approvals) for c in self.checks)
+        """What the log keeps of it, so `audit` can judge the change again: one record a
+        team, its queue's and its jobs' changes judged by the same approvals."""
+        records = {c.team: ApprovalChecked(c.team, c.authors, c.approvals) for c in self.checks}
+        for s in self.submissions:
+            records.setdefault(s.team, ApprovalChecked(s.team, s.authors, s.approvals))
+        return tuple(records[team] for team in sorted(records))
 
 
 def changed_nodes(state: ClusterState, desired: DesiredState) -> tuple[str, ...]:
@@ -217,6 +232,62 @@ def new_team_findings(state: ClusterState, desired: DesiredState) -> tuple[Findi
     return namespace_findings(new, None if allowed is None else sorted(allowed))
 
 
+_JOB_SPEC = operator.attrgetter(
+    *(f.name for f in dataclasses.fields(Job) if f.compare and f.name != "submitted_at")
+)
+
+
+def changed_job_files(state: ClusterState, desired: DesiredState) -> dict[str, list[str]]:
+    """Team -> the job files a commit adds, changes or removes (the jobs `decide` submits,
+    changes or withdraws), the team being their queue's."""
+    out: dict[str, list[str]] = {}
+
+    def team_of(queue: str) -> str:
+        found = desired.queues.get(queue) or state.queues.get(queue)
+        return found.team if found is not None else queue
+
+    for key, job in desired.jobs.items():
+        if key in state.ended:
+            continue
+        old = state.jobs.get(key)
+        if old is None or _JOB_SPEC(old) != _JOB_SPEC(job):
+            out.setdefault(team_of(job.queue), []).append(job.file)
+    for key in set(state.jobs) - set(desired.jobs):
+        old = state.jobs[key]
+        out.setdefault(team_of(old.queue), []).append(old.file)
+    return out
+
+
+def job_submissions(
+    repo: GitRepo,
+    *,
+    base: LoadedSpecs | None,
+    job_files: Mapping[str, Sequence[str]],
+    commits: Sequence[ChangeCommit],
+    head_sha: str,
+    base_sha: str | None,
+    signed_required: bool,
+) -> tuple[JobSubmission, ...]:
+    """The membership rule for a change's job files, with the base's MEMBERS and OWNERS."""
+    base_owners = (base.owners or {}) if base is not None else {}
+    base_members = (base.members or {}) if base is not None else {}
+
+    def rule(vouches: Sequence[Vouch]) -> tuple[JobSubmission, ...]:
+        return check_submitters(
+            job_files=job_files,
+            base_owners=base_owners,
+            base_members=base_members,
+            authors=change_authors(commits),
+            vouches=vouches,
+            signed_required=signed_required,
+        )
+
+    checks = rule(())
+    if all(c.satisfied for c in checks):
+        return checks
+    return rule(vouches_of(repo, commits, base_owners, head_sha, base_sha))
+
+
 def commit_approval(
     repo: GitRepo,
     state: ClusterState,
@@ -237,30 +308,50 @@ def commit_approval(
         return CommitApproval()
     forbidden = new_team_findings(state, desired)
     platform = commit_platform_changes(state, desired)
-    if (
-        not platform
-        and dict(state.queues) == dict(desired.queues)
-        and dict(state.owners) == dict(desired.owners)
-    ):
-        # neither a queue, OWNERS nor the platform's files changed: nothing to approve
-        return CommitApproval(forbidden=forbidden)
     policies = (state.policy, desired.policy)
+    job_files = (
+        changed_job_files(state, desired)
+        if any(p.require_member_for_jobs for p in policies)
+        else {}
+    )
+    governed = (
+        platform
+        or dict(state.queues) != dict(desired.queues)
+        or dict(state.owners) != dict(desired.owners)
+    )
+    if not governed and not job_files:
+        # neither a queue, OWNERS, the platform's files nor a job's changed: nothing to approve
+        return CommitApproval(forbidden=forbidden)
     signed = any(p.require_signed_approval for p in policies)
     enforced = signed or any(p.require_owner_approval for p in policies)
     base_sha = state.last_good_commit.sha if state.last_good_commit is not None else None
     base = load_commit(repo, base_sha, cache=cache) if base_sha is not None else None
-    checks = team_approvals(
+    commits = commits_of_change(repo, commit.sha, base_sha)
+    checks = (
+        team_approvals(
+            repo,
+            base=base,
+            base_queues=state.queues,
+            head=loaded,
+            commits=commits,
+            head_sha=commit.sha,
+            base_sha=base_sha,
+            signed_required=signed,
+            platform=platform,
+        )
+        if governed
+        else ()
+    )
+    submissions = job_submissions(
         repo,
         base=base,
-        base_queues=state.queues,
-        head=loaded,
-        commits=commits_of_change(repo, commit.sha, base_sha),
+        job_files=job_files,
+        commits=commits,
         head_sha=commit.sha,
         base_sha=base_sha,
         signed_required=signed,
-        platform=platform,
     )
-    return CommitApproval(checks, enforced, forbidden)
+    return CommitApproval(checks, enforced, forbidden, submissions)
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,6 +18,7 @@ from audit.projection.state import Envelope, JobInfo, ProjectionState, Running
 from audit.projection.vocabulary import (
     CHECK_APPROVAL,
     CHECK_ISOLATION,
+    CHECK_MEMBERSHIP,
     CHECK_PREEMPTION,
     CHECK_PREEMPTION_RULES,
     CHECK_RESIDENCY,
@@ -25,7 +26,14 @@ from audit.projection.vocabulary import (
     email_of,
 )
 from engine.model import Approval, Owner
-from policies.approval import judge_team, may_approve, recorded_vouches, team_label, trailer_vouches
+from policies.approval import (
+    check_submitters,
+    judge_team,
+    may_approve,
+    recorded_vouches,
+    team_label,
+    trailer_vouches,
+)
 
 
 class ComplianceChecks:
@@ -193,6 +201,56 @@ class ComplianceChecks:
             evidence = [stored.seq] + [c[0] for c in governed if c[3] == team]
             record = by_team.get(team)
             self._judge_approval(stored, time, commit, team, base, record, signed, evidence, batch)
+
+    def membership(
+        self,
+        stored: Envelope,
+        commit: dict[str, Any],
+        jobs: dict[str, list[tuple[int, str]]],
+        records: list[dict[str, Any]],
+        owners_base: dict[str, list[list[str]]],
+        members_base: dict[str, list[str]],
+        signed: bool,
+        time: str,
+        batch: Batch,
+    ) -> None:
+        """approval.requireMemberForJobs, run again on the log: the jobs a commit changed,
+        by team, against the members and owners at its base (`check_submitters`)."""
+        s = self.state
+        s.checked[CHECK_MEMBERSHIP] = s.checked.get(CHECK_MEMBERSHIP, 0) + 1
+        owners = {
+            t: [Owner(e, k) for e, k in people] for t, people in owners_base.items() if people
+        }
+        by_team = {r["team"]: r for r in records}
+        for team in sorted(jobs):
+            record = by_team.get(team)
+            if record is not None:
+                authors = [a.lower() for a in record.get("authors", ())]
+                claims = recorded_vouches([Approval(**a) for a in record.get("approvals", ())])
+            else:
+                authors = [(commit.get("author_email") or "").lower()]
+                claims = ()
+            if not signed:
+                claims += trailer_vouches(commit.get("approvers", ()), commit["sha"])
+            (verdict,) = check_submitters(
+                job_files={team: [file for _, file in jobs[team]]},
+                base_owners=owners,
+                base_members=members_base,
+                authors=authors,
+                vouches=claims,
+                signed_required=signed,
+            )
+            if verdict.satisfied:
+                continue
+            self._violation(
+                CHECK_MEMBERSHIP,
+                stored,
+                time,
+                team,
+                f"jobs of team {team} in {commit['sha'][:12]}: {verdict.missing_text()}",
+                [stored.seq] + [seq for seq, _ in jobs[team]],
+                batch,
+            )
 
     def _judge_approval(
         self,

@@ -111,6 +111,7 @@ class Projector:
             "QueueRemoved": self._queue_removed,
             "OwnersChanged": self._owners_changed,
             "ApprovalChecked": self._approval_checked,
+            "MembersChanged": self._members_changed,
             "JobSubmitted": self._job_submitted,
             "JobChanged": self._job_changed,
             "JobWithdrawn": self._job_withdrawn,
@@ -484,6 +485,8 @@ class Projector:
         self.state.jobs.pop(key, None)
 
     def _job_withdrawn(self, stored: Envelope, d: dict[str, Any], batch: Batch) -> None:
+        queue = d["job"].partition("/")[0]
+        self.state.staged_jobs.append([stored.seq, queue, d["job"], stored.cause])
         self._job_gone(d["job"], END_WITHDRAWN, f"withdrawn in {stored.cause[:12]}", stored, batch)
 
     def _job_finished(self, stored: Envelope, d: dict[str, Any], batch: Batch) -> None:
@@ -536,6 +539,9 @@ class Projector:
         if user is None:
             user = self._people[actor] = person(actor)
         self.state.jobs[key] = self._job_info(stored, job, user, self._time)
+        self.state.staged_jobs.append(
+            [stored.seq, job["queue"], job.get("file", key), stored.cause]
+        )
 
     def _job_changed(self, stored: Envelope, d: dict[str, Any], batch: Batch) -> None:
         s = self.state
@@ -549,6 +555,7 @@ class Projector:
             old.waiting_since if old else self._time,
         )
         s.jobs[key] = info
+        s.staged_jobs.append([stored.seq, job["queue"], job.get("file", key), stored.cause])
         fields = d.get("fields", ())
         if "priority" in fields or "priority_class" in fields:
             before = f"{old.priority_class} ({old.priority})" if old else "?"
@@ -585,6 +592,8 @@ class Projector:
         s.staged_changes.append([stored.seq, "policy", "policy", None, dict_diff(s.policy, policy)])
         if s.staged_signed_base is None:
             s.staged_signed_base = bool(s.policy.get("require_signed_approval"))
+        if s.staged_member_rule_base is None:
+            s.staged_member_rule_base = bool(s.policy.get("require_member_for_jobs"))
         s.policy = policy
         self._open_version(KIND_POLICY, "policy", stored, policy, batch)
 
@@ -717,6 +726,15 @@ class Projector:
             s.owners.pop(team, None)
         s.staged_changes.append([stored.seq, "owners", team, team, owners_diff(old, new)])
 
+    def _members_changed(self, stored: Envelope, d: dict[str, Any], batch: Batch) -> None:
+        s = self.state
+        team = d["team"]
+        s.staged_members_base.setdefault(team, s.members.get(team, []))
+        if d["members"]:
+            s.members[team] = list(d["members"])
+        else:
+            s.members.pop(team, None)
+
     def _approval_checked(self, stored: Envelope, d: dict[str, Any], batch: Batch) -> None:
         self.state.staged_approvals.append(d)
 
@@ -729,6 +747,27 @@ class Projector:
         owners_base, s.staged_owners_base = s.staged_owners_base, {}
         signed_base, s.staged_signed_base = s.staged_signed_base, None
         platform_staged, s.staged_platform = s.staged_platform, []
+        members_base, s.staged_members_base = s.staged_members_base, {}
+        jobs_staged, s.staged_jobs = s.staged_jobs, []
+        member_rule_base, s.staged_member_rule_base = s.staged_member_rule_base, None
+        if member_rule_base or s.policy.get("require_member_for_jobs"):
+            jobs: dict[str, list[tuple[int, str]]] = {}
+            for seq, queue, file, cause in jobs_staged:
+                if cause == commit["sha"]:
+                    info = s.queues.get(queue)
+                    jobs.setdefault(info.team if info else queue, []).append((seq, file))
+            if jobs:
+                self.checks.membership(
+                    stored,
+                    commit,
+                    jobs,
+                    records,
+                    {**s.owners, **owners_base},
+                    {**s.members, **members_base},
+                    bool(signed_base) or bool(s.policy.get("require_signed_approval")),
+                    self._time,
+                    batch,
+                )
         s.effects_of = [commit["sha"], stored.seq] if staged else None
         for seq, kind, target, team, summary in staged:
             batch.changes.append((s.next_change, stored.seq, seq, kind, target, team, summary))
@@ -761,6 +800,9 @@ class Projector:
         s.staged_owners_base = {}
         s.staged_signed_base = None
         s.staged_platform = []
+        s.staged_members_base = {}
+        s.staged_jobs = []
+        s.staged_member_rule_base = None
         s.effects_of = None
 
     def _solve_completed(self, stored: Envelope, d: dict[str, Any], batch: Batch) -> None:

@@ -28,6 +28,7 @@ CHECK_PREEMPTION = "non-preemptible"
 CHECK_LIMITS = "queue-limits"
 CHECK_APPROVAL = "quota-approval"
 CHECK_PREEMPTION_RULES = "preemption-rules"
+CHECK_MEMBERSHIP = "job-membership"
 CHECKS = (
     CHECK_ISOLATION,
     CHECK_RESIDENCY,
@@ -35,6 +36,7 @@ CHECKS = (
     CHECK_LIMITS,
     CHECK_APPROVAL,
     CHECK_PREEMPTION_RULES,
+    CHECK_MEMBERSHIP,
 )
 
 # Versioned facts for point-in-time queries: one row per stretch of seqs a fact held.

@@ -250,3 +250,95 @@ spec:
     repo.commit("vision", trailers=[("Approved-by", "olga@platform.example")])
     (message,) = reconcile(repo, expect=1)
     assert "team vision is not one of the namespaces the Policy allows" in message
+
+
+# -- 32.2: who may submit jobs to a team's queue
+
+BOB = ("Bob Stone", "bob@beta.example")
+LIN = ("Lin Wu", "lin@alpha.example")
+
+
+def member_policy() -> str:
+    return (
+        H
+        + """kind: Policy
+metadata:
+  name: default
+spec:
+  solver: {name: greedy}
+  approval: {requireMemberForJobs: true}
+"""
+    )
+
+
+def members_repo(tmp_path: Path) -> SigningRepo:
+    """alpha: owner ana, member lin; beta: owner bob. Jobs only from their own team."""
+    r = SigningRepo(tmp_path / "cluster")
+    r.write_all(MINIMAL_CLUSTER)
+    r.write_all(
+        {
+            "policies/default.yaml": member_policy(),
+            "teams/alpha/queue.yaml": queue_yaml("alpha", 8),
+            "teams/alpha/OWNERS": "ana@ml.example\n",
+            "teams/alpha/MEMBERS": "# who submits alpha's jobs\nLin Wu <lin@alpha.example>\n",
+            "teams/beta/queue.yaml": queue_yaml("beta", 8),
+            "teams/beta/OWNERS": "bob@beta.example\n",
+        }
+    )
+    r.commit("Bootstrap")
+    assert reconcile(r, expect=0) == []
+    return r
+
+
+def test_a_member_of_another_team_cannot_submit_to_a_teams_queue(tmp_path: Path) -> None:
+    repo = members_repo(tmp_path)
+    repo.write("teams/alpha/jobs/sneaky.yaml", job_yaml("sneaky", gpu=8))
+    sneaky = repo.commit("alpha: a job", author=BOB)
+    run = gitsched("plan", repo.path, "HEAD~1..HEAD", "--format", "json")
+    assert "bob@beta.example is not a member or owner of team alpha" in run.stdout
+    (message,) = reconcile(repo, expect=1)
+    assert "bob@beta.example is not a member or owner of team alpha" in message
+    assert "teams/alpha/MEMBERS" in message and "ana@ml.example" in message
+    assert sneaky not in applied_shas(repo)
+    events = read_events(repo.log_path)
+    assert not of_type(events, "JobSubmitted") or all(
+        e.data["job"]["name"] != "sneaky" for e in of_type(events, "JobSubmitted")
+    )
+
+    # alpha's member submits; an owner's approval lets bob's job in
+    repo.commit(
+        "Approve", author=PAT, trailers=[("Approved-by", "Ana <ana@ml.example>")],
+        allow_empty=True,
+    )  # fmt: skip
+    assert reconcile(repo, expect=0) == []
+    repo.write("teams/alpha/jobs/mine.yaml", job_yaml("mine", gpu=1))
+    assert repo.commit("alpha: lin's job", author=LIN) and reconcile(repo, expect=0) == []
+    members = {
+        e.data["team"]: e.data["members"]
+        for e in of_type(read_events(repo.log_path), "MembersChanged")
+    }
+    assert members == {"alpha": ["lin@alpha.example"]}
+    result = gitsched("audit", "compliance", "--repo", repo.path, "--format", "json").json()
+    assert result["ok"], result["violations"]
+    (check,) = [c for c in result["checks"] if c["check"] == "job-membership"]
+    assert check["checked"] == 2 and check["status"] == "PASS"
+
+
+def test_with_the_rule_off_anyone_submits(tmp_path: Path) -> None:
+    repo = SigningRepo(tmp_path / "cluster")
+    repo.write_all(MINIMAL_CLUSTER)
+    repo.write_all(
+        {"teams/ml/OWNERS": "ana@ml.example\n", "teams/ml/MEMBERS": "lin@alpha.example\n"}
+    )
+    repo.commit("Bootstrap")
+    repo.write("teams/ml/jobs/any.yaml", job_yaml("any", gpu=1))
+    repo.commit("ml: a job", author=BOB)
+    assert reconcile(repo, expect=0) == []
+
+
+def test_a_bad_line_in_members_is_an_error_naming_file_and_line(tmp_path: Path) -> None:
+    repo = SigningRepo(tmp_path / "cluster")
+    repo.write_all(MINIMAL_CLUSTER)
+    repo.write("teams/ml/MEMBERS", "lin@alpha.example\nnot an e-mail\n")
+    run = gitsched("validate", repo.path, expect=1)
+    assert "teams/ml/MEMBERS:2: $: 'not an e-mail' is not an e-mail" in run.stdout
