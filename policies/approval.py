@@ -51,6 +51,10 @@ def owners_file(team: str) -> str:
     return "OWNERS" if team == PLATFORM else f"teams/{team}/OWNERS"
 
 
+def members_file(team: str) -> str:
+    return f"teams/{team}/MEMBERS"
+
+
 def team_label(team: str) -> str:
     return "the platform" if team == PLATFORM else f"team {team}"
 
@@ -439,6 +443,8 @@ def touched_teams(
     head_documents: Sequence[Document] = (),
     base_owners: Mapping[str, Sequence[Owner | str]],
     head_owners: Mapping[str, Sequence[Owner | str]],
+    base_members: Mapping[str, Sequence[str]] | None = None,
+    head_members: Mapping[str, Sequence[str]] | None = None,
 ) -> dict[str, list[tuple[str, str, int | None]]]:
     """Team -> (file, what changed, line) for each change to the team's queue or OWNERS.
 
@@ -482,6 +488,22 @@ def touched_teams(
             touched.setdefault(team, []).append(
                 (owners_file(team), f"changes {whose}: {what or 'reorders them'}", None)
             )
+    old_members, new_members = base_members or {}, head_members or {}
+    for team in sorted(set(old_members) | set(new_members)):
+        had = {email_of(m) for m in old_members.get(team, ())}
+        has = {email_of(m) for m in new_members.get(team, ())}
+        if had != has:
+            what = "; ".join(
+                part
+                for part in (
+                    f"adds {', '.join(sorted(has - had))}" if has - had else "",
+                    f"removes {', '.join(sorted(had - has))}" if had - has else "",
+                )
+                if part
+            )
+            touched.setdefault(team, []).append(
+                (members_file(team), f"changes the team's members: {what}", None)
+            )
     return touched
 
 
@@ -498,6 +520,8 @@ def check_approvals(
     vouches: Sequence[Vouch] = (),
     signed_required: bool = False,
     platform: Sequence[tuple[str, str]] = (),
+    base_members: Mapping[str, Sequence[str]] | None = None,
+    head_members: Mapping[str, Sequence[str]] | None = None,
 ) -> tuple[TeamApproval, ...]:
     """One TeamApproval for each team whose queue or OWNERS the change touches.
 
@@ -520,6 +544,8 @@ def check_approvals(
         head_documents=head_documents,
         base_owners=base_owners,
         head_owners=head_owners,
+        base_members=base_members,
+        head_members=head_members,
     )
     touched = {team: list(entries) for team, entries in touched.items()}
     for file, what in platform:
@@ -643,10 +669,6 @@ def approval_findings(checks: Iterable[TeamApproval]) -> tuple[Finding, ...]:
             )
         )
     return tuple(findings)
-
-
-def members_file(team: str) -> str:
-    return f"teams/{team}/MEMBERS"
 
 
 @dataclass(frozen=True, slots=True)

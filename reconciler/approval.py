@@ -164,6 +164,8 @@ def team_approvals(
             vouches=vouches,
             signed_required=signed_required,
             platform=platform,
+            base_members=(base.members or {}) if base is not None else {},
+            head_members=head.members or {},
         )
 
     checks = rule(())
@@ -318,6 +320,7 @@ def commit_approval(
         platform
         or dict(state.queues) != dict(desired.queues)
         or dict(state.owners) != dict(desired.owners)
+        or dict(state.members) != dict(desired.members)
     )
     if not governed and not job_files:
         # neither a queue, OWNERS, the platform's files nor a job's changed: nothing to approve

@@ -729,7 +729,14 @@ class Projector:
     def _members_changed(self, stored: Envelope, d: dict[str, Any], batch: Batch) -> None:
         s = self.state
         team = d["team"]
-        s.staged_members_base.setdefault(team, s.members.get(team, []))
+        old = s.members.get(team, [])
+        s.staged_members_base.setdefault(team, old)
+        added = sorted(set(d["members"]) - set(old))
+        removed = sorted(set(old) - set(d["members"]))
+        summary = ", ".join(
+            [f"member {m} added" for m in added] + [f"member {m} removed" for m in removed]
+        )
+        s.staged_changes.append([stored.seq, "members", team, team, summary])
         if d["members"]:
             s.members[team] = list(d["members"])
         else:
@@ -772,7 +779,7 @@ class Projector:
         for seq, kind, target, team, summary in staged:
             batch.changes.append((s.next_change, stored.seq, seq, kind, target, team, summary))
             s.next_change += 1
-        governed = [c for c in staged if c[1] in ("queue", "owners")]
+        governed = [c for c in staged if c[1] in ("queue", "owners", "members")]
         # The platform's own changes (the reconciler's `commit_platform_changes`): the
         # cluster, nodes and Policy this commit changed, and each team it removed.
         mine = [p for p in platform_staged if p[3] == commit["sha"]]

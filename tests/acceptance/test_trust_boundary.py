@@ -342,3 +342,18 @@ def test_a_bad_line_in_members_is_an_error_naming_file_and_line(tmp_path: Path) 
     repo.write("teams/ml/MEMBERS", "lin@alpha.example\nnot an e-mail\n")
     run = gitsched("validate", repo.path, expect=1)
     assert "teams/ml/MEMBERS:2: $: 'not an e-mail' is not an e-mail" in run.stdout
+
+
+def test_joining_a_team_is_a_change_its_owners_approve(tmp_path: Path) -> None:
+    repo = members_repo(tmp_path)
+    repo.write(
+        "policies/default.yaml",
+        member_policy().replace("true}", "true, requireOwnerApproval: true}"),
+    )
+    repo.commit("policy: owners approve", trailers=[("Approved-by", "ana@ml.example")])
+    assert reconcile(repo, expect=0) == []
+    repo.write("teams/alpha/MEMBERS", "lin@alpha.example\nbob@beta.example\n")
+    repo.commit("alpha: bob joins", author=BOB)
+    (message,) = reconcile(repo, expect=1)
+    assert "changes the team's members: adds bob@beta.example" in message
+    assert "needs an approval from one of ana@ml.example" in message
