@@ -16,7 +16,7 @@ from typing import Any
 import orjson
 
 from audit.store import AuditStore, rows
-from policies.approval import PLATFORM
+from policies.approval import PLATFORM, email_of
 
 # Changes the platform owners govern (cluster.yaml's priorities, the Policy): their
 # approval record is the platform's.
@@ -125,9 +125,16 @@ def approvers_of(trailers: str, approval: dict[str, Any] | None) -> list[str]:
     change, the approvers the approval rule counted (what the reconciler counted, judged
     again from the log: a merge's branch commits included); otherwise the commit's own
     Approved-by/Reviewed-by trailers, as written."""
-    if approval is not None and approval.get("status") != "bootstrap":
-        return [str(a["approver"]) for a in approval.get("approvals", ()) if a.get("counted")]
-    return [a for a in trailers.split("\n") if a]
+    written = [a for a in trailers.split("\n") if a]
+    if approval is None or approval.get("status") == "bootstrap":
+        return written
+    # a counted approver named by the commit's own trailer keeps the name it gave
+    named = {email_of(a): a for a in written}
+    return [
+        named.get(str(a["approver"]), str(a["approver"]))
+        for a in approval.get("approvals", ())
+        if a.get("counted")
+    ]
 
 
 def _author(committed: str, email: str, approval: dict[str, Any] | None) -> str:

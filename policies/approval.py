@@ -548,9 +548,13 @@ def check_approvals(
         head_members=head_members,
     )
     touched = {team: list(entries) for team, entries in touched.items()}
+    if not base_owners.get(PLATFORM):
+        # No platform owners at the base (bootstrap): nobody to ask, nothing to record.
+        platform = ()
     for file, what in platform:
         touched.setdefault(PLATFORM, []).append((file, what, None))
-    for team in sorted(teams_of(base_queues, base_owners) - teams_of(head_queues, head_owners)):
+    removed = teams_of(base_queues, base_owners) - teams_of(head_queues, head_owners)
+    for team in sorted(removed if base_owners.get(PLATFORM) else ()):
         touched.setdefault(PLATFORM, []).append((f"teams/{team}/", f"removes team {team}", None))
     claims = (*trailer_vouches(approvers), *vouches)
     writing = tuple(dict.fromkeys(email_of(a) for a in authors))

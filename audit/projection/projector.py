@@ -792,7 +792,8 @@ class Projector:
             for c in governed
             if c[3] and c[3] != PLATFORM and c[3] not in existing
         ]
-        governed += platform
+        if {**s.owners, **owners_base}.get(PLATFORM):
+            governed += platform  # (no platform owners at the base: bootstrap, nobody to ask)
         if not governed:
             return
         self.checks.approvals(

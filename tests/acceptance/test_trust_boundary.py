@@ -100,7 +100,7 @@ def test_with_platform_owners_the_message_names_them_and_their_approval_counts(
     changes = gitsched("audit", "changes", "--repo", repo.path, "--format", "json").json()
     (change,) = [c for c in changes if c["commit"] == approve]
     assert change["approval"]["authors"] == ["carol@ml.example"]
-    assert change["approvers"] == ["olga@platform.example"]
+    assert change["approvers"] == ["Olga <olga@platform.example>"]  # as the trailer names her
     result = gitsched("audit", "compliance", "--repo", repo.path, "--format", "json").json()
     assert result["ok"], result["violations"]
 
