@@ -30,6 +30,7 @@ from policies.approval import (
     check_submitters,
     judge_team,
     may_approve,
+    namespace_findings,
     recorded_vouches,
     team_label,
     trailer_vouches,
@@ -201,6 +202,24 @@ class ComplianceChecks:
             evidence = [stored.seq] + [c[0] for c in governed if c[3] == team]
             record = by_team.get(team)
             self._judge_approval(stored, time, commit, team, base, record, signed, evidence, batch)
+
+    def namespaces(
+        self, stored: Envelope, commit: dict[str, Any], new: list[str], time: str, batch: Batch
+    ) -> None:
+        """The teams a commit created may not take a namespace the platform keeps, nor one
+        outside the Policy's approval.teamNamespaces (`policies.approval.namespace_findings`)."""
+        named = self.state.policy.get("team_namespaces")
+        for finding in namespace_findings(new, named):
+            team = finding.file.split("/")[1]
+            self._violation(
+                CHECK_APPROVAL,
+                stored,
+                time,
+                team,
+                f"{commit['sha'][:12]} created {finding.message}",
+                [stored.seq],
+                batch,
+            )
 
     def membership(
         self,

@@ -663,7 +663,14 @@ class Projector:
         data["reason"] = d.get("reason", "")
         self._open_version(KIND_NODE, d["node"], stored, data, batch)
 
+    def _stage_teams(self) -> None:
+        """Remember the teams before the commit being read changes any of them."""
+        s = self.state
+        if s.staged_teams_base is None:
+            s.staged_teams_base = sorted(_teams(s))
+
     def _queue_configured(self, stored: Envelope, d: dict[str, Any], batch: Batch) -> None:
+        self._stage_teams()
         s = self.state
         queue = d["queue"]
         name = queue["name"]
@@ -685,6 +692,7 @@ class Projector:
         )
 
     def _queue_removed(self, stored: Envelope, d: dict[str, Any], batch: Batch) -> None:
+        self._stage_teams()
         s = self.state
         name = d["queue"]
         old = s.queues.pop(name, None)
@@ -715,6 +723,7 @@ class Projector:
         )
 
     def _owners_changed(self, stored: Envelope, d: dict[str, Any], batch: Batch) -> None:
+        self._stage_teams()
         s = self.state
         team = d["team"]
         old = s.owners.get(team, [])
@@ -783,14 +792,16 @@ class Projector:
         # The platform's own changes (the reconciler's `commit_platform_changes`): the
         # cluster, nodes and Policy this commit changed, and each team it removed.
         mine = [p for p in platform_staged if p[3] == commit["sha"]]
-        existing = {q.team for q in s.queues.values()} | set(s.owners)
+        existing = _teams(s)
+        teams_base, s.staged_teams_base = s.staged_teams_base, None
+        before = set(teams_base) if teams_base is not None else existing
+        if existing - before:
+            self.checks.namespaces(stored, commit, sorted(existing - before), self._time, batch)
         platform = [[c[0], "policy", c[2], PLATFORM, c[4]] for c in staged if c[1] == "policy"] + [
             [p[0], p[1], p[2], PLATFORM, ""] for p in mine
         ]
         platform += [
-            [c[0], "team", c[3], PLATFORM, ""]
-            for c in governed
-            if c[3] and c[3] != PLATFORM and c[3] not in existing
+            [c[0], "team", c[3], PLATFORM, ""] for c in governed if c[3] in before - existing
         ]
         if {**s.owners, **owners_base}.get(PLATFORM):
             governed += platform  # (no platform owners at the base: bootstrap, nobody to ask)
@@ -811,6 +822,7 @@ class Projector:
         s.staged_members_base = {}
         s.staged_jobs = []
         s.staged_member_rule_base = None
+        s.staged_teams_base = None
         s.effects_of = None
 
     def _solve_completed(self, stored: Envelope, d: dict[str, Any], batch: Batch) -> None:
@@ -818,3 +830,8 @@ class Projector:
 
     def _not_projected(self, stored: Envelope, d: dict[str, Any], batch: Batch) -> None:
         return None
+
+
+def _teams(s: ProjectionState) -> set[str]:
+    """The teams that exist: those with a queue or OWNERS (`policies.approval.teams_of`)."""
+    return ({q.team for q in s.queues.values()} | set(s.owners)) - {PLATFORM}

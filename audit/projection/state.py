@@ -239,6 +239,8 @@ class ProjectionState:
     staged_members_base: dict[str, list[str]] = field(default_factory=dict)
     staged_jobs: list[list[Any]] = field(default_factory=list)
     staged_member_rule_base: bool | None = None
+    # of the commit being read: the teams (with a queue or OWNERS) before it
+    staged_teams_base: list[str] | None = None
     effects_of: list[Any] | None = None  # [sha, commit seq] whose solve is being read
     touched: dict[str, list[int]] = field(
         default_factory=dict
