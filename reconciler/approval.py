@@ -22,6 +22,7 @@ from engine.model import CommitInfo, Job, Owner, Queue
 from engine.state import ClusterState
 from findings import Finding
 from policies.approval import (
+    PLATFORM,
     JobSubmission,
     Signature,
     SignatureStatus,
@@ -309,7 +310,8 @@ def commit_approval(
     if desired is None:
         return CommitApproval()
     forbidden = new_team_findings(state, desired)
-    platform = commit_platform_changes(state, desired)
+    # With no platform owners in the log (bootstrap) there is nobody to ask for these.
+    platform = commit_platform_changes(state, desired) if state.owners.get(PLATFORM) else ()
     policies = (state.policy, desired.policy)
     job_files = (
         changed_job_files(state, desired)
