@@ -11,6 +11,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from eventlog.sqlite import SQLiteEventLog
+from reconciler.git import GitRepo
+from reconciler.loop import Reconciler
+from reconciler.plan import plan_change
 from tests.acceptance.test_approvals import (
     MALLORY,
     SigningRepo,
@@ -20,6 +24,7 @@ from tests.acceptance.test_approvals import (
     raise_ml,
     reconcile,
 )
+from tests.acceptance.test_plan_predicts_reconcile import _payload, predicted
 from tests.support.cluster_repo import (
     MINIMAL_CLUSTER,
     H,
@@ -357,3 +362,49 @@ def test_joining_a_team_is_a_change_its_owners_approve(tmp_path: Path) -> None:
     (message,) = reconcile(repo, expect=1)
     assert "changes the team's members: adds bob@beta.example" in message
     assert "needs an approval from one of ana@ml.example" in message
+
+
+# -- plan = reconcile on every refusal above
+
+
+def test_plan_predicts_what_reconcile_appends_for_each_refusal(tmp_path: Path) -> None:
+    repo = members_repo(tmp_path)
+    repo.write("OWNERS", "olga@platform.example\n")
+    repo.write(
+        "policies/default.yaml",
+        member_policy().replace("true}", "true, requireOwnerApproval: true}"),
+    )
+    repo.commit("the platform's owners")
+    assert reconcile(repo, expect=0) == []
+    steps: list[tuple[str, dict[str, object]]] = [
+        ("teams/alpha/jobs/sneaky.yaml", {"author": BOB}),  # a job from outside alpha
+        ("inventory/pool.yaml", {"author": MALLORY}),  # a node without the platform
+        ("teams/kube-system/queue.yaml", {"author": MALLORY}),  # a reserved namespace
+        ("", {"author": PAT, "trailers": [("Approved-by", "olga@platform.example")]}),
+    ]
+    contents = {
+        "teams/alpha/jobs/sneaky.yaml": job_yaml("sneaky", gpu=1),
+        "inventory/pool.yaml": (repo.path / "inventory/pool.yaml")
+        .read_text()
+        .replace("count: 4", "count: 5"),
+        "teams/kube-system/queue.yaml": queue_yaml("kube-system", 8),
+    }
+    applied: list[bool] = []
+    with SQLiteEventLog(repo.log_path) as event_log:
+        reconciler = Reconciler(GitRepo(repo.path), event_log)
+        for path, how in steps:
+            if path == "":
+                repo.remove("teams/kube-system/queue.yaml")
+            else:
+                repo.write(path, contents[path])
+            sha = repo.commit(f"step {path or 'approve'}", allow_empty=True, **how)  # type: ignore[arg-type]
+            plan = plan_change(GitRepo(repo.path), event_log, None, sha)
+            seq = event_log.last_seq()
+            report = reconciler.run_once()
+            appended = [
+                (s.id, s.type, s.actor, s.cause, _payload(s.type, s.data))
+                for s in event_log.read(seq)
+            ]
+            assert predicted(plan.groups) == appended, path
+            applied.append(report.commits[-1].applied)
+    assert applied == [False, False, False, True]
