@@ -101,7 +101,13 @@ def parse_owners(text: str) -> tuple[tuple[Owner, ...], tuple[tuple[int, str], .
             (i for i, t in enumerate(tokens) if i > 0 and t.startswith(KEY_TYPE_PREFIXES)), None
         )
         if at is None:
-            owners.append(Owner(email_of(line)))
+            email = email_of(line)
+            if "@" not in email or any(c in email for c in "*?,! <>"):
+                # e.g. a Prow-style OWNERS ("approvers:", "- alice") at the root: gitsched's
+                # OWNERS names e-mails, and a line that is none must not pass for an owner
+                problems.append((number, f"{line!r} is not an e-mail: a line is 'e-mail [key]'"))
+            else:
+                owners.append(Owner(email))
             continue
         # allowed-signers options (namespaces="git", valid-after=...) sit before the key
         who = " ".join(t for t in tokens[:at] if "=" not in t)

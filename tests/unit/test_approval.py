@@ -436,3 +436,10 @@ def test_members_file_lines_and_who_may_submit_jobs() -> None:
     assert "bob@beta.example is not a member or owner of team alpha" in finding.message
     assert submit("bob@beta.example", ("ana@alpha.example",)).satisfied
     assert not submit("bob@beta.example", ("lin@alpha.example",)).satisfied  # members don't approve
+
+
+def test_a_prow_style_owners_file_is_not_read_as_owners() -> None:
+    owners, problems = parse_owners("approvers:\n- alice\nana@ml.example\n")
+    assert owners == (Owner("ana@ml.example"),)
+    assert [n for n, _ in problems] == [1, 2]
+    assert "'approvers:' is not an e-mail" in problems[0][1]
