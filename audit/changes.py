@@ -16,6 +16,11 @@ from typing import Any
 import orjson
 
 from audit.store import AuditStore, rows
+from policies.approval import PLATFORM, email_of
+
+# Changes the platform owners govern (cluster.yaml's priorities, the Policy): their
+# approval record is the platform's.
+PLATFORM_KINDS = ("priorities", "policy")
 
 HEADERS = [
     "applied_seq",
@@ -89,7 +94,8 @@ def changes(
     out = []
     for r in found:
         caused = effects.get(r["commit_seq"], [])
-        approval = approvals.get((r["commit_seq"], r["team"])) if r["kind"] != "policy" else None
+        governed_by = PLATFORM if r["kind"] in PLATFORM_KINDS else r["team"]
+        approval = approvals.get((r["commit_seq"], governed_by))
         out.append(
             {
                 "applied_seq": r["commit_seq"],
@@ -103,7 +109,7 @@ def changes(
                 "author": _author(f"{r['author']} <{r['email']}>", r["email"], approval),
                 "authored": r["authored_at"] or None,
                 "committer": r["committer"] or None,
-                "approvers": [a for a in r["approvers"].split("\n") if a],
+                "approvers": approvers_of(r["approvers"], approval),
                 "approval": approval,
                 "merged": r["committed_at"],
                 "applied": r["applied_time"],
@@ -112,6 +118,23 @@ def changes(
             }
         )
     return out
+
+
+def approvers_of(trailers: str, approval: dict[str, Any] | None) -> list[str]:
+    """Who approved a change: the one answer every audit output gives. For a governed
+    change, the approvers the approval rule counted (what the reconciler counted, judged
+    again from the log: a merge's branch commits included); otherwise the commit's own
+    Approved-by/Reviewed-by trailers, as written."""
+    written = [a for a in trailers.split("\n") if a]
+    if approval is None or approval.get("status") == "bootstrap":
+        return written
+    # a counted approver named by the commit's own trailer keeps the name it gave
+    named = {email_of(a): a for a in written}
+    return [
+        named.get(str(a["approver"]), str(a["approver"]))
+        for a in approval.get("approvals", ())
+        if a.get("counted")
+    ]
 
 
 def _author(committed: str, email: str, approval: dict[str, Any] | None) -> str:

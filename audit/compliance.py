@@ -17,6 +17,7 @@ from audit.projection.vocabulary import (
     CHECK_APPROVAL,
     CHECK_ISOLATION,
     CHECK_LIMITS,
+    CHECK_MEMBERSHIP,
     CHECK_PREEMPTION,
     CHECK_PREEMPTION_RULES,
     CHECK_RESERVATIONS,
@@ -36,9 +37,14 @@ DESCRIPTIONS = {
     CHECK_LIMITS: "after every solve, no queue uses more than nominal + borrowing limit "
     "and no cohort borrows more than its members can lend",
     CHECK_APPROVAL: "every change to a team's queue (its quota) or OWNERS is approved by an "
-    "owner of that team at the base, not its author, signed when the Policy requires it; "
-    "a team with no owners at the base (bootstrap) needs none; the reconciler's rule, "
-    "run on the log (SOC 2 CC8.1, change management)",
+    "owner of that team (or a platform owner) at the base, not its author, signed when the "
+    "Policy requires it; every change to cluster.yaml, inventory/, policies/, the root OWNERS, "
+    "and the creation or removal of a team by a platform owner; nobody to ask at the base "
+    "(bootstrap) needs none; the reconciler's rule, run on the log (SOC 2 CC8.1, change "
+    "management)",
+    CHECK_MEMBERSHIP: "with approval.requireMemberForJobs, every job a commit adds, changes or "
+    "removes under teams/<team>/ comes from a member or owner of that team at the base, or is "
+    "approved by one of its owners; the reconciler's rule, run on the log",
     CHECK_PREEMPTION_RULES: "every preemption is one the quota and preemption rules allow "
     "(within a queue, reclaim within a cohort, never to borrow, never before the victim's "
     "minimum run time), judged on the state at the time",
@@ -51,7 +57,8 @@ CHECKED_WHAT = {
     CHECK_RESIDENCY: "placements with residency",
     CHECK_PREEMPTION: "preemptions",
     CHECK_LIMITS: "solves",
-    CHECK_APPROVAL: "commits changing queues or OWNERS",
+    CHECK_APPROVAL: "commits changing queues, OWNERS or the platform's files",
+    CHECK_MEMBERSHIP: "commits changing jobs under the rule",
     CHECK_PREEMPTION_RULES: "preemptions",
     CHECK_RESERVATIONS: "job starts while a reservation was held",
 }

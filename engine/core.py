@@ -49,6 +49,8 @@ class DesiredState:
     jobs: Mapping[str, Job]
     # team -> its OWNERS file (teams/<team>/OWNERS), for teams that have one
     owners: Mapping[str, tuple[Owner, ...]] = field(default_factory=dict)
+    # team -> its MEMBERS file (teams/<team>/MEMBERS): who may submit its jobs
+    members: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,6 +213,10 @@ def _apply_commit(state: ClusterState, intent: ApplyCommit) -> tuple[ev.Event, .
         owners = tuple(desired.owners.get(team, ()))
         if state.owners.get(team, ()) != owners:
             out.append(ev.OwnersChanged(team=team, owners=owners))
+    for team in sorted(set(state.members) | set(desired.members)):
+        members = tuple(desired.members.get(team, ()))
+        if state.members.get(team, ()) != members:
+            out.append(ev.MembersChanged(team=team, members=members))
 
     changes = len(out)
     out.extend(intent.approvals)

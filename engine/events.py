@@ -113,6 +113,19 @@ class OwnersChanged(Event):
 
 
 @dataclass(frozen=True, slots=True)
+class MembersChanged(Event):
+    """A team's MEMBERS (e-mails) as a commit left them; () when the file went away.
+
+    Who may submit jobs to the team's queue (with `approval.requireMemberForJobs`), kept
+    in the log so `audit compliance` judges a job change by the members at its base.
+    """
+
+    type: ClassVar[str] = "MembersChanged"
+    team: str
+    members: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class ApprovalChecked(Event):
     """The approval rule's inputs for one team's change in the commit that follows:
     who wrote the change (for a merge, the authors of the commits it brings in) and
@@ -382,6 +395,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         QueueConfigured,
         QueueRemoved,
         OwnersChanged,
+        MembersChanged,
         ApprovalChecked,
         JobSubmitted,
         JobChanged,

@@ -284,6 +284,11 @@ class Policy:
     reclaim_within_cohort: PreemptionScope = PreemptionScope.ANY
     require_owner_approval: bool = False
     require_signed_approval: bool = False
+    # A job file under teams/<team>/ only from a member or owner of that team, or approved
+    # by one of its owners (policies/approval.py, docs/approvals.md).
+    require_member_for_jobs: bool = False
+    # The namespaces teams may take (their folder names); None: any but the reserved ones.
+    team_namespaces: tuple[str, ...] | None = None
     # Fair share over time (engine/fairshare.py): a queue's past usage halves every this long.
     usage_half_life_hours: float = 24.0
     # Idle GPU reclamation (engine/idle.py). Off by default here, so a policy logged before

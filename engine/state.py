@@ -70,6 +70,8 @@ class ClusterState:
     events_applied: int = 0
     # team -> its OWNERS as the log last recorded them (OwnersChanged)
     owners: Map[str, tuple[Owner, ...]] = field(default_factory=Map)
+    # team -> its MEMBERS (e-mails) as the log last recorded them (MembersChanged)
+    members: Map[str, tuple[str, ...]] = field(default_factory=Map)
     # queue -> its decayed GPU usage (engine/fairshare.py), and the latest time the events
     # told (seconds since the epoch): when a stop that says no time of its own happened.
     usage: Map[str, QueueUsage] = field(default_factory=Map)
@@ -215,6 +217,11 @@ def _queue_removed(s: ClusterState, e: ev.QueueRemoved) -> ClusterState:
 def _owners_changed(s: ClusterState, e: ev.OwnersChanged) -> ClusterState:
     owners = s.owners.set(e.team, e.owners) if e.owners else _without(s.owners, e.team)
     return _replace(s, owners=owners)
+
+
+def _members_changed(s: ClusterState, e: ev.MembersChanged) -> ClusterState:
+    members = s.members.set(e.team, e.members) if e.members else _without(s.members, e.team)
+    return _replace(s, members=members)
 
 
 def _approval_checked(s: ClusterState, e: ev.ApprovalChecked) -> ClusterState:
@@ -428,6 +435,7 @@ _HANDLERS: dict[type[ev.Event], Callable[[ClusterState, Any], ClusterState]] = {
     ev.QueueConfigured: _queue_configured,
     ev.QueueRemoved: _queue_removed,
     ev.OwnersChanged: _owners_changed,
+    ev.MembersChanged: _members_changed,
     ev.ApprovalChecked: _approval_checked,
     ev.JobSubmitted: _job_submitted,
     ev.JobChanged: _job_changed,

@@ -24,6 +24,7 @@ from policies.rules import place_of
 from schemas import Document
 
 APPROVAL_CODE = "approval"
+MEMBERSHIP_CODE = "membership"
 TRAILER_HINT = "Approved-by: Name <e-mail>"
 # How an OWNERS key line starts its key: the key types ssh-keygen writes and reads.
 KEY_TYPE_PREFIXES = ("ssh-", "ecdsa-sha2-", "sk-ssh-", "sk-ecdsa-")
@@ -39,8 +40,32 @@ def email_of(person: str) -> str:
     return text.strip().lower()
 
 
+# The platform owners: the OWNERS file at the repo's root, kept in the log like a team's
+# OWNERS under this key (no team folder can be named "/").
+PLATFORM = "/"
+# Namespaces no team may take: Kubernetes' own and gitsched's (deploy/kustomization.yaml).
+RESERVED_NAMESPACES = ("kube-system", "kube-public", "kube-node-lease", "gitsched-system")
+
+
 def owners_file(team: str) -> str:
-    return f"teams/{team}/OWNERS"
+    return "OWNERS" if team == PLATFORM else f"teams/{team}/OWNERS"
+
+
+def members_file(team: str) -> str:
+    return f"teams/{team}/MEMBERS"
+
+
+def team_label(team: str) -> str:
+    return "the platform" if team == PLATFORM else f"team {team}"
+
+
+def may_approve(team: str, owners: Mapping[str, Sequence[Owner | str]]) -> tuple[Owner, ...]:
+    """Who may approve a change of `team`, from the OWNERS at the base: the team's owners
+    and the platform owners (OWNERS at the repo root); for the platform, its owners."""
+    listed = [_as_owner(o) for o in owners.get(team, ())]
+    if team != PLATFORM:
+        listed += [_as_owner(o) for o in owners.get(PLATFORM, ())]
+    return tuple(dict.fromkeys(listed))
 
 
 def key_fingerprint(key: str) -> str:
@@ -76,7 +101,13 @@ def parse_owners(text: str) -> tuple[tuple[Owner, ...], tuple[tuple[int, str], .
             (i for i, t in enumerate(tokens) if i > 0 and t.startswith(KEY_TYPE_PREFIXES)), None
         )
         if at is None:
-            owners.append(Owner(email_of(line)))
+            email = email_of(line)
+            if "@" not in email or any(c in email for c in "*?,! <>"):
+                # e.g. a Prow-style OWNERS ("approvers:", "- alice") at the root: gitsched's
+                # OWNERS names e-mails, and a line that is none must not pass for an owner
+                problems.append((number, f"{line!r} is not an e-mail: a line is 'e-mail [key]'"))
+            else:
+                owners.append(Owner(email))
             continue
         # allowed-signers options (namespaces="git", valid-after=...) sit before the key
         who = " ".join(t for t in tokens[:at] if "=" not in t)
@@ -91,6 +122,24 @@ def parse_owners(text: str) -> tuple[tuple[Owner, ...], tuple[tuple[int, str], .
         else:
             owners.append(Owner(email, key))
     return tuple(owners), tuple(problems)
+
+
+def parse_members(text: str) -> tuple[tuple[str, ...], tuple[tuple[int, str], ...]]:
+    """A MEMBERS file -> its members' e-mails, and (line, message) for each line that is
+    not one. A line is an e-mail ("li@nlp.example" or "Li Wei <li@nlp.example>"); '#'
+    starts a comment."""
+    members: list[str] = []
+    problems: list[tuple[int, str]] = []
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        email = email_of(line)
+        if "@" not in email or any(c in email for c in "*?,! <>"):
+            problems.append((number, f"{line!r} is not an e-mail: a line is one member's e-mail"))
+        else:
+            members.append(email)
+    return tuple(dict.fromkeys(members)), tuple(problems)
 
 
 def _as_owner(owner: Owner | str) -> Owner:
@@ -166,6 +215,9 @@ class TeamApproval:
     refused: tuple[str, ...] = ()  # why each other claim of approval did not count
     authors: tuple[str, ...] = ()  # e-mails of who wrote the change
     signed_required: bool = False
+    team_owners: tuple[
+        str, ...
+    ] = ()  # the team's own OWNERS at the base (owners adds the platform's)
 
     @property
     def unowned(self) -> bool:
@@ -182,9 +234,16 @@ class TeamApproval:
         return tuple(o for o in self.owners if o not in self.authors_among_owners)
 
     def missing_text(self) -> str:
-        who = ", ".join(self.eligible) or "nobody (every owner wrote the change)"
         kind = "a signed approval" if self.signed_required else "an approval"
-        text = f"needs {kind} from one of {who} ({owners_file(self.team)} at the base commit)"
+        platform = tuple(o for o in self.owners if o not in self.team_owners)
+        where = owners_file(self.team) + (
+            " or OWNERS at the repo root" if platform and self.team != PLATFORM else ""
+        )
+        if not self.eligible:
+            return f"needs {kind}, and nobody may give it: {self._nobody_text()}" + (
+                "; not counted: " + "; ".join(self.refused) if self.refused else ""
+            )
+        text = f"needs {kind} from one of {', '.join(self.eligible)} ({where} at the base commit)"
         if self.authors_among_owners:
             text += (
                 f"; {', '.join(self.authors_among_owners)} wrote the change and cannot approve it"
@@ -192,6 +251,31 @@ class TeamApproval:
         if self.refused:
             text += "; not counted: " + "; ".join(self.refused)
         return text
+
+    def _nobody_text(self) -> str:
+        """Every owner who may approve wrote the change: say so, and what the team can do."""
+        wrote = ", ".join(self.authors_among_owners)
+        if self.team == PLATFORM:
+            only = len(self.owners) == 1
+            return (
+                f"{wrote}, {'the only platform owner' if only else 'every platform owner'} "
+                "(OWNERS at the repo root), wrote the change, and an author cannot approve "
+                "their own change; add a second platform owner to OWNERS (a change another "
+                "platform owner approves)"
+            )
+        only = len(self.team_owners) == 1
+        text = (
+            f"{wrote}, {'the only owner' if only else 'every owner'} of team {self.team} "
+            f"({owners_file(self.team)}), wrote the change, and an author cannot approve "
+            f"their own change; add a second owner to {owners_file(self.team)} (a change "
+            f"someone else writes and {wrote} approves), or "
+        )
+        if self.owners == self.team_owners:
+            return text + (
+                "have the platform name its owners in OWNERS at the repo root, who may then "
+                "approve any team's change"
+            )
+        return text + "ask a platform owner (OWNERS at the repo root) who did not write it"
 
 
 @dataclass(frozen=True, slots=True)
@@ -250,6 +334,11 @@ def judge_team(
                     f"merge {short} is signed by the change's own author {signer}: "
                     "an author cannot approve their own change"
                 )
+            elif not v.current and signed_required:
+                refused.append(
+                    f"{signer}'s signed merge {short} is stale: the change goes on after it, "
+                    "and a signature covers only its own commit"
+                )
             else:
                 approvals.append(Approval(signer, VIA_SIGNED_MERGE, v.commit, sig.fingerprint))
             continue
@@ -268,9 +357,11 @@ def judge_team(
             approvals.append(Approval(named, VIA_SIGNED_TRAILER, v.commit, sig.fingerprint))
         elif signer == named:
             refused.append(
-                f"{named}'s signed approval on {short} is stale: the change goes on after it "
-                "(later commits, or the merge commit's own edits), and a signature covers "
-                "only its own commit; sign again at the end, or sign the merge"
+                f"{named}'s signed approval on {short} is stale: its tree is not the tree of "
+                "everything the change brings in (later commits, the merge commit's own "
+                "edits, commits from the main line the log has not applied, or another "
+                "branch of an octopus merge), and a signature covers only its own commit; "
+                "sign again at the end, or sign the merge"
             )
         elif not signed_required:
             approvals.append(Approval(named, VIA_TRAILER, v.commit))
@@ -367,6 +458,8 @@ def touched_teams(
     head_documents: Sequence[Document] = (),
     base_owners: Mapping[str, Sequence[Owner | str]],
     head_owners: Mapping[str, Sequence[Owner | str]],
+    base_members: Mapping[str, Sequence[str]] | None = None,
+    head_members: Mapping[str, Sequence[str]] | None = None,
 ) -> dict[str, list[tuple[str, str, int | None]]]:
     """Team -> (file, what changed, line) for each change to the team's queue or OWNERS.
 
@@ -406,8 +499,25 @@ def touched_teams(
                 )
                 if part
             )
+            whose = "the platform's owners" if team == PLATFORM else "the team's owners"
             touched.setdefault(team, []).append(
-                (owners_file(team), f"changes the team's owners: {what or 'reorders them'}", None)
+                (owners_file(team), f"changes {whose}: {what or 'reorders them'}", None)
+            )
+    old_members, new_members = base_members or {}, head_members or {}
+    for team in sorted(set(old_members) | set(new_members)):
+        had = {email_of(m) for m in old_members.get(team, ())}
+        has = {email_of(m) for m in new_members.get(team, ())}
+        if had != has:
+            what = "; ".join(
+                part
+                for part in (
+                    f"adds {', '.join(sorted(has - had))}" if has - had else "",
+                    f"removes {', '.join(sorted(had - has))}" if had - has else "",
+                )
+                if part
+            )
+            touched.setdefault(team, []).append(
+                (members_file(team), f"changes the team's members: {what}", None)
             )
     return touched
 
@@ -424,6 +534,9 @@ def check_approvals(
     approvers: Sequence[str] = (),
     vouches: Sequence[Vouch] = (),
     signed_required: bool = False,
+    platform: Sequence[tuple[str, str]] = (),
+    base_members: Mapping[str, Sequence[str]] | None = None,
+    head_members: Mapping[str, Sequence[str]] | None = None,
 ) -> tuple[TeamApproval, ...]:
     """One TeamApproval for each team whose queue or OWNERS the change touches.
 
@@ -433,6 +546,11 @@ def check_approvals(
     change. A team without OWNERS at the base has nobody to ask (bootstrap: the commit
     that creates a team's queue and OWNERS), so its changes need no approval.
     `approvers` are plain trailers (unverified); `vouches` carry where they come from.
+
+    The platform owners (OWNERS at the repo root, under `PLATFORM`) may approve any
+    team's change, and a team with no OWNERS is theirs (so creating a team needs them).
+    `platform` (from `platform_changes`), a change of the root OWNERS and the removal
+    of a team are the platform's own changes, judged as a team `PLATFORM`.
     """
     touched = touched_teams(
         base_queues=base_queues,
@@ -441,13 +559,25 @@ def check_approvals(
         head_documents=head_documents,
         base_owners=base_owners,
         head_owners=head_owners,
+        base_members=base_members,
+        head_members=head_members,
     )
+    touched = {team: list(entries) for team, entries in touched.items()}
+    if not base_owners.get(PLATFORM):
+        # No platform owners at the base (bootstrap): nobody to ask, nothing to record.
+        platform = ()
+    for file, what in platform:
+        touched.setdefault(PLATFORM, []).append((file, what, None))
+    removed = teams_of(base_queues, base_owners) - teams_of(head_queues, head_owners)
+    for team in sorted(removed if base_owners.get(PLATFORM) else ()):
+        touched.setdefault(PLATFORM, []).append((f"teams/{team}/", f"removes team {team}", None))
     claims = (*trailer_vouches(approvers), *vouches)
     writing = tuple(dict.fromkeys(email_of(a) for a in authors))
     out: list[TeamApproval] = []
     for team in sorted(touched):
-        listed = tuple(_as_owner(o) for o in base_owners.get(team, ()))
+        listed = may_approve(team, base_owners)
         owners = tuple(dict.fromkeys(o.email for o in listed))
+        team_owners = tuple(dict.fromkeys(_as_owner(o).email for o in base_owners.get(team, ())))
         entries = touched[team]
         verdict = judge_team(
             team,
@@ -470,9 +600,59 @@ def check_approvals(
                 refused=verdict.refused,
                 authors=writing,
                 signed_required=signed_required,
+                team_owners=team_owners,
             )
         )
     return tuple(out)
+
+
+def teams_of(queues: Mapping[str, Queue], owners: Mapping[str, Sequence[Owner | str]]) -> set[str]:
+    """The teams that exist: those with a queue or an OWNERS file (not the platform)."""
+    return ({q.team for q in queues.values()} | set(owners)) - {PLATFORM}
+
+
+def platform_changes(
+    *,
+    cluster_changed: bool,
+    policy_changed: bool,
+    nodes_changed: Iterable[str],
+) -> tuple[tuple[str, str], ...]:
+    """(file, what) for each change of the platform's own files the platform owners
+    approve: cluster.yaml, inventory/ and policies/ (OWNERS at the root and the removal
+    of a team are found by `check_approvals`). Judged on what the commit changes in the
+    cluster, not on its bytes, so the reconciler and `audit compliance` see the same."""
+    out: list[tuple[str, str]] = []
+    if cluster_changed:
+        out.append(("cluster.yaml", "changes the cluster"))
+    nodes = sorted(set(nodes_changed))
+    if nodes:
+        shown = ", ".join(nodes[:5]) + (f" and {len(nodes) - 5} more" if len(nodes) > 5 else "")
+        out.append(("inventory/", f"changes nodes {shown}"))
+    if policy_changed:
+        out.append(("policies/", "changes the Policy"))
+    return tuple(out)
+
+
+def namespace_findings(teams: Iterable[str], allowed: Sequence[str] | None) -> tuple[Finding, ...]:
+    """A team is a namespace its pods run in: never Kubernetes' or gitsched's own, and one
+    of the Policy's `approval.teamNamespaces` when the Policy names them."""
+    findings: list[Finding] = []
+    for team in sorted(set(teams)):
+        why = ""
+        if team in RESERVED_NAMESPACES or team.startswith("kube-"):
+            why = (
+                f"team {team} would run its pods in namespace {team}, which belongs to "
+                f"{'gitsched' if team == 'gitsched-system' else 'Kubernetes'}; no team may "
+                "take it"
+            )
+        elif allowed is not None and team not in allowed:
+            why = (
+                f"team {team} is not one of the namespaces the Policy allows teams "
+                f"(approval.teamNamespaces: {', '.join(allowed) or 'none'})"
+            )
+        if why:
+            findings.append(Finding(f"teams/{team}/", None, None, "$", why, "namespace"))
+    return tuple(findings)
 
 
 def _default_home(before: Queue | None, after: Queue | None) -> tuple[str, int | None]:
@@ -510,8 +690,120 @@ def approval_findings(checks: Iterable[TeamApproval]) -> tuple[Finding, ...]:
     return tuple(findings)
 
 
+@dataclass(frozen=True, slots=True)
+class JobSubmission:
+    """Who changed a team's job files, and whether they may (approval.requireMemberForJobs).
+
+    A job file under teams/<team>/ runs on that team's quota: only a member or owner of
+    the team at the base writes it, unless an owner (or a platform owner) approves.
+    """
+
+    team: str
+    files: tuple[str, ...]
+    allowed: tuple[str, ...]  # members and owners of the team at the base
+    outsiders: tuple[str, ...]  # the change's authors who are neither
+    owners: tuple[str, ...]  # who may approve: the team's owners and the platform's
+    authors: tuple[str, ...] = ()
+    approvals: tuple[Approval, ...] = ()
+    refused: tuple[str, ...] = ()
+    signed_required: bool = False
+
+    @property
+    def open_team(self) -> bool:
+        """Bootstrap: the team names no member or owner at the base; anyone submits."""
+        return not self.allowed
+
+    @property
+    def satisfied(self) -> bool:
+        return self.open_team or not self.outsiders or bool(self.approvals)
+
+    def missing_text(self) -> str:
+        people = ", ".join(self.outsiders)
+        shown = ", ".join(self.files[:3]) + (
+            f" and {len(self.files) - 3} more" if len(self.files) > 3 else ""
+        )
+        eligible = ", ".join(o for o in self.owners if o not in self.authors) or "nobody"
+        kind = "a signed approval" if self.signed_required else "an approval"
+        text = (
+            f"{people} {'is' if len(self.outsiders) == 1 else 'are'} not a member or owner of "
+            f"team {self.team} ({members_file(self.team)} and {owners_file(self.team)} at the "
+            f"base commit) and may not add, change or remove its jobs ({shown}): they run on "
+            f"team {self.team}'s quota; a member or owner of team {self.team} commits them, "
+            f"or the change needs {kind} from one of {eligible}"
+        )
+        if self.refused:
+            text += "; not counted: " + "; ".join(self.refused)
+        return text
+
+
+def check_submitters(
+    *,
+    job_files: Mapping[str, Sequence[str]],
+    base_owners: Mapping[str, Sequence[Owner | str]],
+    base_members: Mapping[str, Sequence[str]],
+    authors: Sequence[str],
+    vouches: Sequence[Vouch] = (),
+    signed_required: bool = False,
+) -> tuple[JobSubmission, ...]:
+    """One JobSubmission for each team whose job files (`job_files`: team -> files) the
+    change adds, changes or removes. Members and owners are those at the base; an
+    approval is judged by `judge_team`, as for a change of the team's queue."""
+    writing = tuple(dict.fromkeys(email_of(a) for a in authors))
+    out: list[JobSubmission] = []
+    for team in sorted(job_files):
+        team_owners = [_as_owner(o).email for o in base_owners.get(team, ())]
+        allowed = tuple(dict.fromkeys([*map(email_of, base_members.get(team, ())), *team_owners]))
+        listed = may_approve(team, base_owners)
+        outsiders = tuple(a for a in writing if a not in allowed)
+        verdict = (
+            judge_team(
+                team,
+                listed,
+                authors=writing,
+                vouches=vouches,
+                signed_required=signed_required,
+                all_owners=base_owners,
+            )
+            if outsiders and allowed
+            else Judgement((), ())
+        )
+        out.append(
+            JobSubmission(
+                team=team,
+                files=tuple(sorted(set(job_files[team]))),
+                allowed=allowed,
+                outsiders=outsiders,
+                owners=tuple(dict.fromkeys(o.email for o in listed)),
+                authors=writing,
+                approvals=verdict.approvals,
+                refused=verdict.refused,
+                signed_required=signed_required,
+            )
+        )
+    return tuple(out)
+
+
+def submitter_findings(checks: Iterable[JobSubmission]) -> tuple[Finding, ...]:
+    """The errors of a commit whose job files come from outside their team: one per team."""
+    return tuple(
+        Finding(
+            file=check.files[0],
+            line=None,
+            column=None,
+            path="$",
+            message=f"{check.missing_text()} (the Policy sets approval.requireMemberForJobs)",
+            code=MEMBERSHIP_CODE,
+        )
+        for check in checks
+        if not check.satisfied
+    )
+
+
 __all__ = [
     "APPROVAL_CODE",
+    "MEMBERSHIP_CODE",
+    "PLATFORM",
+    "JobSubmission",
     "Judgement",
     "Signature",
     "SignatureStatus",
@@ -519,13 +811,22 @@ __all__ = [
     "Vouch",
     "approval_findings",
     "check_approvals",
+    "check_submitters",
     "describe_queue_change",
     "email_of",
     "judge_team",
     "key_fingerprint",
+    "may_approve",
+    "members_file",
+    "namespace_findings",
     "owners_file",
+    "parse_members",
     "parse_owners",
+    "platform_changes",
     "recorded_vouches",
+    "submitter_findings",
+    "team_label",
+    "teams_of",
     "touched_teams",
     "trailer_vouches",
 ]

@@ -30,7 +30,7 @@ from eventlog.codec import decode
 from eventlog.replay import replay
 from findings import Finding
 from policies.approval import TeamApproval
-from reconciler.approval import team_approvals
+from reconciler.approval import commit_platform_changes, team_approvals
 from reconciler.git import GitRepo, change_commits
 from reconciler.plan_fairness import FairShareView, fair_share_view
 from reconciler.specs import SpecCache, load_commit
@@ -435,7 +435,9 @@ def plan_change(
         if base_sha != head_sha
         else change_commits(repo, f"{head_sha}^!"),
         head_sha=head_sha,
+        base_sha=base_sha,
         signed_required=signed,
+        platform=commit_platform_changes(before, desired),
     )
     return dataclasses.replace(
         skeleton,

@@ -7,6 +7,7 @@ is either fully valid (a DesiredState) or rejected with all of its errors.
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import os
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -44,7 +45,7 @@ from engine.model import (
 )
 from engine.units import mib_from_gib, milli_from_cores, milli_from_gpus
 from findings import Finding
-from policies.approval import parse_owners
+from policies.approval import PLATFORM, parse_members, parse_owners
 from policies.fit import fit_warnings
 from policies.pod_security import pod_security_policy
 from reconciler.git import GitError, GitRepo, TreeEntry
@@ -75,6 +76,7 @@ class LoadedSpecs:
     errors: tuple[Finding, ...]
     documents: tuple[Document, ...] = ()
     owners: Mapping[str, tuple[Owner, ...]] | None = None
+    members: Mapping[str, tuple[str, ...]] | None = None
 
     @property
     def warnings(self) -> tuple[Finding, ...]:
@@ -143,12 +145,19 @@ def is_spec_file(path: str) -> bool:
     parts = _parts(path)
     if not parts or any(p.startswith(".") for p in parts[:-1]):
         return False
-    return parts[-1].endswith(YAML_SUFFIXES) or is_owners_file(path)
+    return parts[-1].endswith(YAML_SUFFIXES) or is_owners_file(path) or is_members_file(path)
+
+
+def is_members_file(path: str) -> bool:
+    """teams/<team>/MEMBERS: who may submit the team's jobs (docs/approvals.md)."""
+    parts = _parts(path)
+    return len(parts) == 3 and parts[0] == "teams" and parts[2] == "MEMBERS"
 
 
 def is_owners_file(path: str) -> bool:
+    """teams/<team>/OWNERS, or OWNERS at the repo root: the platform owners."""
     parts = _parts(path)
-    return len(parts) == 3 and parts[0] == "teams" and parts[2] == "OWNERS"
+    return parts == ["OWNERS"] or (len(parts) == 3 and parts[0] == "teams" and parts[2] == "OWNERS")
 
 
 def read_commit(
@@ -339,6 +348,7 @@ class _FileRead:
     invalid: tuple[Document, ...] = ()
     errors: tuple[Finding, ...] = ()
     owners: tuple[str, tuple[Owner, ...]] | None = None
+    members: tuple[str, tuple[str, ...]] | None = None
     # The valid documents by the group build_desired puts them in, in their order.
     groups: tuple[tuple[str | None, tuple[Document, ...]], ...] = ()
 
@@ -398,10 +408,15 @@ def _read(f: SourceFile, limits: Limits) -> _FileRead:
         return _FileRead(errors=(bad_team,))
     assert f.content is not None
     if is_owners_file(f.path):
-        team = PurePosixPath(f.path).parts[1]
+        parts = PurePosixPath(f.path).parts
+        team = parts[1] if len(parts) == 3 else PLATFORM
         listed, problems = parse_owners(f.content.decode("utf-8", "replace"))
         found = tuple(Finding(f.path, n, None, "$", m, "owners") for n, m in problems)
         return _FileRead(errors=found, owners=(team, listed))
+    if is_members_file(f.path):
+        listed_members, problems = parse_members(f.content.decode("utf-8", "replace"))
+        found = tuple(Finding(f.path, n, None, "$", m, "members") for n, m in problems)
+        return _FileRead(errors=found, members=(PurePosixPath(f.path).parts[1], listed_members))
     if policies.place_of(f.path).area == "elsewhere":
         return _FileRead(
             errors=(
@@ -576,6 +591,7 @@ def parse_files(
     valid: list[Document] = []
     invalid: list[Document] = []
     owners: dict[str, tuple[Owner, ...]] = {}
+    members: dict[str, tuple[str, ...]] = {}
     by_group: dict[str | None, list[Document]] = {}
     if (over := _over_budget(files, limits)) is not None:
         return LoadedSpecs(None, (over,))
@@ -588,6 +604,8 @@ def parse_files(
             by_group.setdefault(group, []).extend(docs)
         if read.owners is not None:
             owners[read.owners[0]] = read.owners[1]
+        if read.members is not None:
+            members[read.members[0]] = read.members[1]
     merged = policies.merge_policies(by_group.get("Policy", []))
     # Cross-file rules run on every valid document even when others failed, and the
     # references of those that failed their schema are checked too: one run, every error.
@@ -599,8 +617,10 @@ def parse_files(
         except _ModelError as e:
             errors.append(e.error)
         else:
-            return LoadedSpecs(desired, (), tuple(valid), owners)
-    return LoadedSpecs(None, tuple(sorted(errors, key=_error_order)), tuple(valid), owners)
+            kept = {team: listed for team, listed in sorted(members.items()) if listed}
+            desired = dataclasses.replace(desired, members=kept)
+            return LoadedSpecs(desired, (), tuple(valid), owners, members)
+    return LoadedSpecs(None, tuple(sorted(errors, key=_error_order)), tuple(valid), owners, members)
 
 
 def _error_order(e: Finding) -> tuple[str, int, int, str]:
@@ -877,6 +897,14 @@ def policy_of(spec: Mapping[str, Any]) -> Policy:
         ),
         require_signed_approval=bool(
             approval.get("requireSignedApproval", base.require_signed_approval)
+        ),
+        require_member_for_jobs=bool(
+            approval.get("requireMemberForJobs", base.require_member_for_jobs)
+        ),
+        team_namespaces=(
+            tuple(sorted(set(approval["teamNamespaces"])))
+            if approval.get("teamNamespaces") is not None
+            else base.team_namespaces
         ),
         usage_half_life_hours=float(
             spec.get("fairness", {}).get("usageHalfLifeHours", base.usage_half_life_hours)

@@ -26,6 +26,7 @@ from engine.events import (
     Event,
     JobChanged,
     JobSubmitted,
+    MembersChanged,
     OwnersChanged,
 )
 from engine.model import CommitInfo
@@ -230,6 +231,8 @@ def _changed_jobs(events: Sequence[Event]) -> frozenset[str] | None:
     for event in events:
         if isinstance(event, JobSubmitted | JobChanged):
             jobs.add(event.job.key)
-        elif not isinstance(event, CommitApplied | OwnersChanged | ApprovalChecked):
+        elif not isinstance(
+            event, CommitApplied | OwnersChanged | MembersChanged | ApprovalChecked
+        ):
             return None
     return frozenset(jobs)

@@ -18,6 +18,7 @@ from audit.projection.state import Envelope, JobInfo, ProjectionState, Running
 from audit.projection.vocabulary import (
     CHECK_APPROVAL,
     CHECK_ISOLATION,
+    CHECK_MEMBERSHIP,
     CHECK_PREEMPTION,
     CHECK_PREEMPTION_RULES,
     CHECK_RESERVATIONS,
@@ -27,7 +28,15 @@ from audit.projection.vocabulary import (
 )
 from engine.model import Approval, Owner
 from engine.timelimits import plus_minutes
-from policies.approval import judge_team, recorded_vouches, trailer_vouches
+from policies.approval import (
+    check_submitters,
+    judge_team,
+    may_approve,
+    namespace_findings,
+    recorded_vouches,
+    team_label,
+    trailer_vouches,
+)
 
 
 class ComplianceChecks:
@@ -246,6 +255,74 @@ class ComplianceChecks:
             record = by_team.get(team)
             self._judge_approval(stored, time, commit, team, base, record, signed, evidence, batch)
 
+    def namespaces(
+        self, stored: Envelope, commit: dict[str, Any], new: list[str], time: str, batch: Batch
+    ) -> None:
+        """The teams a commit created may not take a namespace the platform keeps, nor one
+        outside the Policy's approval.teamNamespaces (`policies.approval.namespace_findings`)."""
+        named = self.state.policy.get("team_namespaces")
+        for finding in namespace_findings(new, named):
+            team = finding.file.split("/")[1]
+            self._violation(
+                CHECK_APPROVAL,
+                stored,
+                time,
+                team,
+                f"{commit['sha'][:12]} created {finding.message}",
+                [stored.seq],
+                batch,
+            )
+
+    def membership(
+        self,
+        stored: Envelope,
+        commit: dict[str, Any],
+        jobs: dict[str, list[tuple[int, str]]],
+        records: list[dict[str, Any]],
+        owners_base: dict[str, list[list[str]]],
+        members_base: dict[str, list[str]],
+        signed: bool,
+        time: str,
+        batch: Batch,
+    ) -> None:
+        """approval.requireMemberForJobs, run again on the log: the jobs a commit changed,
+        by team, against the members and owners at its base (`check_submitters`)."""
+        s = self.state
+        s.checked[CHECK_MEMBERSHIP] = s.checked.get(CHECK_MEMBERSHIP, 0) + 1
+        owners = {
+            t: [Owner(e, k) for e, k in people] for t, people in owners_base.items() if people
+        }
+        by_team = {r["team"]: r for r in records}
+        for team in sorted(jobs):
+            record = by_team.get(team)
+            if record is not None:
+                authors = [a.lower() for a in record.get("authors", ())]
+                claims = recorded_vouches([Approval(**a) for a in record.get("approvals", ())])
+            else:
+                authors = [(commit.get("author_email") or "").lower()]
+                claims = ()
+            if not signed:
+                claims += trailer_vouches(commit.get("approvers", ()), commit["sha"])
+            (verdict,) = check_submitters(
+                job_files={team: [file for _, file in jobs[team]]},
+                base_owners=owners,
+                base_members=members_base,
+                authors=authors,
+                vouches=claims,
+                signed_required=signed,
+            )
+            if verdict.satisfied:
+                continue
+            self._violation(
+                CHECK_MEMBERSHIP,
+                stored,
+                time,
+                team,
+                f"jobs of team {team} in {commit['sha'][:12]}: {verdict.missing_text()}",
+                [stored.seq] + [seq for seq, _ in jobs[team]],
+                batch,
+            )
+
     def _judge_approval(
         self,
         stored: Envelope,
@@ -262,7 +339,7 @@ class ComplianceChecks:
         owners at the base from OwnersChanged, authors and approvals from ApprovalChecked
         (for a log written before those, the commit's author and trailers)."""
         owners = {t: [Owner(e, k) for e, k in people] for t, people in base.items()}
-        listed = owners.get(team, [])
+        listed = list(may_approve(team, owners))
         if record is not None:
             authors = [a.lower() for a in record.get("authors", ())]
             recorded = [Approval(**a) for a in record.get("approvals", ())]
@@ -336,7 +413,7 @@ class ComplianceChecks:
             stored,
             time,
             team,
-            f"change of team {team} in {commit['sha'][:12]} by {who} has no "
+            f"change of {team_label(team)} in {commit['sha'][:12]} by {who} has no "
             + ("signed " if signed else "")
             + f"approval from an owner at the base ({', '.join(sorted(emails))})"
             + (f": {reasons}" if reasons else ""),

@@ -61,6 +61,7 @@ from engine.state import requeue_reason
 from engine.units import gpus_text as gpus
 from eventlog.codec import upcast
 from eventlog.timeline import COMMIT_EVENTS, Timeline
+from policies.approval import PLATFORM
 
 _string = json.encoder.encode_basestring_ascii  # what canonical_json does to a str
 
@@ -116,6 +117,7 @@ class Projector:
             "QueueRemoved": self._queue_removed,
             "OwnersChanged": self._owners_changed,
             "ApprovalChecked": self._approval_checked,
+            "MembersChanged": self._members_changed,
             "JobSubmitted": self._job_submitted,
             "JobChanged": self._job_changed,
             "JobWithdrawn": self._job_withdrawn,
@@ -513,6 +515,8 @@ class Projector:
         self.state.jobs.pop(key, None)
 
     def _job_withdrawn(self, stored: Envelope, d: dict[str, Any], batch: Batch) -> None:
+        queue = d["job"].partition("/")[0]
+        self.state.staged_jobs.append([stored.seq, queue, d["job"], stored.cause])
         self._job_gone(d["job"], END_WITHDRAWN, f"withdrawn in {stored.cause[:12]}", stored, batch)
 
     def _job_finished(self, stored: Envelope, d: dict[str, Any], batch: Batch) -> None:
@@ -597,6 +601,9 @@ class Projector:
         if user is None:
             user = self._people[actor] = person(actor)
         self.state.jobs[key] = self._job_info(stored, job, user, self._time)
+        self.state.staged_jobs.append(
+            [stored.seq, job["queue"], job.get("file", key), stored.cause]
+        )
 
     def _job_changed(self, stored: Envelope, d: dict[str, Any], batch: Batch) -> None:
         s = self.state
@@ -610,6 +617,7 @@ class Projector:
             old.waiting_since if old else self._time,
         )
         s.jobs[key] = info
+        s.staged_jobs.append([stored.seq, job["queue"], job.get("file", key), stored.cause])
         fields = d.get("fields", ())
         if "priority" in fields or "priority_class" in fields:
             before = f"{old.priority_class} ({old.priority})" if old else "?"
@@ -637,6 +645,7 @@ class Projector:
                 [stored.seq, "priorities", "cluster", None, dict_diff(before, after)]
             )
             s.priority_classes = classes
+        s.staged_platform.append([stored.seq, "cluster", "cluster", stored.cause])
         self._open_version(KIND_CLUSTER, "cluster", stored, cluster, batch)
 
     def _policy_changed(self, stored: Envelope, d: dict[str, Any], batch: Batch) -> None:
@@ -645,6 +654,8 @@ class Projector:
         s.staged_changes.append([stored.seq, "policy", "policy", None, dict_diff(s.policy, policy)])
         if s.staged_signed_base is None:
             s.staged_signed_base = bool(s.policy.get("require_signed_approval"))
+        if s.staged_member_rule_base is None:
+            s.staged_member_rule_base = bool(s.policy.get("require_member_for_jobs"))
         s.policy = policy
         self._open_version(KIND_POLICY, "policy", stored, policy, batch)
 
@@ -652,6 +663,7 @@ class Projector:
         s = self.state
         node = d["node"]
         name = node["name"]
+        s.staged_platform.append([stored.seq, "node", name, stored.cause])
         s.nodes[name] = NodeInfo(
             flavor=node.get("flavor"),
             gpus=int(node.get("gpus", 0)),
@@ -686,6 +698,7 @@ class Projector:
                 self.checks.placement(job_key, job, [name], stored, self._time, batch)
 
     def _node_removed(self, stored: Envelope, d: dict[str, Any], batch: Batch) -> None:
+        self.state.staged_platform.append([stored.seq, "node", d["node"], stored.cause])
         self.state.nodes.pop(d["node"], None)
         self._close_version(KIND_NODE, d["node"], stored, batch)
 
@@ -694,6 +707,7 @@ class Projector:
         node = s.nodes.get(d["node"])
         if node is None:
             return
+        s.staged_platform.append([stored.seq, "node", d["node"], stored.cause])
         node.state = d["state"]
         node.seq = stored.seq
         vid = s.versions.get(f"{KIND_NODE}\x1f{d['node']}")
@@ -711,7 +725,14 @@ class Projector:
         data["reason"] = d.get("reason", "")
         self._open_version(KIND_NODE, d["node"], stored, data, batch)
 
+    def _stage_teams(self) -> None:
+        """Remember the teams before the commit being read changes any of them."""
+        s = self.state
+        if s.staged_teams_base is None:
+            s.staged_teams_base = sorted(_teams(s))
+
     def _queue_configured(self, stored: Envelope, d: dict[str, Any], batch: Batch) -> None:
+        self._stage_teams()
         s = self.state
         queue = d["queue"]
         name = queue["name"]
@@ -733,6 +754,7 @@ class Projector:
         )
 
     def _queue_removed(self, stored: Envelope, d: dict[str, Any], batch: Batch) -> None:
+        self._stage_teams()
         s = self.state
         name = d["queue"]
         old = s.queues.pop(name, None)
@@ -763,6 +785,7 @@ class Projector:
         )
 
     def _owners_changed(self, stored: Envelope, d: dict[str, Any], batch: Batch) -> None:
+        self._stage_teams()
         s = self.state
         team = d["team"]
         old = s.owners.get(team, [])
@@ -773,6 +796,22 @@ class Projector:
         else:
             s.owners.pop(team, None)
         s.staged_changes.append([stored.seq, "owners", team, team, owners_diff(old, new)])
+
+    def _members_changed(self, stored: Envelope, d: dict[str, Any], batch: Batch) -> None:
+        s = self.state
+        team = d["team"]
+        old = s.members.get(team, [])
+        s.staged_members_base.setdefault(team, old)
+        added = sorted(set(d["members"]) - set(old))
+        removed = sorted(set(old) - set(d["members"]))
+        summary = ", ".join(
+            [f"member {m} added" for m in added] + [f"member {m} removed" for m in removed]
+        )
+        s.staged_changes.append([stored.seq, "members", team, team, summary])
+        if d["members"]:
+            s.members[team] = list(d["members"])
+        else:
+            s.members.pop(team, None)
 
     def _approval_checked(self, stored: Envelope, d: dict[str, Any], batch: Batch) -> None:
         self.state.staged_approvals.append(d)
@@ -785,11 +824,49 @@ class Projector:
         records, s.staged_approvals = s.staged_approvals, []
         owners_base, s.staged_owners_base = s.staged_owners_base, {}
         signed_base, s.staged_signed_base = s.staged_signed_base, None
+        platform_staged, s.staged_platform = s.staged_platform, []
+        members_base, s.staged_members_base = s.staged_members_base, {}
+        jobs_staged, s.staged_jobs = s.staged_jobs, []
+        member_rule_base, s.staged_member_rule_base = s.staged_member_rule_base, None
+        if member_rule_base or s.policy.get("require_member_for_jobs"):
+            jobs: dict[str, list[tuple[int, str]]] = {}
+            for seq, queue, file, cause in jobs_staged:
+                if cause == commit["sha"]:
+                    info = s.queues.get(queue)
+                    jobs.setdefault(info.team if info else queue, []).append((seq, file))
+            if jobs:
+                self.checks.membership(
+                    stored,
+                    commit,
+                    jobs,
+                    records,
+                    {**s.owners, **owners_base},
+                    {**s.members, **members_base},
+                    bool(signed_base) or bool(s.policy.get("require_signed_approval")),
+                    self._time,
+                    batch,
+                )
         s.effects_of = [commit["sha"], stored.seq] if staged else None
         for seq, kind, target, team, summary in staged:
             batch.changes.append((s.next_change, stored.seq, seq, kind, target, team, summary))
             s.next_change += 1
-        governed = [c for c in staged if c[1] in ("queue", "owners")]
+        governed = [c for c in staged if c[1] in ("queue", "owners", "members")]
+        # The platform's own changes (the reconciler's `commit_platform_changes`): the
+        # cluster, nodes and Policy this commit changed, and each team it removed.
+        mine = [p for p in platform_staged if p[3] == commit["sha"]]
+        existing = _teams(s)
+        teams_base, s.staged_teams_base = s.staged_teams_base, None
+        before = set(teams_base) if teams_base is not None else existing
+        if existing - before:
+            self.checks.namespaces(stored, commit, sorted(existing - before), self._time, batch)
+        platform = [[c[0], "policy", c[2], PLATFORM, c[4]] for c in staged if c[1] == "policy"] + [
+            [p[0], p[1], p[2], PLATFORM, ""] for p in mine
+        ]
+        platform += [
+            [c[0], "team", c[3], PLATFORM, ""] for c in governed if c[3] in before - existing
+        ]
+        if {**s.owners, **owners_base}.get(PLATFORM):
+            governed += platform  # (no platform owners at the base: bootstrap, nobody to ask)
         if not governed:
             return
         self.checks.approvals(
@@ -803,6 +880,11 @@ class Projector:
         s.staged_approvals = []
         s.staged_owners_base = {}
         s.staged_signed_base = None
+        s.staged_platform = []
+        s.staged_members_base = {}
+        s.staged_jobs = []
+        s.staged_member_rule_base = None
+        s.staged_teams_base = None
         s.effects_of = None
 
     def _solve_completed(self, stored: Envelope, d: dict[str, Any], batch: Batch) -> None:
@@ -810,3 +892,8 @@ class Projector:
 
     def _not_projected(self, stored: Envelope, d: dict[str, Any], batch: Batch) -> None:
         return None
+
+
+def _teams(s: ProjectionState) -> set[str]:
+    """The teams that exist: those with a queue or OWNERS (`policies.approval.teams_of`)."""
+    return ({q.team for q in s.queues.values()} | set(s.owners)) - {PLATFORM}

@@ -238,6 +238,18 @@ class ProjectionState:
     staged_approvals: list[dict[str, Any]] = field(default_factory=list)
     staged_owners_base: dict[str, list[list[str]]] = field(default_factory=dict)
     staged_signed_base: bool | None = None
+    # of the commit being read: [seq, what, name, cause] for each change of the cluster or
+    # a node (the platform's own files, with the policy's in staged_changes)
+    staged_platform: list[list[Any]] = field(default_factory=list)
+    # team -> its MEMBERS (e-mails), as the log last recorded them
+    members: dict[str, list[str]] = field(default_factory=dict)
+    # of the commit being read: each team's MEMBERS before it, [seq, queue, file, cause]
+    # for each job it adds, changes or removes, and approval.requireMemberForJobs before it
+    staged_members_base: dict[str, list[str]] = field(default_factory=dict)
+    staged_jobs: list[list[Any]] = field(default_factory=list)
+    staged_member_rule_base: bool | None = None
+    # of the commit being read: the teams (with a queue or OWNERS) before it
+    staged_teams_base: list[str] | None = None
     effects_of: list[Any] | None = None  # [sha, commit seq] whose solve is being read
     touched: dict[str, list[int]] = field(
         default_factory=dict

@@ -10,9 +10,7 @@ from __future__ import annotations
 import json
 from datetime import datetime
 
-FORMAT_VERSION = (
-    "8"  # 7: placements carry the priority class and the attempt (retries); 8: reservations
-)
+FORMAT_VERSION = "9"  # 7: the attempt (retries); 8: reservations; 9: the platform owners' approvals
 
 # How a placement interval started and ended; `history` shows them like sacct's State.
 START_ADMITTED, START_MOVED = "admitted", "moved"
@@ -30,6 +28,7 @@ CHECK_LIMITS = "queue-limits"
 CHECK_APPROVAL = "quota-approval"
 CHECK_PREEMPTION_RULES = "preemption-rules"
 CHECK_RESERVATIONS = "reservations"
+CHECK_MEMBERSHIP = "job-membership"
 CHECKS = (
     CHECK_ISOLATION,
     CHECK_RESIDENCY,
@@ -38,6 +37,7 @@ CHECKS = (
     CHECK_APPROVAL,
     CHECK_PREEMPTION_RULES,
     CHECK_RESERVATIONS,
+    CHECK_MEMBERSHIP,
 )
 
 # Versioned facts for point-in-time queries: one row per stretch of seqs a fact held.

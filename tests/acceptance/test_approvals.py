@@ -172,6 +172,10 @@ def plan_approvals(repo: ClusterRepo, rng: str) -> list[dict[str, object]]:
     return approvals
 
 
+def applied_shas(repo: ClusterRepo) -> list[str]:
+    return [e.data["commit"]["sha"] for e in of_type(read_events(repo.log_path), "CommitApplied")]
+
+
 def raise_ml(repo: ClusterRepo, nominal: float = 40) -> None:
     repo.write("teams/ml/queue.yaml", queue_yaml("ml", nominal))
 
@@ -434,3 +438,71 @@ def test_a_signed_approval_followed_by_more_changes_is_stale(
     repo.merge("raise", None)
     (message,) = reconcile(repo, expect=1)
     assert "ana@ml.example's signed approval on" in message and "is stale" in message
+
+
+# -- 32.6: a signed approval counts only for the tree it approves
+
+
+def approved_branch(repo: SigningRepo, keys: dict[str, Key]) -> None:
+    """Branch 'raise': priya raises ml's quota, ana signs an approval at its tip."""
+    git(repo.path, "checkout", "-q", "-b", "raise", "main")
+    raise_ml(repo)
+    repo.signed("ml: nominal 40", None)
+    repo.signed(
+        "Approve the ml raise",
+        keys["ana"],
+        author=ANA,
+        trailers=[("Approved-by", "Ana Souza <ana@ml.example>")],
+        allow_empty=True,
+    )
+    git(repo.path, "checkout", "-q", "main")
+
+
+def add_mallory(repo: SigningRepo, keys: dict[str, Key]) -> None:
+    repo.write(
+        "teams/ml/OWNERS",
+        owners_line(ANA, keys["ana"])
+        + owners_line(KAI, keys["kai"])
+        + owners_line(MALLORY, keys["mallory"]),
+    )
+
+
+def test_an_octopus_merge_does_not_stretch_a_signed_approval_over_another_branch(
+    repo: SigningRepo, keys: dict[str, Key]
+) -> None:
+    base = repo.head()
+    approved_branch(repo, keys)
+    git(repo.path, "checkout", "-q", "-b", "grab", "main")
+    add_mallory(repo, keys)
+    repo.signed("ml: mallory co-owns ml", None, author=MALLORY)
+    git(repo.path, "checkout", "-q", "main")
+    git(
+        repo.path, "-c", "commit.gpgsign=false", "merge", "-q", "--no-ff", "-m", "Merge",
+        "raise", "grab",
+        env={"GIT_AUTHOR_NAME": PRIYA[0], "GIT_AUTHOR_EMAIL": PRIYA[1],
+             "GIT_COMMITTER_NAME": PRIYA[0], "GIT_COMMITTER_EMAIL": PRIYA[1]},
+    )  # fmt: skip
+    octopus = repo.head()
+    assert len(git(repo.path, "rev-list", "--parents", "-n1", octopus).split()) == 4
+
+    (ml,) = plan_approvals(repo, f"{base}..{octopus}")
+    assert ml["satisfied"] is False
+    (message,) = reconcile(repo, expect=1)
+    assert "ana@ml.example's signed approval on" in message and "is stale" in message
+    assert octopus not in applied_shas(repo)
+    owners = [e.data for e in of_type(read_events(repo.log_path), "OwnersChanged")]
+    assert all("mallory@elsewhere.example" not in str(o) for o in owners)
+
+
+def test_a_stale_approval_on_an_unmerged_branch_does_not_carry_a_rejected_commit_in(
+    repo: SigningRepo, keys: dict[str, Key]
+) -> None:
+    approved_branch(repo, keys)  # approved, but not merged yet
+    add_mallory(repo, keys)
+    rejected = repo.signed("ml: mallory co-owns ml", None, author=MALLORY)
+    (first,) = reconcile(repo, expect=1)
+    assert "changes the team's owners" in first
+    merge = repo.merge("raise", None)  # its first parent is the rejected commit
+    (message,) = reconcile(repo, expect=1)
+    assert "is stale" in message
+    assert rejected not in applied_shas(repo) and merge not in applied_shas(repo)

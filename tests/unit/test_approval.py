@@ -8,6 +8,8 @@ import pytest
 
 from engine.model import Approval, FlavorQuota, Owner, Queue
 from policies.approval import (
+    PLATFORM,
+    JobSubmission,
     Judgement,
     Signature,
     SignatureStatus,
@@ -15,12 +17,17 @@ from policies.approval import (
     Vouch,
     approval_findings,
     check_approvals,
+    check_submitters,
     describe_queue_change,
     email_of,
     judge_team,
     key_fingerprint,
+    namespace_findings,
+    parse_members,
     parse_owners,
+    platform_changes,
     recorded_vouches,
+    submitter_findings,
     trailer_vouches,
 )
 from reconciler.plan import parse_range
@@ -330,3 +337,109 @@ def test_a_signed_approval_the_change_goes_on_after_does_not_count() -> None:
     stale = Vouch("a" * 40, "trailer", "kai@vision.example", signed(KAI_FP), current=False)
     verdict = judge(stale)
     assert verdict.approvals == () and "is stale" in verdict.refused[0]
+
+
+# -- the trust boundary (issue 32): platform owners, members, namespaces
+
+
+def test_the_only_owner_who_wrote_the_change_is_told_what_to_do() -> None:
+    owners = {"vision": ("carol@vision.example",)}
+    (team,) = check(
+        {"vision": VISION},
+        {"vision": RAISED},
+        approvers=("carol@vision.example",),
+        authors=("carol@vision.example",),
+        base_owners=owners,
+    )
+    assert not team.satisfied and team.eligible == ()
+    text = team.missing_text()
+    assert "carol@vision.example, the only owner of team vision" in text
+    assert "add a second owner to teams/vision/OWNERS" in text
+    assert "have the platform name its owners in OWNERS at the repo root" in text
+    with_platform = {**owners, PLATFORM: ("olga@platform.example",)}
+    (team,) = check(
+        {"vision": VISION},
+        {"vision": RAISED},
+        authors=("carol@vision.example",),
+        base_owners=with_platform,
+    )
+    assert team.eligible == ("olga@platform.example",)
+    assert "or OWNERS at the repo root" in team.missing_text()
+
+
+def test_a_platform_owner_approves_any_team_and_owns_the_unowned_ones() -> None:
+    owners = {**OWNERS, PLATFORM: ("olga@platform.example",)}
+    (team,) = check(
+        {"vision": VISION}, {"vision": RAISED}, approvers=("olga@platform.example",),
+        base_owners=owners,
+    )  # fmt: skip
+    assert team.satisfied
+    # a new team: nobody owns it at the base but the platform
+    (new,) = check({}, {"nlp": NLP}, base_owners={PLATFORM: ("olga@platform.example",)})
+    assert not new.unowned and not new.satisfied and new.owners == ("olga@platform.example",)
+
+
+def test_the_platforms_own_changes_need_a_platform_owner_once_there_is_one() -> None:
+    changes = platform_changes(cluster_changed=True, policy_changed=True, nodes_changed=["n-1"])
+    assert [f for f, _ in changes] == ["cluster.yaml", "inventory/", "policies/"]
+
+    def judge(owners: dict[str, tuple[str, ...]]) -> tuple[TeamApproval, ...]:
+        return check_approvals(
+            base_queues={"vision": VISION},
+            head_queues={},
+            base_owners=owners,
+            head_owners={t: o for t, o in owners.items() if t != "vision"},  # the team goes
+            authors=("mallory@x.example",),
+            platform=changes,
+        )
+
+    assert [t.team for t in judge(OWNERS)] == ["vision"]  # bootstrap: no platform owners yet
+    judged = {t.team: t for t in judge({**OWNERS, PLATFORM: ("olga@platform.example",)})}
+    assert set(judged) == {PLATFORM, "vision"}
+    assert "removes team vision" in judged[PLATFORM].changes
+    assert not judged[PLATFORM].satisfied
+
+
+def test_reserved_and_unlisted_namespaces_are_refused() -> None:
+    found = namespace_findings(["kube-system", "kube-flannel", "gitsched-system", "ml"], None)
+    assert [f.file for f in found] == [
+        "teams/gitsched-system/",
+        "teams/kube-flannel/",
+        "teams/kube-system/",
+    ]
+    (unlisted,) = namespace_findings(["ml", "vision"], ["ml"])
+    assert "team vision is not one of the namespaces" in unlisted.message
+
+
+def test_members_file_lines_and_who_may_submit_jobs() -> None:
+    members, problems = parse_members("# alpha\nLin <LIN@alpha.example>\n\nnot mail\n")
+    assert members == ("lin@alpha.example",) and problems[0][0] == 4
+    base_owners = {"alpha": ("ana@alpha.example",)}
+    base_members = {"alpha": members}
+
+    def submit(author: str, approvers: tuple[str, ...] = ()) -> JobSubmission:
+        (verdict,) = check_submitters(
+            job_files={"alpha": ["teams/alpha/jobs/x.yaml"]},
+            base_owners=base_owners,
+            base_members=base_members,
+            authors=(author,),
+            vouches=trailer_vouches(approvers),
+        )
+        return verdict
+
+    assert submit("lin@alpha.example").satisfied
+    assert submit("ana@alpha.example").satisfied
+    outsider = submit("bob@beta.example")
+    assert not outsider.satisfied
+    (finding,) = submitter_findings([outsider])
+    assert finding.file == "teams/alpha/jobs/x.yaml"
+    assert "bob@beta.example is not a member or owner of team alpha" in finding.message
+    assert submit("bob@beta.example", ("ana@alpha.example",)).satisfied
+    assert not submit("bob@beta.example", ("lin@alpha.example",)).satisfied  # members don't approve
+
+
+def test_a_prow_style_owners_file_is_not_read_as_owners() -> None:
+    owners, problems = parse_owners("approvers:\n- alice\nana@ml.example\n")
+    assert owners == (Owner("ana@ml.example"),)
+    assert [n for n, _ in problems] == [1, 2]
+    assert "'approvers:' is not an e-mail" in problems[0][1]

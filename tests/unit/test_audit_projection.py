@@ -711,3 +711,52 @@ def test_a_non_preemptible_job_on_borrowed_capacity_may_be_reclaimed() -> None:
     with reclaim_log(None, "a/np1").view() as store:
         found = violations(store)
         assert sorted(c for c, _, _ in found) == ["non-preemptible", "preemption-rules"]
+
+
+# -- the trust boundary: platform owners, namespaces, members (issue 32) --------------------
+
+
+def test_a_team_in_a_kubernetes_namespace_and_an_unapproved_platform_change_fail() -> None:
+    """A log an older gitsched wrote: audit judges it by today's rules."""
+    log = LogBuilder()
+    bootstrap(log)
+    log.commit(0.5, [ev.OwnersChanged("/", (Owner("olga@platform.example"),))])
+    log.commit(1, [ev.QueueConfigured(queue("kube-system", quotas={"h100": (8, None, None)}))])
+    log.commit(
+        2, [ev.NodeRegistered(node("n3", region="eu"))], approvers=("olga@platform.example",)
+    )
+    log.commit(3, [ev.NodeRegistered(node("n4", region="eu"))])
+    with log.view() as store:
+        found = [
+            (v["subject"], v["message"]) for v in compliance_query.compliance(store)["violations"]
+        ]
+    assert any(
+        subject == "kube-system" and "would run its pods in namespace kube-system" in message
+        for subject, message in found
+    ), found
+    # the unowned team's creation needed the platform, as did the last node; n3 was approved
+    platform = [m for s, m in found if s == "/"]
+    assert len(platform) == 1 and "change of the platform" in platform[0]
+    assert "olga@platform.example" in platform[0]
+
+
+def test_jobs_from_outside_the_team_fail_job_membership() -> None:
+    log = LogBuilder()
+    bootstrap(log)
+    log.commit(
+        0.5,
+        [
+            ev.PolicyChanged(Policy(require_member_for_jobs=True)),
+            ev.OwnersChanged("a", (Owner("ana@ml.example"),)),
+            ev.MembersChanged("a", ("lin@a.example",)),
+        ],
+    )
+    submit(log, 1, job("mine", queue="a"), author=("Lin", "lin@a.example"))
+    submit(log, 2, job("sneaky", queue="a"), author=("Bob", "bob@b.example"))
+    with log.view() as store:
+        result = compliance_query.compliance(store)
+    (check,) = [c for c in result["checks"] if c["check"] == "job-membership"]
+    assert check["checked"] == 2 and check["violations"] == 1
+    (violation,) = [v for v in result["violations"] if v["check"] == "job-membership"]
+    assert violation["subject"] == "a"
+    assert "bob@b.example is not a member or owner of team a" in violation["message"]
