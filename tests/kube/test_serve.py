@@ -18,6 +18,9 @@ import pytest
 
 from cluster.api import Obj
 from engine import events as ev
+from eventlog import open_log
+from eventlog.codec import decode
+from eventlog.envelope import StoredEvent
 from tests.support.cluster_repo import PRIYA, git, start_gitsched
 from tests.support.kube import ENV_VAR, TEST_LABEL, KubeWorld, job_yaml, wait_for
 
@@ -130,7 +133,8 @@ def test_two_daemons_one_leader_acts_and_sigterm_hands_over(world: KubeWorld) ->
     world.submit("one", replicas=2)
     daemons = [Daemon(world, "replica-a", kubeconfig), Daemon(world, "replica-b", kubeconfig)]
     try:
-        wait_for("one's pods Running", lambda: len(_job_pods(world, "one")) == 2)
+        # Two processes start on a machine that may be busy: a generous deadline.
+        wait_for("one's pods Running", lambda: len(_job_pods(world, "one")) == 2, timeout_s=120)
         leaders = wait_for("exactly one leader", lambda: [d for d in daemons if d.leader()] or None)
         assert len(leaders) == 1
         leader = leaders[0]
@@ -337,3 +341,63 @@ def test_a_sigkilled_daemon_loses_nothing_its_successor_converges_without_duplic
     finally:
         code, stderr = second.stop()
     assert code == 0, stderr
+
+
+def test_metrics_agree_with_the_log_after_pods_finish_and_nodes_register_once(
+    world: KubeWorld,
+) -> None:
+    """Every counter on /metrics says what the log says: solves made after a pod ends
+    (no commit behind them) are counted like a commit's; each node is registered once,
+    with its flavor, not first under its raw GPU product."""
+    for i in range(2):
+        world.add_node(f"n{i}")
+    world.bootstrap(nominal=16)
+    world.submit("a", replicas=1)
+    world.submit("b", replicas=1)
+    daemon = Daemon(world, "counted", os.environ[ENV_VAR])
+    try:
+        wait_for(
+            "a and b Running",
+            lambda: len(_job_pods(world, "a")) == 1 and len(_job_pods(world, "b")) == 1,
+            timeout_s=120,
+        )
+        world.end_pods("a", "succeeded")
+        world.end_pods("b", "failed", exit_code=3)
+        wait_for(
+            "a finished and b failed, in the log",
+            lambda: (
+                any(isinstance(e, ev.JobFinished) for e in world.events())
+                and any(isinstance(e, ev.JobFailed) for e in world.events())
+            ),
+            timeout_s=60,
+        )
+
+        def stored() -> list[StoredEvent]:
+            with open_log(world.log_url, create=False) as event_log:
+                return list(event_log.read(0))
+
+        def agree() -> bool:
+            log = stored()
+            solves = sum(1 for s in log if s.type == "SolveCompleted")
+            cluster = sum(1 for s in log if s.actor == "kubernetes")
+            return (
+                _metric(daemon.port, "gitsched_solve_seconds_count") == solves
+                and _metric(daemon.port, 'gitsched_events_appended_total{source="cluster"}')
+                == cluster
+                and _metric(daemon.port, 'gitsched_events_appended_total{source="reconciler"}')
+                == len(log) - cluster
+            )
+
+        wait_for("/metrics to agree with the log", agree, timeout_s=60)
+        log = stored()
+        solves = [s for s in log if s.type == "SolveCompleted"]
+        # Solves no commit made (after a pod ended) are among those counted.
+        assert any(s.cause.startswith("kubernetes/") for s in solves)
+        registered = [decode(s) for s in log if s.type == "NodeRegistered"]
+        assert sorted((e.node.name, e.node.flavor) for e in registered) == [
+            (name, "h100-80g") for name in sorted(world.nodes)
+        ]
+    finally:
+        code, stderr = daemon.stop()
+    assert code == 0, stderr
+    assert "Traceback" not in stderr
