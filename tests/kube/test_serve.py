@@ -152,13 +152,15 @@ def test_two_daemons_one_leader_acts_and_sigterm_hands_over(world: KubeWorld) ->
             ).data
         )
         assert lease["spec"]["holderIdentity"] == leader.identity
+        # Held since it was first taken: no pass, however slow, let it lapse under the leader.
+        assert lease["spec"]["leaseTransitions"] == 0
 
         code, stderr = leader.stop()
         assert code == 0, stderr
         assert "Traceback" not in stderr
-        wait_for("the standby to take over", standby.leader)
+        wait_for("the standby to take over", standby.leader, timeout_s=60)
         world.submit("two", replicas=1)
-        wait_for("two's pod Running", lambda: len(_job_pods(world, "two")) == 1)
+        wait_for("two's pod Running", lambda: len(_job_pods(world, "two")) == 1, timeout_s=60)
         assert len(world.pods()) == 3  # no pod made twice
         wait_for(
             "JobStarted for both jobs in the log",
