@@ -345,3 +345,33 @@ def test_a_replayed_signed_delivery_is_refused(target: Target) -> None:
         f"pushed {'a' * 40}",
         f"pushed {'c' * 40}",
     ]
+
+
+def test_other_routes_mount_beside_serves_own(tmp_path: Path) -> None:
+    """The console (or anything else) mounts on serve's app and server: one port."""
+    from starlette.requests import Request
+    from starlette.responses import PlainTextResponse, Response
+    from starlette.routing import Route
+
+    from gitsched.http import HttpServer, http_app
+    from gitsched.webhook import Webhook
+    from tests.support.http_target import StandInDaemon
+
+    async def hello(request: Request) -> Response:
+        return PlainTextResponse("console\n")
+
+    daemon = StandInDaemon(Webhook(SECRET, "main"))
+    daemon.ready = False
+    server = HttpServer(http_app(daemon, [Route("/console", hello)]), "127.0.0.1", 0)
+    server.start()
+    try:
+        get = b"GET %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        assert _exchange(server.port, get % b"/console").endswith(b"\r\n\r\nconsole\n")
+        assert _status(_exchange(server.port, get % b"/readyz")) == 503
+        assert _status(_exchange(server.port, get % b"/healthz")) == 200
+        assert _status(_exchange(server.port, get % b"/nowhere")) == 404
+    finally:
+        server.stop()
+    # Stopped: the port is given back.
+    with pytest.raises(OSError):
+        socket.create_connection(("127.0.0.1", server.port), timeout=5).close()
