@@ -133,7 +133,14 @@ def test_two_daemons_one_leader_acts_and_sigterm_hands_over(world: KubeWorld) ->
     world.submit("one", replicas=2)
     daemons = [Daemon(world, "replica-a", kubeconfig), Daemon(world, "replica-b", kubeconfig)]
     try:
-        # Two processes start on a machine that may be busy: a generous deadline.
+        # Two processes start on a machine that may be busy: one may still be importing
+        # when the other has run the job (seen: the standby's /metrics not up yet), so
+        # wait for both to serve, with a generous deadline.
+        wait_for(
+            "both daemons serving /metrics",
+            lambda: all(_metric(d.port, "gitsched_leader") is not None for d in daemons),
+            timeout_s=120,
+        )
         wait_for("one's pods Running", lambda: len(_job_pods(world, "one")) == 2, timeout_s=120)
         leaders = wait_for("exactly one leader", lambda: [d for d in daemons if d.leader()] or None)
         assert len(leaders) == 1
@@ -143,9 +150,11 @@ def test_two_daemons_one_leader_acts_and_sigterm_hands_over(world: KubeWorld) ->
         # The standby acted on nothing: the leader made and bound every pod.
         assert _metric(standby.port, 'gitsched_pods_total{action="created"}') in (None, 0.0)
         assert _metric(leader.port, 'gitsched_pods_total{action="bound"}') == 2.0
-        for d in daemons:
-            assert _get(d.port, "/healthz")[0] == 200
-            assert _get(d.port, "/readyz")[0] == 200
+        assert _get(leader.port, "/healthz")[0] == 200
+        assert _get(leader.port, "/readyz")[0] == 200
+        assert _get(standby.port, "/healthz")[0] == 200
+        # A standby is ready once a Lease round of its own has reached the API server.
+        wait_for("the standby ready", lambda: _get(standby.port, "/readyz")[0] == 200)
         lease = json.loads(
             world.api.coordination.read_namespaced_lease(
                 f"gitsched-{world.run_id}", "default", _preload_content=False
