@@ -245,6 +245,14 @@ def test_signed_push_webhook_starts_a_pass_at_once_unsigned_ones_are_refused(
             daemon.port, body, {**push, "X-Hub-Signature-256": _signature(secret, body)}
         )
         assert (status, text.strip()) == (202, "reconciling")
+        # The same signed delivery again (captured and replayed): 409, no second pass asked.
+        replay = {
+            **push,
+            "X-Hub-Signature-256": _signature(secret, body),
+            "X-GitHub-Delivery": "replayed-id",
+        }
+        assert _post(daemon.port, body, replay)[0] == 409
+        assert _metric(daemon.port, 'gitsched_webhook_deliveries_total{result="replayed"}') == 1
         wait_for("one's pod Running", lambda: len(_job_pods(world, "one")) == 1)
         wait_for(
             "a pass started by the push",
