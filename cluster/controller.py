@@ -99,6 +99,12 @@ class Controller:
             # A no-op unless what was observed (now or before a crash) asks for a new placement.
             self.reconciler.solve_now(f"{ACTOR}/{self._tip.last_seq}")
             report.reconcile = self.reconciler.run_once()
+            if tip.state.cluster is None and report.reconcile.state.cluster is not None:
+                # The first cluster.yaml came with this pass: register the nodes now, with
+                # its flavors (node_events waits for one), and place on them.
+                self._tip = replay(self.log, since=self._tip)
+                report.observed += self._observe(self._tip)
+                self.reconciler.solve_now(f"{ACTOR}/{self._tip.last_seq}")
         self._tip = replay(self.log, since=self._tip)
         report.state, report.last_seq = self._tip.state, self._tip.last_seq
         report.decided_at = time.monotonic()

@@ -155,7 +155,11 @@ def to_node(obj: Mapping[str, Any], cluster: ClusterSpec | None, cfg: InventoryC
 def node_events(
     state: ClusterState, objects: Iterable[Mapping[str, Any]], cfg: InventoryConfig
 ) -> list[ev.Event]:
-    """The events that make the log's nodes what the API shows now."""
+    """The events that make the log's nodes what the API shows now. None before the log
+    holds a cluster: a node's flavor and topology are read against its flavors and levels,
+    so each node is registered once, with them, not first under its raw GPU product."""
+    if state.cluster is None:
+        return []
     out: list[ev.Event] = []
     seen: set[str] = set()
     for obj in sorted(objects, key=lambda o: str(o["metadata"]["name"])):

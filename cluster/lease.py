@@ -1,17 +1,24 @@
 """Leader election on a coordination.k8s.io Lease, so two gitsched replicas never act twice.
 
-The holder renews the Lease every pass; another replica takes it only after
-`leaseDurationSeconds` without a renewal. Every write names the resourceVersion
-it read, so two replicas racing for an expired Lease cannot both win (one gets
-409). The log's own fencing (expected last seq) stays the last line of defence.
+As client-go's leaderelection does: the holder renews the Lease every `retry_period_s`
+from a thread of its own (`start`), whatever the daemon's pass is doing, and counts
+itself the leader only until `renew_deadline_s` after the start of its last successful
+renewal; a standby takes the Lease only when it has seen the Lease unchanged for
+`leaseDurationSeconds` by its own monotonic clock (no comparison of two machines'
+clocks). renew_deadline_s < lease duration, so a holder that cannot renew stops acting
+before anyone may take over. Every write names the resourceVersion it read, so two
+replicas racing for an expired Lease cannot both win (one gets 409). The log's own
+fencing (expected last seq) stays the last line of defence.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import threading
+import time
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 import urllib3
@@ -24,17 +31,6 @@ log = logging.getLogger("gitsched.cluster")
 MICROTIME = "%Y-%m-%dT%H:%M:%S.%fZ"
 
 
-def _parse(text: str | None) -> datetime | None:
-    if not text:
-        return None
-    for fmt in (MICROTIME, "%Y-%m-%dT%H:%M:%SZ"):
-        try:
-            return datetime.strptime(text, fmt).replace(tzinfo=UTC)
-        except ValueError:
-            continue
-    return None
-
-
 class LeaderElector:
     def __init__(
         self,
@@ -44,29 +40,82 @@ class LeaderElector:
         identity: str,
         *,
         lease_duration_s: int = 15,
+        renew_deadline_s: float | None = None,
+        retry_period_s: float | None = None,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.api = api
         self.namespace = namespace
         self.name = name
         self.identity = identity
         self.lease_duration_s = lease_duration_s
-        self.clock = clock
-        self.is_leader = False
+        # client-go's defaults (15 s, 10 s, 2 s) in proportion.
+        self.renew_deadline_s = renew_deadline_s or lease_duration_s * 2 / 3
+        self.retry_period_s = retry_period_s or lease_duration_s / 5
+        if not 0 < self.renew_deadline_s < lease_duration_s:
+            raise ValueError("the renew deadline must be shorter than the lease")
+        self.clock = clock  # only for the times written into the Lease, for people to read
+        self.monotonic = monotonic
         self.reached_api = False  # the last round got an answer from the API server
+        # This replica leads until then (monotonic): its last renewal's start + renew deadline.
+        self._leads_until = 0.0
+        # Another holder's Lease as last seen (its resourceVersion), and when it was first seen so.
+        self._observed: tuple[str, float] | None = None
+        self._lock = threading.Lock()  # one round at a time
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @property
+    def is_leader(self) -> bool:
+        return self.monotonic() < self._leads_until
+
+    def start(self, on_change: Callable[[bool], None] | None = None) -> None:
+        """Acquire and renew from a thread, every retry period, until `stop`; `on_change`
+        is told when this replica becomes or stops being the leader."""
+        if self._thread is not None:
+            return
+        self._stop.clear()
+
+        def loop() -> None:
+            was = self.is_leader
+            while not self._stop.is_set():
+                self.try_acquire_or_renew()
+                now = self.is_leader
+                if now != was and on_change is not None:
+                    on_change(now)
+                was = now
+                # Wake early enough to renew before the deadline runs out on its own.
+                self._stop.wait(self.retry_period_s)
+
+        self._thread = threading.Thread(target=loop, name="lease", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop renewing (the Lease is kept until `release` or its expiry)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
 
     def try_acquire_or_renew(self) -> bool:
         """One round: True when this replica holds the Lease after it."""
-        try:
-            self.is_leader = self._round()
-            self.reached_api = True
-        except (ClusterUnavailable, ClusterRefused) as e:
-            log.warning("leader election: %s", e)
-            self.is_leader = self.reached_api = False
-        return self.is_leader
+        with self._lock:
+            started = self.monotonic()
+            try:
+                won = self._round(started)
+                self.reached_api = True
+            except (ClusterUnavailable, ClusterRefused) as e:
+                # A holder that cannot reach the API keeps leading until its deadline.
+                log.warning("leader election: %s", e)
+                self.reached_api = False
+                return self.is_leader
+            self._leads_until = started + self.renew_deadline_s if won else 0.0
+            return won
 
     def release(self) -> None:
         """Give the Lease up on a clean stop, so a standby takes over at once."""
+        self.stop()
         if not self.is_leader:
             return
         try:
@@ -77,9 +126,9 @@ class LeaderElector:
                 self._replace(lease)
         except (ClusterUnavailable, ClusterRefused, ApiException) as e:
             log.warning("leader election: could not release the lease: %s", e)
-        self.is_leader = False
+        self._leads_until = 0.0
 
-    def _round(self) -> bool:
+    def _round(self, started: float) -> bool:
         now = self.clock()
         lease = self._read()
         if lease is None:
@@ -87,9 +136,14 @@ class LeaderElector:
         spec = lease.setdefault("spec", {})
         holder = spec.get("holderIdentity")
         if holder and holder != self.identity:
-            renewed = _parse(spec.get("renewTime")) or _parse(spec.get("acquireTime"))
+            # Expired when it has not changed for its duration, as this replica saw it: the
+            # holder's renewTime is another machine's clock, and a renewal this replica
+            # reads late (a busy machine) only makes it wait longer, never take early.
+            version = str(lease.get("metadata", {}).get("resourceVersion") or json.dumps(spec))
+            if self._observed is None or self._observed[0] != version:
+                self._observed = (version, started)
             duration = int(spec.get("leaseDurationSeconds") or self.lease_duration_s)
-            if renewed is not None and now < renewed + timedelta(seconds=duration):
+            if started < self._observed[1] + duration:
                 return False
             log.info("leader election: lease held by %s expired; taking it", holder)
         if holder != self.identity:

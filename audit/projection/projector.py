@@ -587,10 +587,10 @@ class Projector:
             int(job.get("priority", 0)),
             str(job.get("priority_class", "")),
             stored.seq,
-            waiting_since,
-            str(job.get("submitted_at", "")),
-            job.get("time_limit_minutes"),
-            int(job.get("submission", 0)),
+            waiting_since=waiting_since,
+            submitted_at=str(job.get("submitted_at", "")),
+            time_limit_minutes=job.get("time_limit_minutes"),
+            submission=int(job.get("submission", 0)),
         )
 
     def _job_submitted(self, stored: Envelope, d: dict[str, Any], batch: Batch) -> None:

@@ -141,7 +141,7 @@ def command(
             results = list(pool.map(_one, runs))
     else:
         results = [_one(r) for r in runs]
-    summary = {
+    summary: dict[str, Any] = {
         "trace": str(trace_path),
         "start": start,
         "days": days,
@@ -177,11 +177,14 @@ def _plots(results: list[dict[str, Any]], gpus: int, where: Path) -> list[str]:
         import matplotlib
 
         matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        import matplotlib.pyplot as plt  # type: ignore[import-not-found,unused-ignore]
     except ImportError:
         fail("--plot needs matplotlib: pip install 'gitsched[plots]'")
     where.mkdir(parents=True, exist_ok=True)
-    label = lambda r: f"{r['policy']} ({'limits' if r['limits_known'] else 'no limits'})"  # noqa: E731
+
+    def label(r: dict[str, Any]) -> str:
+        return f"{r['policy']} ({'limits' if r['limits_known'] else 'no limits'})"
+
     fig, ax = plt.subplots(figsize=(9, 4))
     for r in results:
         points = r["busy_gpus"]

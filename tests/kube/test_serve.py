@@ -18,6 +18,9 @@ import pytest
 
 from cluster.api import Obj
 from engine import events as ev
+from eventlog import open_log
+from eventlog.codec import decode
+from eventlog.envelope import StoredEvent
 from tests.support.cluster_repo import PRIYA, git, start_gitsched
 from tests.support.kube import ENV_VAR, TEST_LABEL, KubeWorld, job_yaml, wait_for
 
@@ -130,7 +133,15 @@ def test_two_daemons_one_leader_acts_and_sigterm_hands_over(world: KubeWorld) ->
     world.submit("one", replicas=2)
     daemons = [Daemon(world, "replica-a", kubeconfig), Daemon(world, "replica-b", kubeconfig)]
     try:
-        wait_for("one's pods Running", lambda: len(_job_pods(world, "one")) == 2)
+        # Two processes start on a machine that may be busy: one may still be importing
+        # when the other has run the job (seen: the standby's /metrics not up yet), so
+        # wait for both to serve, with a generous deadline.
+        wait_for(
+            "both daemons serving /metrics",
+            lambda: all(_metric(d.port, "gitsched_leader") is not None for d in daemons),
+            timeout_s=120,
+        )
+        wait_for("one's pods Running", lambda: len(_job_pods(world, "one")) == 2, timeout_s=120)
         leaders = wait_for("exactly one leader", lambda: [d for d in daemons if d.leader()] or None)
         assert len(leaders) == 1
         leader = leaders[0]
@@ -139,22 +150,26 @@ def test_two_daemons_one_leader_acts_and_sigterm_hands_over(world: KubeWorld) ->
         # The standby acted on nothing: the leader made and bound every pod.
         assert _metric(standby.port, 'gitsched_pods_total{action="created"}') in (None, 0.0)
         assert _metric(leader.port, 'gitsched_pods_total{action="bound"}') == 2.0
-        for d in daemons:
-            assert _get(d.port, "/healthz")[0] == 200
-            assert _get(d.port, "/readyz")[0] == 200
+        assert _get(leader.port, "/healthz")[0] == 200
+        assert _get(leader.port, "/readyz")[0] == 200
+        assert _get(standby.port, "/healthz")[0] == 200
+        # A standby is ready once a Lease round of its own has reached the API server.
+        wait_for("the standby ready", lambda: _get(standby.port, "/readyz")[0] == 200)
         lease = json.loads(
             world.api.coordination.read_namespaced_lease(
                 f"gitsched-{world.run_id}", "default", _preload_content=False
             ).data
         )
         assert lease["spec"]["holderIdentity"] == leader.identity
+        # Held since it was first taken: no pass, however slow, let it lapse under the leader.
+        assert lease["spec"]["leaseTransitions"] == 0
 
         code, stderr = leader.stop()
         assert code == 0, stderr
         assert "Traceback" not in stderr
-        wait_for("the standby to take over", standby.leader)
+        wait_for("the standby to take over", standby.leader, timeout_s=60)
         world.submit("two", replicas=1)
-        wait_for("two's pod Running", lambda: len(_job_pods(world, "two")) == 1)
+        wait_for("two's pod Running", lambda: len(_job_pods(world, "two")) == 1, timeout_s=60)
         assert len(world.pods()) == 3  # no pod made twice
         wait_for(
             "JobStarted for both jobs in the log",
@@ -230,6 +245,14 @@ def test_signed_push_webhook_starts_a_pass_at_once_unsigned_ones_are_refused(
             daemon.port, body, {**push, "X-Hub-Signature-256": _signature(secret, body)}
         )
         assert (status, text.strip()) == (202, "reconciling")
+        # The same signed delivery again (captured and replayed): 409, no second pass asked.
+        replay = {
+            **push,
+            "X-Hub-Signature-256": _signature(secret, body),
+            "X-GitHub-Delivery": "replayed-id",
+        }
+        assert _post(daemon.port, body, replay)[0] == 409
+        assert _metric(daemon.port, 'gitsched_webhook_deliveries_total{result="replayed"}') == 1
         wait_for("one's pod Running", lambda: len(_job_pods(world, "one")) == 1)
         wait_for(
             "a pass started by the push",
@@ -288,6 +311,26 @@ def test_webhook_is_off_without_a_secret(world: KubeWorld) -> None:
         daemon.stop()
 
 
+def test_serve_serves_the_console_beside_its_probes(world: KubeWorld) -> None:
+    """One server: /healthz and the read-only console under /console, which reads the log
+    the daemon writes (the cluster's queue appears once the daemon has applied it)."""
+    world.add_node("n0")
+    world.bootstrap(nominal=8)
+    daemon = Daemon(world, "console", os.environ[ENV_VAR])
+    try:
+        wait_for("the daemon to lead", daemon.leader)
+        assert _get(daemon.port, "/healthz")[0] == 200
+
+        def queues_page() -> bool:
+            status, text = _get(daemon.port, "/console/queues")
+            return status == 200 and f'href="/console/queues/{world.team}"' in text
+
+        wait_for("the console's queues page", queues_page, timeout_s=60)
+        assert _get(daemon.port, "/console/jobs/nobody/nothing")[0] == 404
+    finally:
+        daemon.stop()
+
+
 def test_a_sigkilled_daemon_loses_nothing_its_successor_converges_without_duplicates(
     world: KubeWorld,
 ) -> None:
@@ -337,3 +380,63 @@ def test_a_sigkilled_daemon_loses_nothing_its_successor_converges_without_duplic
     finally:
         code, stderr = second.stop()
     assert code == 0, stderr
+
+
+def test_metrics_agree_with_the_log_after_pods_finish_and_nodes_register_once(
+    world: KubeWorld,
+) -> None:
+    """Every counter on /metrics says what the log says: solves made after a pod ends
+    (no commit behind them) are counted like a commit's; each node is registered once,
+    with its flavor, not first under its raw GPU product."""
+    for i in range(2):
+        world.add_node(f"n{i}")
+    world.bootstrap(nominal=16)
+    world.submit("a", replicas=1)
+    world.submit("b", replicas=1)
+    daemon = Daemon(world, "counted", os.environ[ENV_VAR])
+    try:
+        wait_for(
+            "a and b Running",
+            lambda: len(_job_pods(world, "a")) == 1 and len(_job_pods(world, "b")) == 1,
+            timeout_s=120,
+        )
+        world.end_pods("a", "succeeded")
+        world.end_pods("b", "failed", exit_code=3)
+        wait_for(
+            "a finished and b failed, in the log",
+            lambda: (
+                any(isinstance(e, ev.JobFinished) for e in world.events())
+                and any(isinstance(e, ev.JobFailed) for e in world.events())
+            ),
+            timeout_s=60,
+        )
+
+        def stored() -> list[StoredEvent]:
+            with open_log(world.log_url, create=False) as event_log:
+                return list(event_log.read(0))
+
+        def agree() -> bool:
+            log = stored()
+            solves = sum(1 for s in log if s.type == "SolveCompleted")
+            cluster = sum(1 for s in log if s.actor == "kubernetes")
+            return (
+                _metric(daemon.port, "gitsched_solve_seconds_count") == solves
+                and _metric(daemon.port, 'gitsched_events_appended_total{source="cluster"}')
+                == cluster
+                and _metric(daemon.port, 'gitsched_events_appended_total{source="reconciler"}')
+                == len(log) - cluster
+            )
+
+        wait_for("/metrics to agree with the log", agree, timeout_s=60)
+        log = stored()
+        solves = [s for s in log if s.type == "SolveCompleted"]
+        # Solves no commit made (after a pod ended) are among those counted.
+        assert any(s.cause.startswith("kubernetes/") for s in solves)
+        registered = [decode(s) for s in log if s.type == "NodeRegistered"]
+        assert sorted((e.node.name, e.node.flavor) for e in registered) == [
+            (name, "h100-80g") for name in sorted(world.nodes)
+        ]
+    finally:
+        code, stderr = daemon.stop()
+    assert code == 0, stderr
+    assert "Traceback" not in stderr

@@ -12,7 +12,7 @@ from engine import events as ev
 from engine.model import RetryPolicy
 from engine.retries import due_retries, with_requeues
 from engine.state import ClusterState, fold
-from gitsched.serve import Metrics
+from gitsched.metrics import Metrics
 from reconciler.step import solve_step
 from tests.support.factories import desired, job, node
 from tests.support.time_steps import at, commit

@@ -206,6 +206,15 @@ def test_node_events_register_change_state_and_remove() -> None:
     assert registered == [ev.NodeRegistered(to_node(_node_obj("a"), CLUSTER, only_a))]
 
 
+def test_nodes_wait_for_the_cluster_and_are_registered_once_with_their_flavor() -> None:
+    # Before the log holds a cluster.yaml a node's GPU product is no flavor: nothing yet
+    # (it was registered under the raw product, then again under the flavor: 64 for 32).
+    assert node_events(ClusterState(), [_node_obj("a"), _node_obj("b")], InventoryConfig()) == []
+    (first,) = node_events(ClusterState(cluster=CLUSTER), [_node_obj("a")], InventoryConfig())
+    assert isinstance(first, ev.NodeRegistered)
+    assert first.node.flavor in {f.name for f in CLUSTER.gpu_flavors}
+
+
 def _pods_for(state: ClusterState, phase: str, **status: Any) -> dict[tuple[str, str], Any]:
     pods = {}
     for key, want in desired_pods(state).items():
