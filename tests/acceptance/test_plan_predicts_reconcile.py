@@ -19,8 +19,6 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from engine.placement.solvers import solve_changed
-from eventlog.codec import encode
-from eventlog.envelope import canonical_json
 from eventlog.sqlite import SQLiteEventLog
 from reconciler.git import GitRepo
 from reconciler.loop import Reconciler
@@ -33,6 +31,7 @@ from tests.support.cluster_repo import (
     job_yaml,
     queue_yaml,
 )
+from tests.support.plan import payload, predicted
 
 QUEUES = ("ml", "cv")
 NAMES = ("a", "b", "c", "d", "e", "f")
@@ -87,22 +86,6 @@ def apply(repo: ClusterRepo, op: tuple[Any, ...]) -> None:
         repo.write(BROKEN, job_yaml("broken").replace("replicas: 1", "replicas: 0"))
 
 
-def predicted(plan_groups: Any) -> list[Event]:
-    """The plan's events as the loop encodes them for the log."""
-    out = []
-    for group in plan_groups:
-        for event_id, e in zip(group.ids(), group.events, strict=True):
-            new = encode(e, id=event_id, actor=group.actor, cause=group.cause)
-            out.append((new.id, new.type, new.actor, new.cause, _payload(new.type, new.data)))
-    return out
-
-
-def _payload(kind: str, data: dict[str, Any]) -> str:
-    if kind == "SolveCompleted":
-        data = {**data, "seconds": 0.0}  # the solve's own wall time, measured twice
-    return canonical_json(data)
-
-
 def check_plan_predicts_reconcile(
     root: Path,
     solver: str,
@@ -140,7 +123,7 @@ def check_plan_predicts_reconcile(
             report = reconciler.run_once()
 
             appended = [
-                (s.id, s.type, s.actor, s.cause, _payload(s.type, s.data))
+                (s.id, s.type, s.actor, s.cause, payload(s.type, s.data))
                 for s in event_log.read(seq)
             ]
             assert appended, "every commit appends at least its CommitApplied or CommitRejected"

@@ -7,14 +7,12 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from engine import events as ev
 from engine.retries import with_requeues
 from eventlog.codec import encode
-from eventlog.envelope import canonical_json
 from eventlog.replay import replay
 from eventlog.sqlite import SQLiteEventLog
 from reconciler.git import GitRepo
@@ -30,22 +28,7 @@ from tests.support.cluster_repo import (
     job_yaml,
     queue_yaml,
 )
-
-
-def _payload(kind: str, data: dict[str, Any]) -> str:
-    if kind == "SolveCompleted":
-        data = {**data, "seconds": 0.0}  # the solve's own wall time, measured twice
-    return canonical_json(data)
-
-
-def predicted(plan_groups: Any) -> list[tuple[str, str, str, str, str]]:
-    """The plan's events as the loop encodes them for the log."""
-    out = []
-    for group in plan_groups:
-        for event_id, e in zip(group.ids(), group.events, strict=True):
-            new = encode(e, id=event_id, actor=group.actor, cause=group.cause)
-            out.append((new.id, new.type, new.actor, new.cause, _payload(new.type, new.data)))
-    return out
+from tests.support.plan import payload, predicted
 
 
 class Clock:
@@ -113,7 +96,7 @@ def test_plan_predicts_reconcile_while_a_job_waits_out_its_backoff(
             seq = event_log.last_seq()
             reconciler.run_once()
             appended = [
-                (s.id, s.type, s.actor, s.cause, _payload(s.type, s.data))
+                (s.id, s.type, s.actor, s.cause, payload(s.type, s.data))
                 for s in event_log.read(seq)
             ]
             assert predicted(plan.groups) == appended, name

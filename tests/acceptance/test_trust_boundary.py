@@ -15,7 +15,7 @@ from eventlog.sqlite import SQLiteEventLog
 from reconciler.git import GitRepo
 from reconciler.loop import Reconciler
 from reconciler.plan import plan_change
-from tests.acceptance.test_approvals import (
+from tests.support.approvals import (
     MALLORY,
     SigningRepo,
     applied_shas,
@@ -24,7 +24,6 @@ from tests.acceptance.test_approvals import (
     raise_ml,
     reconcile,
 )
-from tests.acceptance.test_plan_predicts_reconcile import _payload, predicted
 from tests.support.cluster_repo import (
     MINIMAL_CLUSTER,
     H,
@@ -35,6 +34,7 @@ from tests.support.cluster_repo import (
     queue_yaml,
     read_events,
 )
+from tests.support.plan import payload, predicted
 
 CAROL = ("Carol Diaz", "carol@ml.example")
 PAT = ("Pat Kim", "pat@ml.example")
@@ -128,7 +128,7 @@ def test_audit_changes_and_the_report_name_the_approver_of_a_no_ff_merge(tmp_pat
         "carol@ml.example"
     ]
     assert change["approvers"] == ["carol@ml.example"]
-    table = gitsched("audit", "changes", "--repo", repo.path).stdout
+    table = gitsched("audit", "changes", "--repo", repo.path, "--wide").stdout
     (row,) = [line for line in table.splitlines() if merge[:12] in line]
     assert "carol@ml.example" in row.split("approved")[0]
     page = tmp_path / "report.html"
@@ -402,7 +402,7 @@ def test_plan_predicts_what_reconcile_appends_for_each_refusal(tmp_path: Path) -
             seq = event_log.last_seq()
             report = reconciler.run_once()
             appended = [
-                (s.id, s.type, s.actor, s.cause, _payload(s.type, s.data))
+                (s.id, s.type, s.actor, s.cause, payload(s.type, s.data))
                 for s in event_log.read(seq)
             ]
             assert predicted(plan.groups) == appended, path

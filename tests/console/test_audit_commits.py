@@ -8,7 +8,7 @@ from pathlib import Path
 from audit import commits
 from audit.catchup import open_view
 from eventlog import open_log
-from tests.console.conftest import log_url
+from tests.support.console import log_url
 
 
 def test_commit_lookups_and_what_each_moved(demo: Path) -> None:

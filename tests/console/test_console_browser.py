@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.console.conftest import HOSTILE_NAME, hostile_commit, probe_job
 from tests.support.cluster_repo import git, start_gitsched
+from tests.support.console import HOSTILE_NAME, hostile_commit, probe_job
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 

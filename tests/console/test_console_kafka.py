@@ -10,8 +10,8 @@ import pytest
 from starlette.testclient import TestClient
 
 from gitsched.console import console_app
-from tests.console.conftest import log_url
 from tests.support.cluster_repo import gitsched
+from tests.support.console import log_url
 from tests.support.kafka_broker import bootstrap_from_env, check_broker, delete_topics, unique_topic
 
 pytestmark = pytest.mark.kafka

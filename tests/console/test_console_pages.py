@@ -15,8 +15,8 @@ from starlette.testclient import TestClient
 from audit.projection.vocabulary import CHECKS
 from gitsched.console import ConsoleSource, console_app
 from gitsched.console.app import CSP, MAX_BODY_BYTES, MAX_TARGET_BYTES
-from tests.console.conftest import HOSTILE, HOSTILE_NAME, hostile_commit, log_url
 from tests.support.cluster_repo import gitsched
+from tests.support.console import HOSTILE, HOSTILE_NAME, hostile_commit, log_url
 
 PAGES = ["/", "/queues", "/queues/nlp", "/jobs", "/jobs/nlp/moe-gang", "/changes", "/pulls"]
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from eventlog.codec import encode
+from eventlog.envelope import canonical_json
 from tests.support.cluster_repo import (
     PRIYA,
     ClusterRepo,
@@ -43,3 +45,19 @@ def plan_json(repo: ClusterRepo, revisions: str = f"main..{PR}", expect: int = 1
 
 def effects(plan: Any, action: str) -> list[dict[str, Any]]:
     return [e for e in plan["effects"] if e["action"] == action]
+
+
+def predicted(plan_groups: Any) -> list[tuple[Any, ...]]:
+    """The plan's events as the loop encodes them for the log."""
+    out = []
+    for group in plan_groups:
+        for event_id, e in zip(group.ids(), group.events, strict=True):
+            new = encode(e, id=event_id, actor=group.actor, cause=group.cause)
+            out.append((new.id, new.type, new.actor, new.cause, payload(new.type, new.data)))
+    return out
+
+
+def payload(kind: str, data: dict[str, Any]) -> bytes:
+    if kind == "SolveCompleted":
+        data = {**data, "seconds": 0.0}  # the solve's own wall time, measured twice
+    return canonical_json(data)
