@@ -13,11 +13,15 @@ number of the same pods on the same nodes: created directly (no gate,
 `schedulerName: default-scheduler`, gangs as loose pods, since it has none),
 from the first create to the last pod seen bound; its peak memory is its
 process's VmHWM. The ratio is gitsched's pods/s over kube-scheduler's.
+
+`--scenario gang-burst` and `--scenario starvation` run pods that end after
+`--run-seconds` instead (gitsched/bench/kube_scenarios.py).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import resource
 import signal
 import socket
@@ -42,6 +46,7 @@ from cluster.controller import Controller
 from cluster.inventory import InventoryConfig
 from cluster.pods import SELECTOR
 from eventlog.sqlite import SQLiteEventLog
+from gitsched.bench import kube_scenarios
 from gitsched.options import format_option, user_errors
 from gitsched.render import table
 from reconciler.git import GitRepo
@@ -501,6 +506,44 @@ def _scheduler_run(
     )
 
 
+def _scenario(
+    api: KubeApi,
+    scenario: str,
+    nodes: int,
+    run_s: float,
+    rounds: int,
+    seed: int,
+    limit_minutes: int,
+    gang_pods: int,
+    stream_s: float,
+    waves: int,
+    reservations: int | None,
+    timeout_s: float,
+) -> dict[str, Any]:
+    if limit_minutes * 60 <= run_s:
+        raise click.BadParameter(
+            f"{limit_minutes} min is not more than the run time of {run_s:g} s: "
+            "every job would reach its limit",
+            param_hint="--time-limit-minutes",
+        )
+    if scenario == "gang-burst":
+        return asdict(
+            kube_scenarios.gang_burst(
+                api, nodes, rounds, run_s, limit_minutes, seed, timeout_s, reservations
+            )
+        )
+    if gang_pods > nodes:
+        raise click.BadParameter(
+            f"a gang of {gang_pods} 8-GPU pods does not fit on {nodes} nodes",
+            param_hint="--gang-pods",
+        )
+    return asdict(
+        kube_scenarios.starvation(
+            api, nodes, gang_pods, run_s, limit_minutes, stream_s, waves, timeout_s, reservations
+        )
+    )
+
+
 def _delete_pods(api: KubeApi, namespace: str, selector: str, timeout_s: float) -> None:
     """Delete the namespace's pods at once (grace 0) and wait until the API has none left."""
     deadline = time.monotonic() + timeout_s
@@ -536,9 +579,68 @@ def _delete_pods(api: KubeApi, namespace: str, selector: str, timeout_s: float) 
     "sizes",
     type=int,
     multiple=True,
-    default=(1000,),
+    help="Fake 8-GPU nodes; repeat for several runs (bind only). "
+    "Default: 1000 (bind), 8 (gang-burst, starvation).",
+)
+@click.option(
+    "--scenario",
+    type=click.Choice(["bind", *kube_scenarios.SCENARIOS]),
+    default="bind",
     show_default=True,
-    help="Fake 8-GPU nodes; repeat for several runs.",
+    help="bind: commit to every pod bound (pods never end); gang-burst: a burst of gangs "
+    "that packs the cluster, makespan against its lower bound; starvation: a gang behind "
+    "a stream of 1-GPU jobs, its wait against its reservation.",
+)
+@click.option(
+    "--run-seconds",
+    "run_s",
+    type=click.FloatRange(min=1),
+    default=20.0,
+    show_default=True,
+    help="Scenarios: how long each pod runs (from seen Running to its end).",
+)
+@click.option(
+    "--rounds",
+    type=click.IntRange(min=1),
+    default=3,
+    show_default=True,
+    help="gang-burst: rounds of gangs, each a partition of the nodes.",
+)
+@click.option("--seed", default=1, show_default=True, help="gang-burst: the gang sizes' seed.")
+@click.option(
+    "--time-limit-minutes",
+    "limit_minutes",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Scenarios: every job's timeLimitMinutes; default: 3 x the run time, rounded up.",
+)
+@click.option(
+    "--gang-pods",
+    "gang_pods",
+    type=click.IntRange(min=1),
+    default=4,
+    show_default=True,
+    help="starvation: the gang's 8-GPU pods.",
+)
+@click.option(
+    "--stream-seconds",
+    "stream_s",
+    type=click.FloatRange(min=0),
+    default=None,
+    help="starvation: how long 1-GPU jobs keep coming after the gang; default: 3 x run time.",
+)
+@click.option(
+    "--waves",
+    type=click.IntRange(min=1),
+    default=4,
+    show_default=True,
+    help="starvation: fill commits over one run time; then a stream commit as often.",
+)
+@click.option(
+    "--reservations",
+    type=click.IntRange(min=0),
+    default=None,
+    help="Scenarios: the Policy's backfill.reservations (0: off); default: no Policy, the built-in.",
 )
 @click.option("--fill", default=0.9, show_default=True, help="Pods per node (one 8-GPU pod each).")
 @click.option("--gang", default=4, show_default=True, help="Replicas per gang (half the pods).")
@@ -569,6 +671,15 @@ def _delete_pods(api: KubeApi, namespace: str, selector: str, timeout_s: float) 
 def command(
     kubeconfig: str,
     sizes: tuple[int, ...],
+    scenario: str,
+    run_s: float,
+    rounds: int,
+    seed: int,
+    limit_minutes: int | None,
+    gang_pods: int,
+    stream_s: float | None,
+    waves: int,
+    reservations: int | None,
     fill: float,
     gang: int,
     kube_scheduler: str | None,
@@ -578,6 +689,28 @@ def command(
     fmt: str,
 ) -> None:
     """Commit to every pod bound on kwok nodes: latency, pods/s, memory; beside kube-scheduler."""
+    if scenario != "bind":
+        with user_errors():
+            figures = _scenario(
+                KubeApi.connect(kubeconfig),
+                scenario,
+                sizes[0] if sizes else 8,
+                run_s,
+                rounds,
+                seed,
+                limit_minutes or math.ceil(3 * run_s / 60),
+                gang_pods,
+                3 * run_s if stream_s is None else stream_s,
+                waves,
+                reservations,
+                timeout_s,
+            )
+        if fmt == "json":
+            click.echo(json.dumps(figures, indent=2))
+        else:
+            click.echo(table(["FIGURE", "VALUE"], [[k, str(v)] for k, v in figures.items()]))
+        return
+    sizes = sizes or (1000,)
     with user_errors():
         api = KubeApi.connect(kubeconfig)
         scheduler = (
