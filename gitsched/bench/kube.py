@@ -20,6 +20,7 @@ process's VmHWM. The ratio is gitsched's pods/s over kube-scheduler's.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import resource
@@ -33,6 +34,7 @@ import threading
 import time
 import urllib.request
 import uuid
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -47,7 +49,7 @@ from cluster.inventory import InventoryConfig
 from cluster.pods import SELECTOR
 from eventlog.sqlite import SQLiteEventLog
 from gitsched.bench import kube_scenarios
-from gitsched.options import format_option, user_errors
+from gitsched.options import fail, format_option, user_errors
 from gitsched.render import table
 from reconciler.git import GitRepo
 from reconciler.loop import Reconciler
@@ -506,6 +508,15 @@ def _scheduler_run(
     )
 
 
+@contextlib.contextmanager
+def _timeouts() -> Iterator[None]:
+    """A scenario past --timeout (its nodes and pods deleted already): one line, exit 2."""
+    try:
+        yield
+    except TimeoutError as e:
+        fail(f"bench kube: {e}")
+
+
 def _scenario(
     api: KubeApi,
     scenario: str,
@@ -690,7 +701,7 @@ def command(
 ) -> None:
     """Commit to every pod bound on kwok nodes: latency, pods/s, memory; beside kube-scheduler."""
     if scenario != "bind":
-        with user_errors():
+        with user_errors(), _timeouts():
             figures = _scenario(
                 KubeApi.connect(kubeconfig),
                 scenario,
@@ -708,7 +719,11 @@ def command(
         if fmt == "json":
             click.echo(json.dumps(figures, indent=2))
         else:
-            click.echo(table(["FIGURE", "VALUE"], [[k, str(v)] for k, v in figures.items()]))
+            # The gang's reason names every job its reservation waits for: JSON has it whole.
+            figure_rows = [
+                [k, str(v) if len(str(v)) <= 100 else str(v)[:99] + "…"] for k, v in figures.items()
+            ]
+            click.echo(table(["FIGURE", "VALUE"], figure_rows))
         return
     sizes = sizes or (1000,)
     with user_errors():
