@@ -529,6 +529,7 @@ def _scenario(
     stream_s: float,
     waves: int,
     reservations: int | None,
+    solver: str | None,
     timeout_s: float,
 ) -> dict[str, Any]:
     if limit_minutes * 60 <= run_s:
@@ -540,7 +541,7 @@ def _scenario(
     if scenario == "gang-burst":
         return asdict(
             kube_scenarios.gang_burst(
-                api, nodes, rounds, run_s, limit_minutes, seed, timeout_s, reservations
+                api, nodes, rounds, run_s, limit_minutes, seed, timeout_s, reservations, solver
             )
         )
     if gang_pods > nodes:
@@ -550,7 +551,16 @@ def _scenario(
         )
     return asdict(
         kube_scenarios.starvation(
-            api, nodes, gang_pods, run_s, limit_minutes, stream_s, waves, timeout_s, reservations
+            api,
+            nodes,
+            gang_pods,
+            run_s,
+            limit_minutes,
+            stream_s,
+            waves,
+            timeout_s,
+            reservations,
+            solver,
         )
     )
 
@@ -699,8 +709,18 @@ def command(
     timeout_s: float,
     fmt: str,
 ) -> None:
-    """Commit to every pod bound on kwok nodes: latency, pods/s, memory; beside kube-scheduler."""
+    """Commit to every pod bound on kwok nodes: latency, pods/s, memory; beside kube-scheduler.
+
+    With --scenario gang-burst or starvation, pods end after --run-seconds: a burst's
+    makespan against its lower bound, a gang's wait behind a stream against its reservation.
+    """
     if scenario != "bind":
+        if kube_scheduler:
+            raise click.BadParameter(
+                "kube-scheduler has no gangs and no time limits: only the bind scenario "
+                "compares with it",
+                param_hint="--kube-scheduler",
+            )
         with user_errors(), _timeouts():
             figures = _scenario(
                 KubeApi.connect(kubeconfig),
@@ -714,6 +734,7 @@ def command(
                 3 * run_s if stream_s is None else stream_s,
                 waves,
                 reservations,
+                solver,
                 timeout_s,
             )
         if fmt == "json":

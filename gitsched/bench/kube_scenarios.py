@@ -32,7 +32,9 @@ import yaml
 from cluster.api import ClusterUnavailable, KubeApi, Obj, WatchExpired, release
 from cluster.controller import Controller
 from cluster.inventory import InventoryConfig
-from cluster.pods import JOB_ANNOTATION, SELECTOR
+from cluster.pods import JOB_ANNOTATION, PLACEMENT_LABEL, SELECTOR
+from engine import events as ev
+from eventlog.codec import decode
 from eventlog.sqlite import SQLiteEventLog
 from reconciler.git import GitRepo
 from reconciler.loop import Reconciler
@@ -48,6 +50,7 @@ PASS_PAUSE_S = 0.2  # between the daemon's passes (serve waits up to --poll-seco
 @dataclass
 class GangBurstResult:
     scenario: str
+    solver: str  # the Policy's default unless --solver
     nodes: int
     gpus: int
     jobs: int
@@ -68,11 +71,14 @@ class GangBurstResult:
     jobs_finished: int
     jobs_timed_out: int
     pods_deleted: int  # preempted or stopped pods (none expected)
+    # every JobPreempted in the log: "job: rule (reason)"
+    preemptions: list[str] = field(default_factory=list)
 
 
 @dataclass
 class StarvationResult:
     scenario: str
+    solver: str
     nodes: int
     gpus: int
     gang_pods: int
@@ -95,12 +101,14 @@ class StarvationResult:
     jobs_finished: int
     jobs_timed_out: int
     reservations_policy: int | None  # backfill.reservations in the Policy; None: the built-in
+    preemptions: list[str] = field(default_factory=list)
 
 
 @dataclass
 class _Pod:
     job: str
     gpus: int
+    placement: str = ""  # a moved or preempted job's next pods are another placement's
     bound_at: float | None = None
     running_at: float | None = None
     ended_at: float | None = None
@@ -138,8 +146,9 @@ class _PodClock:
             for c in spec.get("containers") or []
         )
         job = (meta.get("annotations") or {}).get(JOB_ANNOTATION, "")
+        placement = (meta.get("labels") or {}).get(PLACEMENT_LABEL, "")
         with self.lock:
-            seen = self.pods.setdefault(meta["name"], _Pod(job, gpus))
+            seen = self.pods.setdefault(meta["name"], _Pod(job, gpus, placement))
             if spec.get("nodeName") and seen.bound_at is None:
                 seen.bound_at = now
             if phase in ("Running", "Succeeded") and seen.running_at is None:
@@ -232,8 +241,9 @@ def _job(replicas: int, gpus: int, limit_minutes: int) -> dict[str, Any]:
     }
 
 
-def _repo(root: Path, team: str, gpus: int, reservations: int | None) -> Path:
-    """The cluster repo with its first commit; returns the team's jobs folder."""
+def _repo(root: Path, team: str, gpus: int, reservations: int | None, solver: str | None) -> Path:
+    """The cluster repo with its first commit; returns the team's jobs folder. A Policy only
+    for what the bench was asked to pin: the product's defaults are what is measured."""
     root.mkdir(parents=True)
     _git(root, "init", "-q", "-b", "main")
     (root / "cluster.yaml").write_text(
@@ -248,11 +258,14 @@ def _repo(root: Path, team: str, gpus: int, reservations: int | None) -> Path:
             },
         )
     )
+    policy: dict[str, Any] = {}
+    if solver is not None:
+        policy["solver"] = {"name": solver}
     if reservations is not None:
+        policy["backfill"] = {"reservations": reservations}
+    if policy:
         (root / "policies").mkdir()
-        (root / "policies" / "default.yaml").write_text(
-            _doc("Policy", "default", {"backfill": {"reservations": reservations}})
-        )
+        (root / "policies" / "default.yaml").write_text(_doc("Policy", "default", policy))
     jobs = root / "teams" / team / "jobs"
     jobs.mkdir(parents=True)
     (root / "teams" / team / "queue.yaml").write_text(
@@ -310,6 +323,7 @@ class _Run:
     """What one scenario's loop saw."""
 
     passes: int = 0
+    solver: str = ""  # the solver that placed the jobs, as the plan says
     partly_bound: int = 0
     pods_deleted: int = 0
     states: list[Any] = field(default_factory=list)
@@ -343,6 +357,7 @@ def _drive(
     run_s: float,
     timeout_s: float,
     reservations: int | None,
+    solver: str | None,
     scenario: Callable[[Controller, Path, Path, _PodClock, Callable[[], Any]], Any],
 ) -> Any:
     """Nodes, repo and daemon for one scenario run; everything made is deleted after."""
@@ -360,7 +375,7 @@ def _drive(
             )
         with tempfile.TemporaryDirectory(prefix="gitsched-bench-kube-") as tmp:
             root = Path(tmp) / "repo"
-            jobs = _repo(root, team, nodes * GPUS_PER_NODE, reservations)
+            jobs = _repo(root, team, nodes * GPUS_PER_NODE, reservations, solver)
             with SQLiteEventLog(Path(tmp) / "log.db") as event_log:
                 controller = Controller(
                     api,
@@ -387,7 +402,13 @@ def _drive(
                                 f"the {scenario.__name__} run took over {timeout_s}s"
                             )
 
-                    return scenario(controller, root, jobs, clock, check_deadline)
+                    result = scenario(controller, root, jobs, clock, check_deadline)
+                    result.preemptions = [
+                        f"{e.job}: {e.rule} ({e.reason})"
+                        for e in map(decode, event_log.read(0))
+                        if isinstance(e, ev.JobPreempted)
+                    ]
+                    return result
                 finally:
                     clock.stop()
                     controller.stop()
@@ -425,6 +446,8 @@ def _step(controller: Controller, namespace: str, replicas: dict[str, int], seen
     """One pass of the daemon; then, its binds all answered, a LIST for partly bound gangs."""
     report = controller.step()
     seen.passes += 1
+    if report.reconcile is not None and report.reconcile.plan is not None:
+        seen.solver = seen.solver or report.reconcile.plan.stats.solver
     seen.pods_deleted += report.actuation.deleted
     seen.partly_bound += _partly_bound(controller.actuator.api, namespace, replicas)
     return report.state
@@ -440,10 +463,10 @@ def _occupancy(pods: dict[str, _Pod], start: float, end: float, gpus: int) -> fl
 
 
 def _bind_spread(pods: dict[str, _Pod], replicas: dict[str, int]) -> float:
-    by_job: dict[str, list[float]] = {}
+    by_job: dict[tuple[str, str], list[float]] = {}
     for p in pods.values():
         if p.bound_at is not None and replicas.get(p.job, 1) > 1:
-            by_job.setdefault(p.job, []).append(p.bound_at)
+            by_job.setdefault((p.job, p.placement), []).append(p.bound_at)
     return max((max(t) - min(t) for t in by_job.values()), default=0.0)
 
 
@@ -456,6 +479,7 @@ def gang_burst(
     seed: int,
     timeout_s: float,
     reservations: int | None = None,
+    solver: str | None = None,
 ) -> GangBurstResult:
     run = uuid.uuid4().hex[:8]
     team = f"bench-{run}"
@@ -487,6 +511,7 @@ def gang_burst(
         ended = [state.ended[j] for j in replicas]
         return GangBurstResult(
             scenario="gang-burst",
+            solver=seen.solver,
             nodes=nodes,
             gpus=gpus,
             jobs=len(sizes),
@@ -508,7 +533,7 @@ def gang_burst(
         )
 
     result: GangBurstResult = _drive(
-        api, run, team, nodes, run_s, timeout_s, reservations, scenario
+        api, run, team, nodes, run_s, timeout_s, reservations, solver, scenario
     )
     return result
 
@@ -523,6 +548,7 @@ def starvation(
     waves: int,
     timeout_s: float,
     reservations: int | None = None,
+    solver: str | None = None,
 ) -> StarvationResult:
     """Fill the cluster with 1-GPU jobs in `waves` commits spread over one run time (so they
     end at different moments, as in a busy cluster), commit the gang, then keep the offered
@@ -604,6 +630,7 @@ def starvation(
         wait = _seconds(gang_date, placed)
         return StarvationResult(
             scenario="starvation",
+            solver=seen.solver,
             nodes=nodes,
             gpus=gpus,
             gang_pods=gang_pods,
@@ -631,6 +658,6 @@ def starvation(
         )
 
     result: StarvationResult = _drive(
-        api, run, team, nodes, run_s, timeout_s, reservations, scenario
+        api, run, team, nodes, run_s, timeout_s, reservations, solver, scenario
     )
     return result

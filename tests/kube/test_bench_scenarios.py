@@ -11,6 +11,8 @@ from typing import Any
 import pytest
 
 from cluster.api import KubeApi
+from policies.policy import default_policy
+from reconciler.specs import policy_of
 from tests.support.kube import ENV_VAR, gitsched_for
 
 pytestmark = pytest.mark.kube
@@ -58,6 +60,8 @@ def test_gang_burst_finishes_every_gang_never_partly_bound_and_no_sooner_than_th
     # Mixed sizes that fill the 4 nodes exactly twice: the lower bound is two run times.
     assert len(set(sizes)) > 1 and sum(sizes) == r["pods"] == 4 * 2
     assert r["jobs"] == len(sizes) and r["time_limit_minutes"] == 1
+    # No Policy in the repo: the built-in one decides.
+    assert r["solver"] == policy_of(default_policy()).solver
     assert r["lower_bound_s"] == 2 * 15.0
     # After every pass of the daemon, every gang had all of its pods bound or none.
     assert r["passes"] > 0 and r["partly_bound_gangs"] == 0
@@ -89,6 +93,7 @@ def test_starvation_the_gang_gets_a_reservation_and_starts_before_the_stream_end
         "30",
     )
     assert (r["gpus"], r["fill_jobs"]) == (24, 24)  # the cluster full of 1-GPU jobs
+    assert r["solver"] == policy_of(default_policy()).solver and r["reservations_policy"] is None
     assert r["stream_jobs"] > r["fill_jobs"]
     # Waiting, the gang held a reservation, and its reason named it.
     assert str(r["gang_reason"]).startswith("reserved from ")
