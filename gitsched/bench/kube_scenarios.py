@@ -330,22 +330,26 @@ class _Run:
 
 
 def _partly_bound(api: KubeApi, namespace: str, replicas: dict[str, int]) -> int:
-    """Gangs with some but not all of their pods bound, by a consistent LIST."""
-    bound: dict[str, int] = {}
-    leaving: set[str] = set()
+    """Gangs with some but not all of their pods bound, by a consistent LIST: per placement
+    (a job placed again has new pods), leaving out gangs being stopped as a whole."""
+    bound: dict[tuple[str, str], int] = {}
+    leaving: set[tuple[str, str]] = set()
     for pod in api.list("pods", SELECTOR).items:
         meta = pod["metadata"]
         if meta["namespace"] != namespace:
             continue
-        job = (meta.get("annotations") or {}).get(JOB_ANNOTATION, "")
+        key = (
+            (meta.get("annotations") or {}).get(JOB_ANNOTATION, ""),
+            (meta.get("labels") or {}).get(PLACEMENT_LABEL, ""),
+        )
         if meta.get("deletionTimestamp"):
-            leaving.add(job)  # a gang being stopped as a whole: not a partial bind
+            leaving.add(key)
         if (pod.get("spec") or {}).get("nodeName"):
-            bound[job] = bound.get(job, 0) + 1
+            bound[key] = bound.get(key, 0) + 1
     return sum(
         1
-        for job, n in bound.items()
-        if job not in leaving and replicas.get(job, 1) > 1 and n != replicas[job]
+        for key, n in bound.items()
+        if key not in leaving and replicas.get(key[0], 1) > 1 and n != replicas[key[0]]
     )
 
 

@@ -39,7 +39,8 @@ def _bench(*args: str) -> dict[str, Any]:
 
 
 def _nodes(api: KubeApi) -> set[str]:
-    return {n["metadata"]["name"] for n in api.list("nodes").items}
+    """Bench runs' nodes: other tests on the shared server add and remove their own."""
+    return {n["metadata"]["name"] for n in api.list("nodes", "gitsched.io/bench-run").items}
 
 
 def _bench_pods(api: KubeApi) -> set[str]:
@@ -72,7 +73,7 @@ def test_gang_burst_finishes_every_gang_never_partly_bound_and_no_sooner_than_th
     assert r["makespan_ratio"] == round(r["makespan_s"] / r["lower_bound_s"], 3)
     assert 0 < r["mean_gpu_occupancy"] <= 1
     # Its nodes and pods are gone again.
-    assert _nodes(kube_api) == before
+    assert _nodes(kube_api) <= before
     assert _bench_pods(kube_api) <= pods_before
 
 
@@ -104,5 +105,5 @@ def test_starvation_the_gang_gets_a_reservation_and_starts_before_the_stream_end
     assert r["partly_bound_gangs"] == 0
     assert r["jobs_finished"] == r["fill_jobs"] + r["stream_jobs"] + 1
     assert r["jobs_timed_out"] == 0
-    assert _nodes(kube_api) == before
+    assert _nodes(kube_api) <= before
     assert _bench_pods(kube_api) <= pods_before
