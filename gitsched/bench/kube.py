@@ -13,11 +13,16 @@ number of the same pods on the same nodes: created directly (no gate,
 `schedulerName: default-scheduler`, gangs as loose pods, since it has none),
 from the first create to the last pod seen bound; its peak memory is its
 process's VmHWM. The ratio is gitsched's pods/s over kube-scheduler's.
+
+`--scenario gang-burst` and `--scenario starvation` run pods that end after
+`--run-seconds` instead (gitsched/bench/kube_scenarios.py).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import math
 import resource
 import signal
 import socket
@@ -29,6 +34,7 @@ import threading
 import time
 import urllib.request
 import uuid
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -42,7 +48,8 @@ from cluster.controller import Controller
 from cluster.inventory import InventoryConfig
 from cluster.pods import SELECTOR
 from eventlog.sqlite import SQLiteEventLog
-from gitsched.options import format_option, user_errors
+from gitsched.bench import kube_scenarios
+from gitsched.options import fail, format_option, user_errors
 from gitsched.render import table
 from reconciler.git import GitRepo
 from reconciler.loop import Reconciler
@@ -501,6 +508,63 @@ def _scheduler_run(
     )
 
 
+@contextlib.contextmanager
+def _timeouts() -> Iterator[None]:
+    """A scenario past --timeout (its nodes and pods deleted already): one line, exit 2."""
+    try:
+        yield
+    except TimeoutError as e:
+        fail(f"bench kube: {e}")
+
+
+def _scenario(
+    api: KubeApi,
+    scenario: str,
+    nodes: int,
+    run_s: float,
+    rounds: int,
+    seed: int,
+    limit_minutes: int,
+    gang_pods: int,
+    stream_s: float,
+    waves: int,
+    reservations: int | None,
+    solver: str | None,
+    timeout_s: float,
+) -> dict[str, Any]:
+    if limit_minutes * 60 <= run_s:
+        raise click.BadParameter(
+            f"{limit_minutes} min is not more than the run time of {run_s:g} s: "
+            "every job would reach its limit",
+            param_hint="--time-limit-minutes",
+        )
+    if scenario == "gang-burst":
+        return asdict(
+            kube_scenarios.gang_burst(
+                api, nodes, rounds, run_s, limit_minutes, seed, timeout_s, reservations, solver
+            )
+        )
+    if gang_pods > nodes:
+        raise click.BadParameter(
+            f"a gang of {gang_pods} 8-GPU pods does not fit on {nodes} nodes",
+            param_hint="--gang-pods",
+        )
+    return asdict(
+        kube_scenarios.starvation(
+            api,
+            nodes,
+            gang_pods,
+            run_s,
+            limit_minutes,
+            stream_s,
+            waves,
+            timeout_s,
+            reservations,
+            solver,
+        )
+    )
+
+
 def _delete_pods(api: KubeApi, namespace: str, selector: str, timeout_s: float) -> None:
     """Delete the namespace's pods at once (grace 0) and wait until the API has none left."""
     deadline = time.monotonic() + timeout_s
@@ -536,9 +600,68 @@ def _delete_pods(api: KubeApi, namespace: str, selector: str, timeout_s: float) 
     "sizes",
     type=int,
     multiple=True,
-    default=(1000,),
+    help="Fake 8-GPU nodes; repeat for several runs (bind only). "
+    "Default: 1000 (bind), 8 (gang-burst, starvation).",
+)
+@click.option(
+    "--scenario",
+    type=click.Choice(["bind", *kube_scenarios.SCENARIOS]),
+    default="bind",
     show_default=True,
-    help="Fake 8-GPU nodes; repeat for several runs.",
+    help="bind: commit to every pod bound (pods never end); gang-burst: a burst of gangs "
+    "that packs the cluster, makespan against its lower bound; starvation: a gang behind "
+    "a stream of 1-GPU jobs, its wait against its reservation.",
+)
+@click.option(
+    "--run-seconds",
+    "run_s",
+    type=click.FloatRange(min=1),
+    default=20.0,
+    show_default=True,
+    help="Scenarios: how long each pod runs (from seen Running to its end).",
+)
+@click.option(
+    "--rounds",
+    type=click.IntRange(min=1),
+    default=3,
+    show_default=True,
+    help="gang-burst: rounds of gangs, each a partition of the nodes.",
+)
+@click.option("--seed", default=1, show_default=True, help="gang-burst: the gang sizes' seed.")
+@click.option(
+    "--time-limit-minutes",
+    "limit_minutes",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Scenarios: every job's timeLimitMinutes; default: 3 x the run time, rounded up.",
+)
+@click.option(
+    "--gang-pods",
+    "gang_pods",
+    type=click.IntRange(min=1),
+    default=4,
+    show_default=True,
+    help="starvation: the gang's 8-GPU pods.",
+)
+@click.option(
+    "--stream-seconds",
+    "stream_s",
+    type=click.FloatRange(min=0),
+    default=None,
+    help="starvation: how long 1-GPU jobs keep coming after the gang; default: 3 x run time.",
+)
+@click.option(
+    "--waves",
+    type=click.IntRange(min=1),
+    default=4,
+    show_default=True,
+    help="starvation: fill commits over one run time; then a stream commit as often.",
+)
+@click.option(
+    "--reservations",
+    type=click.IntRange(min=0),
+    default=None,
+    help="Scenarios: the Policy's backfill.reservations (0: off); default: no Policy, the built-in.",
 )
 @click.option("--fill", default=0.9, show_default=True, help="Pods per node (one 8-GPU pod each).")
 @click.option("--gang", default=4, show_default=True, help="Replicas per gang (half the pods).")
@@ -569,6 +692,15 @@ def _delete_pods(api: KubeApi, namespace: str, selector: str, timeout_s: float) 
 def command(
     kubeconfig: str,
     sizes: tuple[int, ...],
+    scenario: str,
+    run_s: float,
+    rounds: int,
+    seed: int,
+    limit_minutes: int | None,
+    gang_pods: int,
+    stream_s: float | None,
+    waves: int,
+    reservations: int | None,
     fill: float,
     gang: int,
     kube_scheduler: str | None,
@@ -577,7 +709,44 @@ def command(
     timeout_s: float,
     fmt: str,
 ) -> None:
-    """Commit to every pod bound on kwok nodes: latency, pods/s, memory; beside kube-scheduler."""
+    """Commit to every pod bound on kwok nodes: latency, pods/s, memory; beside kube-scheduler.
+
+    With --scenario gang-burst or starvation, pods end after --run-seconds: a burst's
+    makespan against its lower bound, a gang's wait behind a stream against its reservation.
+    """
+    if scenario != "bind":
+        if kube_scheduler:
+            raise click.BadParameter(
+                "kube-scheduler has no gangs and no time limits: only the bind scenario "
+                "compares with it",
+                param_hint="--kube-scheduler",
+            )
+        with user_errors(), _timeouts():
+            figures = _scenario(
+                KubeApi.connect(kubeconfig),
+                scenario,
+                sizes[0] if sizes else 8,
+                run_s,
+                rounds,
+                seed,
+                limit_minutes or math.ceil(3 * run_s / 60),
+                gang_pods,
+                3 * run_s if stream_s is None else stream_s,
+                waves,
+                reservations,
+                solver,
+                timeout_s,
+            )
+        if fmt == "json":
+            click.echo(json.dumps(figures, indent=2))
+        else:
+            # The gang's reason names every job its reservation waits for: JSON has it whole.
+            figure_rows = [
+                [k, str(v) if len(str(v)) <= 100 else str(v)[:99] + "…"] for k, v in figures.items()
+            ]
+            click.echo(table(["FIGURE", "VALUE"], figure_rows))
+        return
+    sizes = sizes or (1000,)
     with user_errors():
         api = KubeApi.connect(kubeconfig)
         scheduler = (

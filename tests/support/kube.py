@@ -5,6 +5,8 @@ the world a test builds on it (fake nodes, a team namespace, a controller).
 from __future__ import annotations
 
 import contextlib
+import signal
+import subprocess
 import time
 import uuid
 from collections.abc import Callable
@@ -24,7 +26,14 @@ from eventlog.base import EventLog
 from eventlog.codec import decode
 from reconciler.git import GitRepo
 from reconciler.loop import Reconciler
-from tests.support.cluster_repo import CLUSTER_YAML, POLICY_YAML, ClusterRepo, H
+from tests.support.cluster_repo import (
+    CLUSTER_YAML,
+    POLICY_YAML,
+    ClusterRepo,
+    H,
+    Run,
+    start_gitsched,
+)
 
 ENV_VAR = "GITSCHED_TEST_KUBECONFIG"
 
@@ -266,3 +275,23 @@ def run_until(
                 f"timed out after {timeout_s}s waiting for {what}; last state: {report.state}"
             )
         time.sleep(0.1)
+
+
+def gitsched_for(timeout_s: float, *args: str) -> Run:
+    """`python -m gitsched ARGS` for a command that runs longer than `gitsched()` allows
+    (a scenario of `bench kube`): past timeout_s it is interrupted (SIGINT, so it deletes
+    the nodes and pods it made) and the test fails; never a traceback."""
+    process = start_gitsched(*args)
+    try:
+        stdout, stderr = process.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        process.send_signal(signal.SIGINT)
+        try:
+            stdout, stderr = process.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            stdout, stderr = process.communicate()
+        pytest.fail(f"gitsched {' '.join(args)} ran over {timeout_s}s: {stderr}")
+    run = Run(tuple(args), process.returncode, stdout, stderr)
+    assert "Traceback" not in run.stderr, f"a user saw a traceback:\n{run}"
+    return run
