@@ -101,6 +101,27 @@ CASES: dict[str, tuple[tuple[str, ...], tuple[int, ...]]] = {
         ("bench", "audit", "--events", "2000", "--samples", "3", "--work-dir", "{dir}/audit"),
         (0,),
     ),
+    "bench trace": (
+        ("bench", "trace", "--trace", "{dir}/philly.csv", "--policy", "fifo", "--limits", "known"),
+        (0,),
+    ),
+    "bench console": (
+        (
+            "bench",
+            "console",
+            "--nodes",
+            "4",
+            "--jobs",
+            "12",
+            "--queues",
+            "2",
+            "--requests",
+            "2",
+            "--work-dir",
+            "{dir}/console",
+        ),
+        (0,),
+    ),
     # On the test API server (scripts/kube up), as tests/kube does.
     "bench kube": (("bench", "kube", "--kubeconfig", "{kubeconfig}", "--nodes", "4"), (0,)),
     # Without an NVIDIA driver it fails (exit 2) and prints nothing on stdout.
@@ -126,6 +147,12 @@ def highs_repo(tmp_path_factory: pytest.TempPathFactory) -> ClusterRepo:
     repo.commit("ml: an evaluation job", author=ANA)
     git(repo.path, "checkout", "-q", "main")
     write_trace(repo.path.parent)
+    (repo.path.parent / "philly.csv").write_text(
+        "timestamp,duration,num_gpus,gpu_time,cluster\n"
+        "2017-10-02 00:00:00,600,8,4800,a\n"
+        "2017-10-02 00:01:00,300,1,300,b\n"
+        "2017-10-02 00:02:00,60,16,960,a\n"
+    )
     return repo
 
 
