@@ -41,7 +41,6 @@ from pathlib import Path
 from typing import Any
 
 import click
-import yaml
 
 from cluster.api import ClusterUnavailable, KubeApi, Obj, WatchExpired, release
 from cluster.controller import Controller
@@ -49,13 +48,18 @@ from cluster.inventory import InventoryConfig
 from cluster.pods import SELECTOR
 from eventlog.sqlite import SQLiteEventLog
 from gitsched.bench import kube_scenarios
+from gitsched.bench.kube_scenarios import (
+    GPUS_PER_NODE,
+    RUN_LABEL,
+    bench_git,
+    node_body,
+    spec_doc,
+)
 from gitsched.options import fail, format_option, user_errors
 from gitsched.render import table
 from reconciler.git import GitRepo
 from reconciler.loop import Reconciler
 
-RUN_LABEL = "gitsched.io/bench-run"
-GPUS_PER_NODE = 8
 # The actuator's own pool size: the kube-scheduler run creates its pods as fast.
 CREATE_WORKERS = 24
 
@@ -96,39 +100,15 @@ class SchedulerResult:
     ready_s: float  # its start to /readyz ok (not counted above)
 
 
-def _doc(kind: str, name: str, spec: dict[str, Any]) -> str:
-    return yaml.safe_dump(
-        {"apiVersion": "gitsched.io/v1", "kind": kind, "metadata": {"name": name}, "spec": spec},
-        sort_keys=False,
-    )
-
-
-def _git(root: Path, *args: str) -> None:
-    subprocess.run(
-        [
-            "git",
-            "-C",
-            str(root),
-            "-c",
-            "user.name=bench",
-            "-c",
-            "user.email=bench@example.com",
-            *args,
-        ],
-        check=True,
-        capture_output=True,
-    )
-
-
 def _repo(
     root: Path, team: str, nodes: int, pods: int, gang: int, solver: str | None = None
 ) -> tuple[int, int]:
     """The cluster repo, committed: (jobs, gangs). No Policy unless `solver` is named:
     the product's defaults are what is measured."""
     root.mkdir(parents=True)
-    _git(root, "init", "-q", "-b", "main")
+    bench_git(root, "init", "-q", "-b", "main")
     (root / "cluster.yaml").write_text(
-        _doc(
+        spec_doc(
             "Cluster",
             "bench",
             {
@@ -142,46 +122,26 @@ def _repo(
     if solver is not None:
         (root / "policies").mkdir()
         (root / "policies" / "default.yaml").write_text(
-            _doc("Policy", "default", {"solver": {"name": solver}})
+            spec_doc("Policy", "default", {"solver": {"name": solver}})
         )
     teams = root / "teams" / team
     (teams / "jobs").mkdir(parents=True)
     quota = nodes * GPUS_PER_NODE
     (teams / "queue.yaml").write_text(
-        _doc("Queue", team, {"quotas": [{"flavor": "h100-80g", "nominal": quota}]})
+        spec_doc("Queue", team, {"quotas": [{"flavor": "h100-80g", "nominal": quota}]})
     )
-    _git(root, "add", "-A")
-    _git(root, "commit", "-q", "-m", "bench: the cluster (nodes from Kubernetes)")
+    bench_git(root, "add", "-A")
+    bench_git(root, "commit", "-q", "-m", "bench: the cluster (nodes from Kubernetes)")
     gangs = (pods // 2) // gang
     singles = pods - gangs * gang
     template = {"spec": {"containers": [{"name": "main", "image": "registry.example/bench:1"}]}}
     for i in range(gangs):
         spec = {"replicas": gang, "resources": {"gpu": GPUS_PER_NODE}, "template": template}
-        (teams / "jobs" / f"gang-{i}.yaml").write_text(_doc("Job", f"gang-{i}", spec))
+        (teams / "jobs" / f"gang-{i}.yaml").write_text(spec_doc("Job", f"gang-{i}", spec))
     for i in range(singles):
         spec = {"replicas": 1, "resources": {"gpu": GPUS_PER_NODE}, "template": template}
-        (teams / "jobs" / f"single-{i}.yaml").write_text(_doc("Job", f"single-{i}", spec))
+        (teams / "jobs" / f"single-{i}.yaml").write_text(spec_doc("Job", f"single-{i}", spec))
     return gangs + singles, gangs
-
-
-def _node_body(name: str, run: str) -> dict[str, Any]:
-    resources = {
-        "cpu": "64",
-        "memory": "512Gi",
-        "pods": "110",
-        "nvidia.com/gpu": str(GPUS_PER_NODE),
-    }
-    return {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {
-            "name": name,
-            "labels": {RUN_LABEL: run, "type": "kwok", "nvidia.com/gpu.product": "H100"},
-            "annotations": {"kwok.x-k8s.io/node": "fake"},
-        },
-        "spec": {},
-        "status": {"capacity": resources, "allocatable": resources},
-    }
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -211,7 +171,7 @@ def measure(
             list(
                 pool.map(
                     lambda n: release(
-                        api.core.create_node(_node_body(n, run), _preload_content=False)
+                        api.core.create_node(node_body(n, run), _preload_content=False)
                     ),
                     names,
                 )
@@ -266,8 +226,8 @@ def _gitsched_run(
                     if time.monotonic() > deadline:
                         raise TimeoutError(f"only {len(state.nodes)} of {nodes} nodes Ready")
                     time.sleep(0.2)
-                _git(root, "add", "-A")
-                _git(root, "commit", "-q", "-m", f"bench: {jobs} jobs, {pods} pods")
+                bench_git(root, "add", "-A")
+                bench_git(root, "commit", "-q", "-m", f"bench: {jobs} jobs, {pods} pods")
                 committed = time.monotonic()
                 bound, passes = 0, 0
                 used, solve_s, decided = "", 0.0, 0.0

@@ -205,14 +205,16 @@ class _PodClock:
         self._stop.set()
 
 
-def _doc(kind: str, name: str, spec: dict[str, Any]) -> str:
+def spec_doc(kind: str, name: str, spec: dict[str, Any]) -> str:
+    """A cluster-repo document of `kind` (the benches' job and queue files)."""
     return yaml.safe_dump(
         {"apiVersion": "gitsched.io/v1", "kind": kind, "metadata": {"name": name}, "spec": spec},
         sort_keys=False,
     )
 
 
-def _git(root: Path, *args: str) -> str:
+def bench_git(root: Path, *args: str) -> str:
+    """git in the bench's repo as its one author; its output."""
     return subprocess.run(
         [
             "git",
@@ -245,9 +247,9 @@ def _repo(root: Path, team: str, gpus: int, reservations: int | None, solver: st
     """The cluster repo with its first commit; returns the team's jobs folder. A Policy only
     for what the bench was asked to pin: the product's defaults are what is measured."""
     root.mkdir(parents=True)
-    _git(root, "init", "-q", "-b", "main")
+    bench_git(root, "init", "-q", "-b", "main")
     (root / "cluster.yaml").write_text(
-        _doc(
+        spec_doc(
             "Cluster",
             "bench",
             {
@@ -265,25 +267,26 @@ def _repo(root: Path, team: str, gpus: int, reservations: int | None, solver: st
         policy["backfill"] = {"reservations": reservations}
     if policy:
         (root / "policies").mkdir()
-        (root / "policies" / "default.yaml").write_text(_doc("Policy", "default", policy))
+        (root / "policies" / "default.yaml").write_text(spec_doc("Policy", "default", policy))
     jobs = root / "teams" / team / "jobs"
     jobs.mkdir(parents=True)
     (root / "teams" / team / "queue.yaml").write_text(
-        _doc("Queue", team, {"quotas": [{"flavor": "h100-80g", "nominal": gpus}]})
+        spec_doc("Queue", team, {"quotas": [{"flavor": "h100-80g", "nominal": gpus}]})
     )
-    _git(root, "add", "-A")
-    _git(root, "commit", "-q", "-m", "bench: the cluster (nodes from Kubernetes)")
+    bench_git(root, "add", "-A")
+    bench_git(root, "commit", "-q", "-m", "bench: the cluster (nodes from Kubernetes)")
     return jobs
 
 
 def _commit(root: Path, message: str) -> tuple[float, str]:
     """Commit everything: (time.time() just after, the committer date)."""
-    _git(root, "add", "-A")
-    _git(root, "commit", "-q", "-m", message)
-    return time.time(), _git(root, "log", "-1", "--format=%cI")
+    bench_git(root, "add", "-A")
+    bench_git(root, "commit", "-q", "-m", message)
+    return time.time(), bench_git(root, "log", "-1", "--format=%cI")
 
 
-def _node_body(name: str, run: str) -> dict[str, Any]:
+def node_body(name: str, run: str) -> dict[str, Any]:
+    """A kwok node of 8 H100 GPUs, labelled with the bench run that made it."""
     resources = {
         "cpu": "64",
         "memory": "512Gi",
@@ -372,7 +375,7 @@ def _drive(
             list(
                 pool.map(
                     lambda n: release(
-                        api.core.create_node(_node_body(n, run), _preload_content=False)
+                        api.core.create_node(node_body(n, run), _preload_content=False)
                     ),
                     names,
                 )
@@ -496,7 +499,7 @@ def gang_burst(
     ) -> GangBurstResult:
         for i, n in enumerate(sizes):
             (jobs / f"gang-{i:02d}.yaml").write_text(
-                _doc("Job", f"gang-{i:02d}", _job(n, GPUS_PER_NODE, limit_minutes))
+                spec_doc("Job", f"gang-{i:02d}", _job(n, GPUS_PER_NODE, limit_minutes))
             )
         committed, _ = _commit(root, f"bench: a burst of {len(sizes)} gangs")
         seen = _Run()
@@ -576,7 +579,7 @@ def starvation(
             for _ in range(count):
                 name = f"{prefix}-{len(names):04d}"
                 names.append(name)
-                (jobs / f"{name}.yaml").write_text(_doc("Job", name, _job(1, 1, limit_minutes)))
+                (jobs / f"{name}.yaml").write_text(spec_doc("Job", name, _job(1, 1, limit_minutes)))
 
         def wait_until(moment: float) -> Any:
             state = None
@@ -605,7 +608,7 @@ def starvation(
             wait_until(started + (w + 1) * period)
         fill = len(names)
         (jobs / "gang.yaml").write_text(
-            _doc("Job", "gang", _job(gang_pods, GPUS_PER_NODE, limit_minutes))
+            spec_doc("Job", "gang", _job(gang_pods, GPUS_PER_NODE, limit_minutes))
         )
         gang_at, gang_date = _commit(root, "bench: the gang")
         stream_end_date = gang_date
