@@ -382,6 +382,42 @@ class ReservationsDecided(Event):
     reservations: tuple[Reservation, ...]
 
 
+# -- inference services' autoscaling (docs/autoscaling.md) --
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceMetricObserved(Event):
+    """A service's autoscaling metric over one window (`start`..`end`), aggregated at the
+    edge (cluster/autoscaler.py): `value` is the mean of `samples` answers of Prometheus to
+    `query` (the service's total, e.g. requests waiting summed over its pods), observed
+    while the service had `replicas`. A window is appended only when it could change a
+    decision: its recommendation differs from the window before, or a ServiceScaled
+    follows it; so a window's recommendation holds until the next window starts."""
+
+    type: ClassVar[str] = "ServiceMetricObserved"
+    service: str  # "team/name"
+    query: str
+    start: str
+    end: str
+    value: float
+    samples: int
+    replicas: int
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceScaled(Event):
+    """A service's desired replica count changed (engine/autoscaling.py), with the inputs that decided it."""
+
+    type: ClassVar[str] = "ServiceScaled"
+    service: str  # "team/name"
+    from_replicas: int
+    to_replicas: int
+    metric_value: float | None  # the windowed metric the rule used; None when not from a metric
+    target: float | None
+    bound_by: str  # "hpa" | "tolerance" | "stabilization" | "policy:Pods" | "policy:Percent" | "min" | "max"
+    at: str  # ISO-8601 UTC time of the event that decided it
+
+
 EVENT_TYPES: dict[str, type[Event]] = {
     cls.type: cls
     for cls in (
@@ -415,5 +451,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         JobBackoffEnded,
         JobTimedOut,
         ReservationsDecided,
+        ServiceMetricObserved,
+        ServiceScaled,
     )
 }

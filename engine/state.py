@@ -424,6 +424,16 @@ def _reservations_decided(s: ClusterState, e: ev.ReservationsDecided) -> Cluster
     return _replace(s, reservations=e.reservations)
 
 
+def _service_metric_observed(s: ClusterState, e: ev.ServiceMetricObserved) -> ClusterState:
+    # The autoscaler reads its windows from the log itself (cluster/autoscaler.py).
+    return _replace(s, clock=_later(s, e.end))
+
+
+def _service_scaled(s: ClusterState, e: ev.ServiceScaled) -> ClusterState:
+    # The service's desired count is the InferenceService fold's; here only time moves.
+    return _replace(s, clock=_later(s, e.at))
+
+
 _HANDLERS: dict[type[ev.Event], Callable[[ClusterState, Any], ClusterState]] = {
     ev.CommitApplied: _commit_applied,
     ev.CommitRejected: _commit_rejected,
@@ -455,6 +465,8 @@ _HANDLERS: dict[type[ev.Event], Callable[[ClusterState, Any], ClusterState]] = {
     ev.JobBackoffEnded: _job_backoff_ended,
     ev.JobTimedOut: _job_timed_out,
     ev.ReservationsDecided: _reservations_decided,
+    ev.ServiceMetricObserved: _service_metric_observed,
+    ev.ServiceScaled: _service_scaled,
 }
 
 assert set(_HANDLERS) == set(ev.EVENT_TYPES.values()), "every event type needs a handler"

@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from cluster.autoscaler import AutoscalerStatus
 from cluster.controller import ACTOR as CLUSTER_ACTOR
 from cluster.controller import StepReport
 from engine import events as ev
@@ -82,9 +83,49 @@ class Metrics:
             ["queue"],
             registry=r,
         )
+        # The autoscaler (cluster/autoscaler.py): is Prometheus answering, and if not, why.
+        self.autoscaler_up = Gauge(
+            "gitsched_autoscaler_up",
+            "1 when Prometheus answered every service's query in the autoscaler's last poll;"
+            " 0 while it is down, slow or answers garbage (every service keeps its count)",
+            registry=r,
+        )
+        self.autoscaler_failures = Counter(
+            "gitsched_autoscaler_query_failures",
+            "Queries to Prometheus that gave no value, by why (PrometheusUnavailable,"
+            " PrometheusAnswerInvalid, MetricMissing)",
+            ["reason"],
+            registry=r,
+        )
+        self.autoscaler_ignored = Counter(
+            "gitsched_autoscaler_ignored_answers",
+            "Answers ignored because the metric was NaN, infinite or negative",
+            registry=r,
+        )
+        self.autoscaler_last_success = Gauge(
+            "gitsched_autoscaler_last_success_timestamp_seconds",
+            "Prometheus' time of the last usable answer",
+            registry=r,
+        )
+        self._autoscaler_seen: dict[str, int] = {}
         self._waits = AdmissionWaits()
         # The log's events up to this seq are counted (None: not leading, nothing to count).
         self.counted_seq: int | None = None
+
+    def record_autoscaler(self, status: AutoscalerStatus) -> None:
+        """The autoscaler's status after a poll (its counts are totals: add what is new)."""
+        self.autoscaler_up.set(1 if status.up else 0)
+        for reason, n in sorted(status.failures.items()):
+            new = n - self._autoscaler_seen.get(reason, 0)
+            if new > 0:
+                self.autoscaler_failures.labels(reason).inc(new)
+            self._autoscaler_seen[reason] = n
+        ignored = status.ignored - self._autoscaler_seen.get("", 0)
+        if ignored > 0:
+            self.autoscaler_ignored.inc(ignored)
+        self._autoscaler_seen[""] = status.ignored
+        if status.last_success_at is not None:
+            self.autoscaler_last_success.set(status.last_success_at)
 
     def count_from(self, seq: int) -> None:
         """This replica leads from here: the events after `seq` are its own."""

@@ -24,9 +24,11 @@ from prometheus_client import CollectorRegistry, Counter
 from starlette.routing import Mount
 
 from cluster.api import KubeApi
+from cluster.autoscaler import Autoscaler
 from cluster.controller import Controller
 from cluster.inventory import InventoryConfig
 from cluster.lease import LeaderElector
+from cluster.prometheus import PrometheusClient
 from engine.errors import TemporaryError
 from eventlog import open_log
 from eventlog.base import EventLog, LogUnavailable
@@ -63,8 +65,12 @@ class Daemon:
         grace_period_s: int,
         create_namespaces: bool = False,
         webhook: Webhook | None = None,
+        autoscaler: Autoscaler | None = None,
     ) -> None:
         self.repo, self.event_log, self.api = repo, event_log, api
+        # Inference services' autoscaler (docs/autoscaling.md): polled from this loop, so
+        # only the replica that holds the Lease appends its decisions.
+        self.autoscaler = autoscaler
         self.webhook = webhook
         self.branch, self.solver, self.inventory = branch, solver, inventory
         self.elector = elector
@@ -188,6 +194,9 @@ class Daemon:
         report = self.controller.step()
         self.metrics.count_log(self.event_log, report.last_seq)
         self.metrics.record(report, datetime.now(UTC))
+        if self.autoscaler is not None:
+            self.autoscaler.tick(self.event_log)
+            self.metrics.record_autoscaler(self.autoscaler.status)
         return True
 
     def shutdown(self) -> None:
@@ -270,6 +279,19 @@ def _webhook(secret_file: str | None, branch: str) -> Webhook | None:
     " Without either, /webhook answers 404 and only the poll finds new commits.",
 )
 @click.option(
+    "--prometheus-url",
+    envvar="GITSCHED_PROMETHEUS_URL",
+    show_envvar=True,
+    help="Prometheus server whose /api/v1/query gives inference services' autoscaling"
+    " metrics (docs/autoscaling.md). Without it, services keep their replica counts.",
+)
+@click.option(
+    "--autoscale-seconds",
+    default=15.0,
+    show_default=True,
+    help="How often the autoscaler asks Prometheus (HPA's sync period).",
+)
+@click.option(
     "--console/--no-console",
     default=True,
     show_default=True,
@@ -307,6 +329,8 @@ def serve(
     create_namespaces: bool,
     solver: str | None,
     webhook_secret_file: str | None,
+    prometheus_url: str | None = None,
+    autoscale_seconds: float = 15.0,
     console: bool = True,
     console_token_file: str | None = None,
     trust_forwarded_user: bool = False,
@@ -347,6 +371,7 @@ def serve(
                 grace_period_s=grace_period_seconds,
                 create_namespaces=create_namespaces,
                 webhook=webhook,
+                autoscaler=_autoscaler(prometheus_url, autoscale_seconds),
             )
 
             def stop(signum: int, frame: object) -> None:
@@ -379,6 +404,20 @@ def serve(
                 server.stop()
                 if mounted is not None and mounted.source is not None:
                     mounted.source.stop()
+
+
+def _autoscaler(url: str | None, interval_s: float) -> Autoscaler | None:
+    """The autoscaler on `url`'s Prometheus. The services it scales come from the
+    InferenceService fold (wired where that kind is: `Autoscaler.services`)."""
+    if not url:
+        return None
+    try:
+        client = PrometheusClient(url)
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint="--prometheus-url") from e
+    if interval_s <= 0:
+        raise click.BadParameter("must be > 0", param_hint="--autoscale-seconds")
+    return Autoscaler(client, interval_s=interval_s)
 
 
 def _listen(app: object, host: str, port: int) -> HttpServer:

@@ -139,6 +139,9 @@ class Projector:
             "JobBackoffEnded": self._not_projected,
             "JobTimedOut": self._job_timed_out,
             "ReservationsDecided": self._reservations_decided,
+            # Autoscaling's inputs and decisions: rows come with the InferenceService views.
+            "ServiceMetricObserved": self._not_projected,
+            "ServiceScaled": self._not_projected,
         }
         assert set(self._handlers) == set(EVENT_TYPES), "every event type needs a handler"
         self._people: dict[str, str] = {}  # actor -> person(actor): a few authors submit every job

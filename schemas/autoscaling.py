@@ -1,0 +1,51 @@
+"""Validation of an `autoscaling` block where a kind embeds it (an InferenceService's
+`spec.autoscaling`), against autoscaling.schema.json, with findings at the block's own
+file, line and JSON path, in the same words as every other schema error.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from importlib.resources import files
+from typing import Any
+
+from jsonschema import Draft202012Validator
+
+from findings import Finding
+from schemas.loader import Document, JsonPath
+from schemas.validator import _explain, _sorted
+
+AUTOSCALING_SCHEMA = "autoscaling.schema.json"
+
+
+@functools.cache
+def autoscaling_schema() -> dict[str, Any]:
+    """The block's schema (Draft 2020-12), for kinds that `$ref` or inline it."""
+    schema: dict[str, Any] = json.loads(
+        files("schemas").joinpath(AUTOSCALING_SCHEMA).read_text("utf-8")
+    )
+    return schema
+
+
+@functools.cache
+def _validator(at: JsonPath) -> Draft202012Validator:
+    # The block's schema nested at its place in the document, so every error's path is
+    # the document's; its own $id keeps its "#/$defs/..." references resolving inside it.
+    nested: dict[str, Any] = dict(autoscaling_schema())
+    nested.pop("$schema", None)
+    for step in reversed(at):
+        nested = {"type": "object", "properties": {step: nested}}
+    nested["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    return Draft202012Validator(nested)
+
+
+def validate_autoscaling(
+    doc: Document, at: JsonPath = ("spec", "autoscaling")
+) -> tuple[Finding, ...]:
+    """Every problem of the block at `at` in `doc` (none when the block is absent)."""
+    seen: set[tuple[JsonPath, int]] = set()
+    errors: list[Finding] = []
+    for error in _validator(tuple(at)).iter_errors(doc.data):
+        errors.extend(_explain(doc, error, seen))
+    return _sorted(errors)
