@@ -95,8 +95,9 @@ class PrometheusClient:
 
     def _query_once(self, promql: str) -> MetricAnswer:
         body = urllib.parse.urlencode(
-            # Prometheus' own limit on the evaluation, a little below ours on the answer.
-            {"query": promql, "timeout": f"{max(0.1, self.timeout_s * 0.8):.1f}s"}
+            # Prometheus' own limit on the evaluation, a little below ours on the answer
+            # (a duration in whole units: 2.x refuses "4.0s").
+            {"query": promql, "timeout": f"{max(100, int(self.timeout_s * 800))}ms"}
         ).encode()
         request = urllib.request.Request(
             f"{self.url}/api/v1/query",
@@ -134,11 +135,14 @@ def _read_bounded(answer: Any, max_bytes: int, deadline: float, url: str) -> byt
     the deadline (a server trickling bytes passes every per-read timeout)."""
     chunks: list[bytes] = []
     size = 0
+    # read1: at most one read of the socket, so the deadline is checked between them
+    # (read(n) waits for all n bytes, however slowly they come).
+    read = getattr(answer, "read1", answer.read)
     while True:
         if time.monotonic() > deadline:
             raise PrometheusUnavailable(f"{url} answered too slowly")
         try:
-            chunk = answer.read(min(65536, max_bytes + 1 - size))
+            chunk = read(min(65536, max_bytes + 1 - size))
         except (TimeoutError, OSError) as e:
             raise PrometheusUnavailable(f"{url} answered too slowly: {e}") from e
         if not chunk:
