@@ -83,30 +83,9 @@ class Metrics:
             ["queue"],
             registry=r,
         )
-        # The autoscaler (cluster/autoscaler.py): is Prometheus answering, and if not, why.
-        self.autoscaler_up = Gauge(
-            "gitsched_autoscaler_up",
-            "1 when Prometheus answered every service's query in the autoscaler's last poll;"
-            " 0 while it is down, slow or answers garbage (every service keeps its count)",
-            registry=r,
-        )
-        self.autoscaler_failures = Counter(
-            "gitsched_autoscaler_query_failures",
-            "Queries to Prometheus that gave no value, by why (PrometheusUnavailable,"
-            " PrometheusAnswerInvalid, MetricMissing)",
-            ["reason"],
-            registry=r,
-        )
-        self.autoscaler_ignored = Counter(
-            "gitsched_autoscaler_ignored_answers",
-            "Answers ignored because the metric was NaN, infinite or negative",
-            registry=r,
-        )
-        self.autoscaler_last_success = Gauge(
-            "gitsched_autoscaler_last_success_timestamp_seconds",
-            "Prometheus' time of the last usable answer",
-            registry=r,
-        )
+        # The autoscaler's series (cluster/autoscaler.py), from its first poll on: a serve
+        # without --prometheus-url has none, rather than an autoscaler that looks down.
+        self._autoscaler: _AutoscalerSeries | None = None
         self._autoscaler_seen: dict[str, int] = {}
         self._waits = AdmissionWaits()
         # The log's events up to this seq are counted (None: not leading, nothing to count).
@@ -114,18 +93,21 @@ class Metrics:
 
     def record_autoscaler(self, status: AutoscalerStatus) -> None:
         """The autoscaler's status after a poll (its counts are totals: add what is new)."""
-        self.autoscaler_up.set(1 if status.up else 0)
+        if self._autoscaler is None:
+            self._autoscaler = _AutoscalerSeries(self.registry)
+        series = self._autoscaler
+        series.up.set(1 if status.up else 0)
         for reason, n in sorted(status.failures.items()):
             new = n - self._autoscaler_seen.get(reason, 0)
             if new > 0:
-                self.autoscaler_failures.labels(reason).inc(new)
+                series.failures.labels(reason).inc(new)
             self._autoscaler_seen[reason] = n
         ignored = status.ignored - self._autoscaler_seen.get("", 0)
         if ignored > 0:
-            self.autoscaler_ignored.inc(ignored)
+            series.ignored.inc(ignored)
         self._autoscaler_seen[""] = status.ignored
         if status.last_success_at is not None:
-            self.autoscaler_last_success.set(status.last_success_at)
+            series.last_success.set(status.last_success_at)
 
     def count_from(self, seq: int) -> None:
         """This replica leads from here: the events after `seq` are its own."""
@@ -173,6 +155,35 @@ class Metrics:
         total = sum(n.gpus for n in state.nodes.values() if n.schedulable) * 1000
         used = sum(p.gpu_milli for p in state.placements.values())
         self.gpu_ratio.set(used / total if total else 0.0)
+
+
+class _AutoscalerSeries:
+    """Is Prometheus answering the autoscaler, and if not, why (docs/autoscaling.md)."""
+
+    def __init__(self, r: CollectorRegistry) -> None:
+        self.up = Gauge(
+            "gitsched_autoscaler_up",
+            "1 when Prometheus answered every service's query in the autoscaler's last poll;"
+            " 0 while it is down, slow or answers garbage (every service keeps its count)",
+            registry=r,
+        )
+        self.failures = Counter(
+            "gitsched_autoscaler_query_failures",
+            "Queries to Prometheus that gave no value, by why (PrometheusUnavailable,"
+            " PrometheusAnswerInvalid, MetricMissing)",
+            ["reason"],
+            registry=r,
+        )
+        self.ignored = Counter(
+            "gitsched_autoscaler_ignored_answers",
+            "Answers ignored because the metric was NaN, infinite or negative",
+            registry=r,
+        )
+        self.last_success = Gauge(
+            "gitsched_autoscaler_last_success_timestamp_seconds",
+            "Prometheus' time of the last usable answer",
+            registry=r,
+        )
 
 
 def _parse(text: str) -> datetime | None:
