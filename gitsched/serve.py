@@ -346,6 +346,7 @@ def serve(
     host, _, port = listen.rpartition(":")
     if not port.isdigit() or int(port) > 65535:
         raise click.BadParameter(f"{listen!r} is not host:port", param_hint="--listen")
+    autoscaler = _autoscaler(prometheus_url, autoscale_seconds)
     with user_errors():
         repo = GitRepo(path)
         webhook = _webhook(webhook_secret_file, branch)
@@ -371,7 +372,7 @@ def serve(
                 grace_period_s=grace_period_seconds,
                 create_namespaces=create_namespaces,
                 webhook=webhook,
-                autoscaler=_autoscaler(prometheus_url, autoscale_seconds),
+                autoscaler=autoscaler,
             )
 
             def stop(signum: int, frame: object) -> None:
