@@ -5,6 +5,7 @@ file, line and JSON path, in the same words as every other schema error.
 
 from __future__ import annotations
 
+import copy
 import functools
 import json
 from importlib.resources import files
@@ -28,12 +29,36 @@ def autoscaling_schema() -> dict[str, Any]:
     return schema
 
 
+def embedded_autoscaling_schema() -> dict[str, Any]:
+    """The block's schema as a plain subschema, to put where a kind's schema has the
+    block (`"autoscaling": {"$ref": "autoscaling.schema.json"}` replaced by this): its
+    own "#/$defs/..." references written out, no $schema, $id or $defs, so it means the
+    same wherever it sits, for jsonschema and fastjsonschema alike."""
+    schema = copy.deepcopy(autoscaling_schema())
+    defs = schema.pop("$defs", {})
+    for key in ("$schema", "$id"):
+        schema.pop(key, None)
+
+    def expand(node: Any) -> Any:
+        if isinstance(node, list):
+            return [expand(item) for item in node]
+        if not isinstance(node, dict):
+            return node
+        ref = node.get("$ref")
+        if isinstance(ref, str) and ref.startswith("#/$defs/"):
+            rest = {k: v for k, v in node.items() if k != "$ref"}
+            return {**expand(defs[ref.removeprefix("#/$defs/")]), **rest}
+        return {key: expand(value) for key, value in node.items()}
+
+    expanded: dict[str, Any] = expand(schema)
+    return expanded
+
+
 @functools.cache
 def _validator(at: JsonPath) -> Draft202012Validator:
     # The block's schema nested at its place in the document, so every error's path is
-    # the document's; its own $id keeps its "#/$defs/..." references resolving inside it.
-    nested: dict[str, Any] = dict(autoscaling_schema())
-    nested.pop("$schema", None)
+    # the document's.
+    nested = embedded_autoscaling_schema()
     for step in reversed(at):
         nested = {"type": "object", "properties": {step: nested}}
     nested["$schema"] = "https://json-schema.org/draft/2020-12/schema"

@@ -142,3 +142,30 @@ def test_a_block_without_metric_or_target_says_both_are_missing() -> None:
 def test_a_block_that_is_no_mapping_is_a_finding() -> None:
     [found] = findings("kind: InferenceService\nspec:\n  autoscaling: yes\n")
     assert found.path == "$.spec.autoscaling" and "must be a mapping" in found.message
+
+
+def test_the_embedded_block_schema_means_the_same_to_fastjsonschema() -> None:
+    # What a kind's schema inlines (schemas.autoscaling.embedded_autoscaling_schema) must
+    # compile for the validator's fast path too, and agree with jsonschema on every case.
+    import fastjsonschema
+
+    from schemas.autoscaling import embedded_autoscaling_schema
+
+    embedded = embedded_autoscaling_schema()
+    assert "$ref" not in str(embedded) and "$defs" not in embedded
+    check = fastjsonschema.compile(
+        {"$schema": "http://json-schema.org/draft-07/schema#", **embedded}, use_default=False
+    )
+    docs, _ = parse_documents(GOOD.encode(), "f.yaml")
+    good = docs[0].data["spec"]["autoscaling"]
+    check(good)
+    for bad in (
+        {**good, "target": 0},
+        {**good, "metric": {"query": 1}},
+        {**good, "extra": 1},
+        {**good, "scaleDown": {"policies": []}},
+        {**good, "scaleUp": {"selectPolicy": "max"}},
+    ):
+        with pytest.raises(fastjsonschema.JsonSchemaException):
+            check(bad)
+        assert list(Draft202012Validator(embedded).iter_errors(bad))
