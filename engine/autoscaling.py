@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from engine.events import ServiceMetricObserved, ServiceScaled
@@ -145,11 +145,7 @@ class Recommendation:
     target: float | None
     metric_count: int | None = None
     stabilized: int | None = None
-    limits: tuple[int, int] = field(default=(0, 0))
-
-
-def _seconds(text: str) -> float | None:
-    return moment(text)
+    limits: tuple[int, int] = (0, 0)  # the (min, max) it was judged against
 
 
 def _window_recommendations(
@@ -159,11 +155,14 @@ def _window_recommendations(
     start until the next window's start (or its own end, for the newest), since a window
     is appended only when its recommendation differs from the one before."""
     timed = sorted(
-        (start, end, s)
-        for s in samples
-        if (start := _seconds(s.start)) is not None
-        and (end := _seconds(s.end)) is not None
-        and end <= now
+        (
+            (start, end, s)
+            for s in samples
+            if (start := moment(s.start)) is not None
+            and (end := moment(s.end)) is not None
+            and end <= now
+        ),
+        key=lambda t: (t[0], t[1]),  # windows are never compared: two may share their times
     )
     out: list[tuple[float, int]] = []
     for i, (_, end, s) in enumerate(timed):
@@ -182,7 +181,7 @@ def _change_in_period(
     cutoff = now - period_s
     added = removed = 0
     for e in history:
-        at = _seconds(e.at)
+        at = moment(e.at)
         if at is None or at <= cutoff or at > now:
             continue
         change = e.to_replicas - e.from_replicas
@@ -243,7 +242,7 @@ def recommend(
     are the service's metric windows, `history` its past ServiceScaled, both from the log.
     None when there is nothing to decide on: no window ending by `now` (never scale on a
     missing value) or a `now` that is not a time."""
-    at = _seconds(now)
+    at = moment(now)
     if at is None:
         return None
     limits = (min_replicas, max_replicas)
@@ -254,8 +253,8 @@ def recommend(
         return Recommendation(current, min_replicas, "min", None, None, limits=limits)
     windows = _window_recommendations(samples, spec, at)
     latest = max(
-        (s for s in samples if (end := _seconds(s.end)) is not None and end <= at),
-        key=lambda s: (_seconds(s.end) or 0.0, _seconds(s.start) or 0.0),
+        (s for s in samples if (end := moment(s.end)) is not None and end <= at),
+        key=lambda s: (moment(s.end) or 0.0, moment(s.start) or 0.0),
         default=None,
     )
     if latest is None or not windows:
@@ -347,17 +346,17 @@ def prune(
     """The windows and events the rule can still read at `now`: a window is kept while
     it, or the one after it (whose start ends its hold), is within the horizon, and the
     newest window always; scaling events within the horizon."""
-    at = _seconds(now)
+    at = moment(now)
     if at is None:
         return tuple(samples), tuple(history)
     cutoff = at - horizon_s
-    ordered = sorted(samples, key=lambda s: (_seconds(s.start) or 0.0, _seconds(s.end) or 0.0))
+    ordered = sorted(samples, key=lambda s: (moment(s.start) or 0.0, moment(s.end) or 0.0))
     kept = [
         s
         for i, s in enumerate(ordered)
         if i + 1 == len(ordered)
-        or (_seconds(s.end) or 0.0) > cutoff
-        or (_seconds(ordered[i + 1].start) or 0.0) > cutoff
+        or (moment(s.end) or 0.0) > cutoff
+        or (moment(ordered[i + 1].start) or 0.0) > cutoff
     ]
-    recent = [h for h in history if (_seconds(h.at) or 0.0) > cutoff]
+    recent = [h for h in history if (moment(h.at) or 0.0) > cutoff]
     return tuple(kept), tuple(recent)

@@ -360,3 +360,10 @@ def test_a_decision_stays_in_bounds_and_never_moves_against_the_metric(
     assert got.from_replicas == current and got.to_replicas != current
     # The direction is the metric's: the rule only slows or bounds it.
     assert (got.to_replicas > current) == (raw > current)
+
+
+def test_two_windows_with_the_same_times_are_read_without_error() -> None:
+    # Two writers' windows of one moment (a replayed append, a second replica's poll).
+    samples = [window(0, 0, 400, 2), window(0, 0, 410, 2)]
+    got = run(2, samples, now=0)
+    assert got is not None and got.to_replicas == 4
