@@ -360,3 +360,31 @@ def prune(
     ]
     recent = [h for h in history if (moment(h.at) or 0.0) > cutoff]
     return tuple(kept), tuple(recent)
+
+
+def rejudge(
+    scaled: ServiceScaled,
+    min_replicas: int,
+    max_replicas: int,
+    spec: AutoscalingSpec,
+    samples: Iterable[ServiceMetricObserved],
+    history: Iterable[ServiceScaled],
+) -> ServiceScaled | None:
+    """The decision the rule makes at `scaled.at` from the log's windows and scaling
+    events before it (those after are left out here), for `audit` and replays to compare
+    with what was recorded: equal when the log explains the decision."""
+    at = moment(scaled.at)
+    if at is None:
+        return None
+    before = [s for s in samples if (moment(s.end) or at + 1) <= at]
+    earlier = [h for h in history if h is not scaled and (moment(h.at) or at + 1) < at]
+    return decide(
+        scaled.service,
+        scaled.from_replicas,
+        min_replicas,
+        max_replicas,
+        spec,
+        before,
+        earlier,
+        scaled.at,
+    )

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import socket
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,7 @@ import pytest
 from cluster.autoscaler import Autoscaler, ScaledService
 from cluster.prometheus import PrometheusClient
 from engine import events as ev
-from engine.autoscaling import AutoscalingSpec, ScalingPolicy, ScalingRules, decide
+from engine.autoscaling import AutoscalingSpec, ScalingPolicy, ScalingRules, rejudge
 from eventlog.base import EventLog
 from eventlog.codec import decode
 from eventlog.sqlite import SQLiteEventLog
@@ -111,9 +112,9 @@ def test_a_real_metric_scales_a_service_up_and_down_and_the_log_explains_each_st
 
     # From the log alone, the rule gives every decision again (replay, plan, audit).
     for d in decisions:
-        before = [w for w in windows if w.end <= d.at]
-        history = [h for h in decisions if h.at < d.at]
-        assert decide(SERVICE, d.from_replicas, LOW, HIGH, spec, before, history, d.at) == d
+        assert rejudge(d, LOW, HIGH, spec, windows, decisions) == d
+    # And a decision the log does not explain is told apart: a target it was not made with.
+    assert rejudge(first, LOW, HIGH, replace(spec, target=2.5), windows, decisions) != first
 
     # NaN: ignored with a warning, nothing decided, the count stays.
     source.set(f'vllm:num_requests_waiting{{service="{SERVICE}",pod="a",test="{test}"}} NaN\n')
