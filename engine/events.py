@@ -22,6 +22,7 @@ from engine.model import (
     ReplicaPlacement,
     Reservation,
 )
+from engine.services import InferenceService, Replica
 from findings import Finding
 
 
@@ -382,6 +383,71 @@ class ReservationsDecided(Event):
     reservations: tuple[Reservation, ...]
 
 
+# -- inference services (engine/services.py, docs/services.md) --
+# Their own events, not the Job ones with a kind field: a service is not a job (min/max,
+# spread, rolling updates), and every reader of JobSubmitted (audit, the actuator, fair
+# share's shapes) would have to learn to skip it. Its replicas are jobs, and their
+# placements, starts and preemptions are the Job events every reader already knows.
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceSubmitted(Event):
+    """A commit added an InferenceService (its replicas follow in ServiceReplicasChanged)."""
+
+    type: ClassVar[str] = "ServiceSubmitted"
+    service: InferenceService
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceChanged(Event):
+    """A commit changed a service's spec; `fields` name what changed. A change of what a
+    replica runs (resources, template, flavors, residency) starts a rolling update."""
+
+    type: ClassVar[str] = "ServiceChanged"
+    service: InferenceService
+    fields: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceWithdrawn(Event):
+    """A commit deleted the service's file: its replicas go with it."""
+
+    type: ClassVar[str] = "ServiceWithdrawn"
+    service: str  # "team/name"
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceScaled(Event):
+    """A service's desired replica count changed (engine/autoscaling.py), with the inputs that decided it."""
+
+    type: ClassVar[str] = "ServiceScaled"
+    service: str  # "team/name"
+    from_replicas: int
+    to_replicas: int
+    metric_value: float | None  # the windowed metric the rule used; None when not from a metric
+    target: float | None
+    bound_by: str  # "hpa" | "tolerance" | "stabilization" | "policy:Pods" | "policy:Percent" | "min" | "max"
+    at: str  # ISO-8601 UTC time of the event that decided it
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceReplicasChanged(Event):
+    """One step of a service's replicas (engine.services.next_step): replicas `added` (each
+    a one-replica job `queue/name.<index>` of `revision`) and ordinals `removed` (their pods
+    deleted), decided at `at` (the time of the event that made it due). `desired` is the
+    count wanted, `running` the replicas the cluster reported running before the step."""
+
+    type: ClassVar[str] = "ServiceReplicasChanged"
+    service: str  # "team/name"
+    revision: int
+    added: tuple[Replica, ...]
+    removed: tuple[int, ...]
+    desired: int
+    running: int
+    reason: str
+    at: str
+
+
 EVENT_TYPES: dict[str, type[Event]] = {
     cls.type: cls
     for cls in (
@@ -415,5 +481,10 @@ EVENT_TYPES: dict[str, type[Event]] = {
         JobBackoffEnded,
         JobTimedOut,
         ReservationsDecided,
+        ServiceSubmitted,
+        ServiceChanged,
+        ServiceWithdrawn,
+        ServiceScaled,
+        ServiceReplicasChanged,
     )
 }

@@ -139,6 +139,14 @@ class Projector:
             "JobBackoffEnded": self._not_projected,
             "JobTimedOut": self._job_timed_out,
             "ReservationsDecided": self._reservations_decided,
+            # Services: their replicas' placements are the rows (jobs queue/name.<index>);
+            # the replica counts over time are read from these events by `audit history
+            # --service` (audit/services.py).
+            "ServiceSubmitted": self._not_projected,
+            "ServiceChanged": self._not_projected,
+            "ServiceWithdrawn": self._not_projected,
+            "ServiceScaled": self._not_projected,
+            "ServiceReplicasChanged": self._not_projected,
         }
         assert set(self._handlers) == set(EVENT_TYPES), "every event type needs a handler"
         self._people: dict[str, str] = {}  # actor -> person(actor): a few authors submit every job

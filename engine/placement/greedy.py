@@ -783,7 +783,7 @@ class GreedyPlacer:
                 preemptor_queue_below_nominal=below,
             )
 
-        candidates: list[tuple[tuple[bool, int, float, float, str], Job]] = []
+        candidates: list[tuple[tuple[bool, int, bool, float, float, str], Job]] = []
         for key in sorted(k for name in neighbours for k in packing.running_in[name]):
             fit = packing.running[key]
             other = jobs[key]
