@@ -3,12 +3,16 @@ service becomes, ServiceScaled, quota standing, rolling updates, plan = reconcil
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import pytest
 
+from cluster.controller import StepReport
 from engine import events as ev
 from engine.model import CommitInfo
 from engine.services import surplus
 from engine.state import ClusterState, fold
+from gitsched.metrics import Metrics
 from reconciler.approval import CommitApproval
 from reconciler.specs import LoadedSpecs, SourceFile, parse_files
 from reconciler.step import Step, commit_step, solve_step
@@ -218,3 +222,24 @@ def test_withdrawing_the_file_withdraws_the_replicas() -> None:
     gone = step(state, 2, MINIMAL_CLUSTER)
     assert "ServiceWithdrawn" in [e.type for e in gone.events]
     assert replicas(gone.state) == {} and "ml/chat" not in gone.state.services
+
+
+def test_metrics_export_service_replicas_by_state_and_drop_a_withdrawn_service() -> None:
+    def sample(metrics: Metrics, word: str) -> float | None:
+        labels = {"service": "ml/chat", "state": word}
+        return metrics.registry.get_sample_value("gitsched_service_replicas", labels)
+
+    metrics = Metrics()
+    state = step(ClusterState(), 1, {**MINIMAL_CLUSTER, SERVICE: service_yaml()}).state
+    state = started(state, "ml/chat.0")
+    state = solve_step(
+        fold((scaled(3),), state), "s", "2026-01-01T05:00:00.000000Z", "greedy"
+    ).state
+    metrics.record(StepReport(state=state), datetime(2030, 1, 1, tzinfo=UTC))
+    got = {
+        w: sample(metrics, w) for w in ("desired", "current", "running", "pending", "min", "max")
+    }
+    assert got == {"desired": 3, "current": 3, "running": 1, "pending": 0, "min": 2, "max": 4}
+    gone = step(state, 6, MINIMAL_CLUSTER).state
+    metrics.record(StepReport(state=gone), datetime(2030, 1, 1, tzinfo=UTC))
+    assert sample(metrics, "desired") is None
