@@ -16,7 +16,7 @@ from gitsched.metrics import Metrics
 from reconciler.approval import CommitApproval
 from reconciler.specs import LoadedSpecs, SourceFile, parse_files
 from reconciler.step import Step, commit_step, solve_step
-from tests.support.cluster_repo import MINIMAL_CLUSTER, H
+from tests.support.cluster_repo import MINIMAL_CLUSTER, H, job_yaml, queue_yaml
 
 SERVICE = "teams/ml/services/chat.yaml"
 
@@ -243,3 +243,41 @@ def test_metrics_export_service_replicas_by_state_and_drop_a_withdrawn_service()
     gone = step(state, 6, MINIMAL_CLUSTER).state
     metrics.record(StepReport(state=gone), datetime(2030, 1, 1, tzinfo=UTC))
     assert sample(metrics, "desired") is None
+
+
+COHORT = {
+    **MINIMAL_CLUSTER,
+    "teams/ml/queue.yaml": queue_yaml("ml", 8, extra="  cohort: lab\n"),
+    "teams/cv/queue.yaml": queue_yaml("cv", 24, extra="  cohort: lab\n"),
+}
+
+
+@pytest.mark.parametrize("solver", ["greedy", "highs", "cbc"])
+def test_min_replicas_stay_in_quota_and_surplus_ones_borrow_and_go_back_first(
+    solver: str,
+) -> None:
+    files = {**COHORT, SERVICE: service_yaml(low=1, high=3, gpu=8)}
+    state = step(ClusterState(), 1, files, solver).state
+    state = solve_step(fold((scaled(3),), state), "s", "2026-01-01T05:00:00.000000Z", solver).state
+    # ml's nominal is 8: the min replica is in quota, the two above it borrow cv's GPUs
+    assert replicas(state) == {"ml/chat.0": True, "ml/chat.1": True, "ml/chat.2": True}
+    assert not state.jobs["ml/chat.0"].preemptible
+    # cv takes its nominal back: the surplus replicas give way, the min replica stays
+    cv = {f"teams/cv/jobs/t{i}.yaml": job_yaml(f"t{i}", gpu=8) for i in range(3)}
+    back = step(state, 6, {**files, **cv}, solver)
+    stopped = sorted(e.job for e in back.events if isinstance(e, ev.JobPreempted))
+    assert stopped == ["ml/chat.1", "ml/chat.2"]
+    assert all(e.rule == "reclaim" for e in back.events if isinstance(e, ev.JobPreempted))
+    assert replicas(back.state)["ml/chat.0"]
+    assert all(k in back.state.placements for k in ("cv/t0", "cv/t1", "cv/t2"))
+    waiting = back.state.pending["ml/chat.1"].reason
+    assert waiting  # a replica that cannot be placed says why, like a job
+
+
+@pytest.mark.parametrize("solver", ["greedy", "highs"])
+def test_a_min_replica_does_not_borrow(solver: str) -> None:
+    files = {**COHORT, SERVICE: service_yaml(low=2, high=2, gpu=8)}
+    state = step(ClusterState(), 1, files, solver).state
+    assert replicas(state) == {"ml/chat.0": True, "ml/chat.1": False}
+    reason = state.pending["ml/chat.1"].reason
+    assert "not preemptible and does not borrow" in reason, reason
