@@ -96,6 +96,8 @@ def test_raising_min_says_which_training_jobs_it_preempts_and_plan_is_reconcile(
     ]
     assert steps == [(1, 1), (3, 3)]
     assert [h["event"] for h in history][:2] == ["ServiceSubmitted", "ServiceReplicasChanged"]
+    # the replicas' placements and the preemptions they made pass every audit control
+    gitsched("audit", "compliance", cwd=repo.path, expect=0)
 
 
 def test_validate_names_file_line_and_field_of_a_bad_service(bootstrapped: ClusterRepo) -> None:
