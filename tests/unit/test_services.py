@@ -4,13 +4,25 @@ service becomes, ServiceScaled, quota standing, rolling updates, plan = reconcil
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from cluster.controller import StepReport
 from engine import events as ev
-from engine.model import CommitInfo
-from engine.services import surplus
+from engine.model import CommitInfo, Resources
+from engine.services import (
+    InferenceService,
+    Replica,
+    RollingUpdate,
+    ServiceStatus,
+    apply_step,
+    next_step,
+    rollout_bounds,
+    surplus,
+)
 from engine.state import ClusterState, fold
 from gitsched.metrics import Metrics
 from reconciler.approval import CommitApproval
@@ -281,3 +293,47 @@ def test_a_min_replica_does_not_borrow(solver: str) -> None:
     assert replicas(state) == {"ml/chat.0": True, "ml/chat.1": False}
     reason = state.pending["ml/chat.1"].reason
     assert "not preemptible and does not borrow" in reason, reason
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(
+    low=st.integers(0, 4),
+    extra=st.integers(0, 4),
+    surge=st.one_of(st.integers(0, 3), st.sampled_from(["0%", "25%", "50%", "100%"])),
+    unavailable=st.one_of(st.integers(0, 3), st.sampled_from(["0%", "25%", "50%"])),
+    order=st.randoms(use_true_random=False),
+)
+def test_a_rolling_update_never_runs_fewer_than_its_floor_nor_more_than_the_surge(
+    low: int, extra: int, surge: int | str, unavailable: int | str, order: Any
+) -> None:
+    desired = max(1, low + extra)
+    service = InferenceService(
+        name="chat",
+        team="ml",
+        queue="ml",
+        min_replicas=min(low, desired),
+        max_replicas=desired,
+        resources=Resources(gpu_milli=1000),
+        priority_class="high",
+        priority=900,
+        rolling_update=RollingUpdate(surge, unavailable),
+    )
+    old = tuple(Replica(i, 1) for i in range(desired))
+    status = ServiceStatus(service, revision=2, scaled=desired, replicas=old, next_index=desired)
+    running = frozenset(range(desired))
+    most, floor = rollout_bounds(service, desired)
+    for _ in range(10 * desired + 10):
+        step = next_step(status, running, running)
+        if step is None:
+            # it waits only for new replicas to run
+            waiting = [r for r in status.replicas if r.index not in running]
+            if not waiting:
+                break
+            running |= {order.choice(waiting).index}
+            continue
+        status = apply_step(status, step.added, step.removed)
+        running -= set(step.removed)
+        assert len(running) >= floor  # never below the floor (and never below min)
+        assert len(status.replicas) <= desired + most
+    assert {r.revision for r in status.replicas} == {2}
+    assert len(status.replicas) == desired
