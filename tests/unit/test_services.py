@@ -158,6 +158,13 @@ def test_the_replica_count_follows_the_latest_service_scaled_clamped_to_min_and_
             "",
         ),
         (
+            service_yaml(
+                extra="  autoscaling: {metric: {query: q}, target: 2, scaleUp: {selectPolicy: Most}}\n"
+            ),
+            "$.spec.autoscaling.scaleUp.selectPolicy",
+            "",
+        ),
+        (
             service_yaml(extra="  rollingUpdate: {maxSurge: 0, maxUnavailable: 0%}\n"),
             "$.spec.rollingUpdate.maxSurge",
             "both 0",
