@@ -33,6 +33,8 @@ from engine.placement.plan import OutcomeStatus, PlacementInstance, PlacementPla
 from engine.placement.preemption import Rule
 from engine.placement.reservations import HELD, RESERVED
 from engine.retries import held_back
+from engine.services import InferenceService, is_replica_key, next_step, replica_key
+from engine.services import desired_replicas as desired_count
 from engine.shapes import learned_shapes
 from engine.state import ClusterState, fold
 from findings import Finding
@@ -51,6 +53,8 @@ class DesiredState:
     owners: Mapping[str, tuple[Owner, ...]] = field(default_factory=dict)
     # team -> its MEMBERS file (teams/<team>/MEMBERS): who may submit its jobs
     members: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    # "team/name" -> its InferenceService (teams/<team>/services/)
+    services: Mapping[str, InferenceService] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,6 +185,8 @@ def _apply_commit(state: ClusterState, intent: ApplyCommit) -> tuple[ev.Event, .
             out.append(ev.QueueConfigured(queue=desired.queues[name]))
 
     for key in sorted((set(state.jobs) | set(state.ended)) - set(desired.jobs)):
+        if is_replica_key(key):
+            continue  # a service's replica: its service's events add and remove it
         out.append(ev.JobWithdrawn(job=key))
     for key in sorted(desired.jobs):
         if key in state.ended:
@@ -204,6 +210,8 @@ def _apply_commit(state: ClusterState, intent: ApplyCommit) -> tuple[ev.Event, .
             job, submitted_at=old_job.submitted_at, submission=old_job.submission
         )
         out.append(ev.JobChanged(job=job, fields=_changed_fields(old_job, job)))
+
+    out.extend(_service_changes(state, desired.services, intent.commit))
 
     # Queues go after their jobs are withdrawn, so no job is ever left without its queue.
     for name in sorted(set(state.queues) - set(desired.queues)):
@@ -241,6 +249,82 @@ def _changed_fields(old: Job, new: Job) -> tuple[str, ...]:
         for f in dataclasses.fields(Job)
         if f.init and getattr(old, f.name) != getattr(new, f.name)
     )
+
+
+def _service_changes(
+    state: ClusterState, desired: Mapping[str, InferenceService], commit: CommitInfo
+) -> list[ev.Event]:
+    """Services added, changed and withdrawn by a commit (their replicas follow in the solve
+    step: `service_steps`)."""
+    out: list[ev.Event] = []
+    for key in sorted(set(state.services) - set(desired)):
+        out.append(ev.ServiceWithdrawn(service=key))
+    for key in sorted(desired):
+        service = desired[key]
+        known = state.services.get(key)
+        if known is None:
+            placed = dataclasses.replace(
+                service, submitted_at=commit.committed_at, submission=state.events_applied + 1
+            )
+            out.append(ev.ServiceSubmitted(service=placed))
+            continue
+        service = dataclasses.replace(
+            service, submitted_at=known.service.submitted_at, submission=known.service.submission
+        )
+        if service != known.service:
+            fields = tuple(
+                f.name
+                for f in dataclasses.fields(InferenceService)
+                if getattr(service, f.name) != getattr(known.service, f.name)
+            )
+            out.append(ev.ServiceChanged(service=service, fields=fields))
+    return out
+
+
+MAX_SERVICE_STEPS = 4  # per service and decision: a removal, then what replaces it
+
+
+def service_steps(state: ClusterState, now: str) -> tuple[ev.Event, ...]:
+    """The replica changes due at `now` for every service (engine.services.next_step): a
+    scale to the desired count, or the next step of a rolling update once the cluster
+    reported the new replicas running. Part of every solve step, so `plan`, `reconcile`
+    and a replay take the same steps at the same events."""
+    out: list[ev.Event] = []
+    for key in sorted(state.services):
+        for _ in range(MAX_SERVICE_STEPS):
+            status = state.services[key]
+            keys = {r.index: replica_key(status.service, r.index) for r in status.replicas}
+            ended = tuple(sorted(i for i, k in keys.items() if k not in state.jobs))
+            running = frozenset(i for i, k in keys.items() if k in state.started)
+            if ended:
+                event = ev.ServiceReplicasChanged(
+                    service=key,
+                    revision=status.revision,
+                    added=(),
+                    removed=ended,
+                    desired=desired_count(status),
+                    running=len(running),
+                    reason="ended in the cluster: replaced",
+                    at=now,
+                )
+            else:
+                placed = frozenset(i for i, k in keys.items() if k in state.placements)
+                step = next_step(status, running, placed)
+                if step is None:
+                    break
+                event = ev.ServiceReplicasChanged(
+                    service=key,
+                    revision=status.revision,
+                    added=step.added,
+                    removed=step.removed,
+                    desired=desired_count(status),
+                    running=len(running),
+                    reason=step.reason,
+                    at=now,
+                )
+            out.append(event)
+            state = fold((event,), state)
+    return tuple(out)
 
 
 def _apply_plan(state: ClusterState, intent: ApplyPlan) -> tuple[ev.Event, ...]:

@@ -22,6 +22,7 @@ from engine.model import (
     ReplicaPlacement,
     Reservation,
 )
+from engine.services import InferenceService, Replica
 from findings import Finding
 
 
@@ -402,6 +403,37 @@ class ServiceMetricObserved(Event):
     value: float
     samples: int
     replicas: int
+# -- inference services (engine/services.py, docs/services.md) --
+# Their own events, not the Job ones with a kind field: a service is not a job (min/max,
+# spread, rolling updates), and every reader of JobSubmitted (audit, the actuator, fair
+# share's shapes) would have to learn to skip it. Its replicas are jobs, and their
+# placements, starts and preemptions are the Job events every reader already knows.
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceSubmitted(Event):
+    """A commit added an InferenceService (its replicas follow in ServiceReplicasChanged)."""
+
+    type: ClassVar[str] = "ServiceSubmitted"
+    service: InferenceService
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceChanged(Event):
+    """A commit changed a service's spec; `fields` name what changed. A change of what a
+    replica runs (resources, template, flavors, residency) starts a rolling update."""
+
+    type: ClassVar[str] = "ServiceChanged"
+    service: InferenceService
+    fields: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceWithdrawn(Event):
+    """A commit deleted the service's file: its replicas go with it."""
+
+    type: ClassVar[str] = "ServiceWithdrawn"
+    service: str  # "team/name"
 
 
 @dataclass(frozen=True, slots=True)
@@ -416,6 +448,24 @@ class ServiceScaled(Event):
     target: float | None
     bound_by: str  # "hpa" | "tolerance" | "stabilization" | "policy:Pods" | "policy:Percent" | "min" | "max"
     at: str  # ISO-8601 UTC time of the event that decided it
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceReplicasChanged(Event):
+    """One step of a service's replicas (engine.services.next_step): replicas `added` (each
+    a one-replica job `queue/name.<index>` of `revision`) and ordinals `removed` (their pods
+    deleted), decided at `at` (the time of the event that made it due). `desired` is the
+    count wanted, `running` the replicas the cluster reported running before the step."""
+
+    type: ClassVar[str] = "ServiceReplicasChanged"
+    service: str  # "team/name"
+    revision: int
+    added: tuple[Replica, ...]
+    removed: tuple[int, ...]
+    desired: int
+    running: int
+    reason: str
+    at: str
 
 
 EVENT_TYPES: dict[str, type[Event]] = {
@@ -453,5 +503,9 @@ EVENT_TYPES: dict[str, type[Event]] = {
         ReservationsDecided,
         ServiceMetricObserved,
         ServiceScaled,
+        ServiceSubmitted,
+        ServiceChanged,
+        ServiceWithdrawn,
+        ServiceReplicasChanged,
     )
 }

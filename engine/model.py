@@ -176,6 +176,15 @@ class TopologyRequirement:
 
 
 @dataclass(frozen=True, slots=True)
+class Spread:
+    """At most `max_per_domain` replicas of one service in one domain of `level` ('node' or
+    a topology level): one constraint in every solver (engine/placement/spread.py)."""
+
+    level: str
+    max_per_domain: int
+
+
+@dataclass(frozen=True, slots=True)
 class Job:
     name: str
     queue: str
@@ -206,6 +215,11 @@ class Job:
     # else Queue.spec.timeLimits.defaultMinutes); None: it runs until it ends. A running job
     # reaches it at its placement's start + this (engine/timelimits.py).
     time_limit_minutes: int | None = None
+    # -- inference services (engine/services.py): a replica of a service is a one-replica job --
+    # "team/name" of the InferenceService this job is a replica of; "" for a job of its own.
+    service: str = ""
+    # The service's spread: with `service`, at most so many of its replicas per domain.
+    spread: tuple[Spread, ...] = ()
     # "queue/name", worked out once when the job is made (a commit on 50,000 jobs reads
     # keys ~700,000 times). Derived, not data: no constructor argument, no part of
     # equality, and engine.codec leaves it out of events (init=False).
@@ -232,6 +246,7 @@ class Job:
             self.topology,
             self.isolation,
             self.residency,
+            self.spread,
         )
 
 

@@ -28,6 +28,7 @@ from engine.model import (
     Queue,
     Reservation,
 )
+from engine.services import ServiceStatus, apply_step, replica_jobs, replica_key
 from engine.shapes import remember_shape
 from findings import Finding
 
@@ -89,6 +90,9 @@ class ClusterState:
     retries: Map[str, Attempt] = field(default_factory=Map)
     # The reservations the last solve that changed them decided (ReservationsDecided).
     reservations: tuple[Reservation, ...] = ()
+    # "team/name" -> an inference service, its revision and replicas (engine/services.py);
+    # its replicas are jobs in `jobs` (queue/name.<index>).
+    services: Map[str, ServiceStatus] = field(default_factory=Map)
 
     def placement_of(self, job: str) -> Placement | None:
         return self.placements.get(job)
@@ -282,7 +286,16 @@ def _job_failed(s: ClusterState, e: ev.JobFailed) -> ClusterState:
 
 
 def _job_started(s: ClusterState, e: ev.JobStarted) -> ClusterState:
+    job = s.jobs.get(e.job)
+    if job is not None and job.service and _rolling(s, job.service):
+        # A new replica runs: the rolling update's next step may be due (engine/services.py).
+        return _replace(s, started=s.started.set(e.job, e.placement_at), needs_placement=True)
     return _replace(s, started=s.started.set(e.job, e.placement_at))
+
+
+def _rolling(s: ClusterState, service: str) -> bool:
+    status = s.services.get(service)
+    return status is not None and any(r.revision != status.revision for r in status.replicas)
 
 
 def _job_interrupted(s: ClusterState, e: ev.JobInterrupted) -> ClusterState:
@@ -429,9 +442,86 @@ def _service_metric_observed(s: ClusterState, e: ev.ServiceMetricObserved) -> Cl
     return _replace(s, clock=_later(s, e.end))
 
 
+# -- inference services (engine/services.py) --
+
+
+def _replicas_synced(
+    s: ClusterState, old: ServiceStatus | None, new: ServiceStatus | None
+) -> ClusterState:
+    """`s` with the service's replica jobs as `new` has them: replicas gone leave like a
+    withdrawn job; replicas of the current revision are made from its spec; replicas of an
+    older revision keep the job they run, with the rank (min or above) they now have."""
+    state = s
+    keep = set()
+    if new is not None:
+        derived = replica_jobs(new)
+        jobs = state.jobs
+        for replica in new.replicas:
+            key = replica_key(new.service, replica.index)
+            keep.add(key)
+            made = derived[key]
+            existing = jobs.get(key)
+            if replica.revision != new.revision and existing is not None:
+                made = dataclasses.replace(existing, preemptible=made.preemptible)
+            if existing != made:
+                jobs = jobs.set(key, made)
+        state = dataclasses.replace(state, jobs=jobs)
+    if old is not None:
+        for replica in old.replicas:
+            key = replica_key(old.service, replica.index)
+            if key not in keep and key in state.jobs:
+                state = _job_gone(state, key)
+                state = dataclasses.replace(state, events_applied=s.events_applied)
+    return state
+
+
+def _service_submitted(s: ClusterState, e: ev.ServiceSubmitted) -> ClusterState:
+    status = ServiceStatus(service=e.service, revision=s.events_applied + 1)
+    return _replace(s, services=s.services.set(e.service.key, status), needs_placement=True)
+
+
+def _service_changed(s: ClusterState, e: ev.ServiceChanged) -> ClusterState:
+    old = s.services.get(e.service.key)
+    if old is None:
+        return _service_submitted(s, ev.ServiceSubmitted(e.service))
+    revision = old.revision
+    if old.service.revision_fields() != e.service.revision_fields():
+        revision = s.events_applied + 1  # a rolling update to the new spec begins
+    new = dataclasses.replace(old, service=e.service, revision=revision)
+    synced = _replicas_synced(s, old, new)
+    return _replace(synced, services=s.services.set(e.service.key, new), needs_placement=True)
+
+
+def _service_withdrawn(s: ClusterState, e: ev.ServiceWithdrawn) -> ClusterState:
+    old = s.services.get(e.service)
+    if old is None:
+        return _replace(s)
+    synced = _replicas_synced(s, old, None)
+    return _replace(synced, services=s.services.delete(e.service), needs_placement=True)
+
+
 def _service_scaled(s: ClusterState, e: ev.ServiceScaled) -> ClusterState:
-    # The service's desired count is the InferenceService fold's; here only time moves.
-    return _replace(s, clock=_later(s, e.at))
+    old = s.services.get(e.service)
+    if old is None:
+        return _replace(s, clock=_later(s, e.at))
+    new = dataclasses.replace(old, scaled=e.to_replicas)
+    return _replace(
+        s, services=s.services.set(e.service, new), needs_placement=True, clock=_later(s, e.at)
+    )
+
+
+def _service_replicas_changed(s: ClusterState, e: ev.ServiceReplicasChanged) -> ClusterState:
+    old = s.services.get(e.service)
+    if old is None:
+        return _replace(s)
+    new = apply_step(old, e.added, e.removed)
+    synced = _replicas_synced(s, old, new)
+    return _replace(
+        synced,
+        services=s.services.set(e.service, new),
+        needs_placement=True,
+        clock=_later(s, e.at),
+    )
 
 
 _HANDLERS: dict[type[ev.Event], Callable[[ClusterState, Any], ClusterState]] = {
@@ -467,6 +557,10 @@ _HANDLERS: dict[type[ev.Event], Callable[[ClusterState, Any], ClusterState]] = {
     ev.ReservationsDecided: _reservations_decided,
     ev.ServiceMetricObserved: _service_metric_observed,
     ev.ServiceScaled: _service_scaled,
+    ev.ServiceSubmitted: _service_submitted,
+    ev.ServiceChanged: _service_changed,
+    ev.ServiceWithdrawn: _service_withdrawn,
+    ev.ServiceReplicasChanged: _service_replicas_changed,
 }
 
 assert set(_HANDLERS) == set(ev.EVENT_TYPES.values()), "every event type needs a handler"

@@ -28,10 +28,13 @@ from audit import usage as usage_query
 from audit import waits as waits_query
 from audit.catchup import CatchUp, ChainBroken, Progress, open_view, verify_view
 from audit.catchup import rebuild as rebuild_view
+from audit.services import HEADERS as service_headers
+from audit.services import service_history
 from audit.store import AuditStore
 from audit.verify import Verification
 from audit.window import period, read_page, seqs_between
 from eventlog.base import EventLog
+from eventlog.codec import decode_all
 from eventlog.envelope import format_time
 from eventlog.sqlite import sqlite_path_from_url
 from gitsched.cli_log import verify_command as log_verify
@@ -189,6 +192,7 @@ def rebuild(log_url: str | None, repo: str, db_path: str | None) -> None:
 @click.option("--node", help="A node name.")
 @click.option("--team", help="A team, or its queue.")
 @click.option("--gpu-flavor", "flavor", help="A GPU flavor.")
+@click.option("--service", help="An inference service, as TEAM/NAME: its replica counts.")
 @since_until
 @format_option("text", "csv", "json")
 def history(
@@ -199,13 +203,18 @@ def history(
     node: str | None,
     team: str | None,
     flavor: str | None,
+    service: str | None,
     since: str | None,
     until: str | None,
     fmt: str,
 ) -> None:
-    """Every placement interval: where a job ran, from when to when, and why (like sacct)."""
+    """Every placement interval: where a job ran, from when to when, and why (like sacct).
+    With --service: the service's desired and current replicas after each event about it."""
+    if service is not None:
+        _service_history(log_url, repo, service, since, until, fmt)
+        return
     if not any((job, node, team, flavor)):
-        fail("give one of --job, --node, --team, --gpu-flavor")
+        fail("give one of --job, --node, --team, --gpu-flavor, --service")
     since_ts = parse_time(since, "--since").timestamp() if since else None
     until_ts = parse_time(until, "--until").timestamp() if until else None
     with view(log_url, repo, db_path) as (_, store):
@@ -232,6 +241,25 @@ def history(
             emit_rows(waiting, list(waiting[0]), fmt)
         return
     emit_rows([i.to_dict() for i in intervals], history_query.HEADERS, fmt)
+
+
+def _service_history(
+    log_url: str | None, repo: str, service: str, since: str | None, until: str | None, fmt: str
+) -> None:
+    """A service's replica counts over time, folded from the log (audit/services.py)."""
+    since_at = parse_time(since, "--since") if since else None
+    until_at = parse_time(until, "--until") if until else None
+    with user_errors(), open_event_log(log_url, repo) as event_log:
+        rows = service_history(decode_all(event_log.read(0)), service)
+    if rows is None:
+        fail(f"the log never saw service {service}", EXIT_NOT_FOUND)
+    kept = [
+        r
+        for r in rows
+        if (since_at is None or parse_time(r["time"], "time") >= since_at)
+        and (until_at is None or parse_time(r["time"], "time") <= until_at)
+    ]
+    emit_rows(kept, service_headers, fmt)
 
 
 # -- at -------------------------------------------------------------------------------------

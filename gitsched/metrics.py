@@ -19,6 +19,7 @@ from engine.model import Job
 from engine.state import ClusterState
 from eventlog.base import EventLog
 from eventlog.codec import decode
+from gitsched.render import services_view
 
 
 class Metrics:
@@ -87,6 +88,14 @@ class Metrics:
         # without --prometheus-url has none, rather than an autoscaler that looks down.
         self._autoscaler: _AutoscalerSeries | None = None
         self._autoscaler_seen: dict[str, int] = {}
+        self.service_replicas = Gauge(
+            "gitsched_service_replicas",
+            "Replicas of an inference service (docs/services.md), by state: desired, current"
+            " (replicas it has), running (the cluster reports them running), pending, min, max",
+            ["service", "state"],
+            registry=r,
+        )
+        self._services: set[str] = set()
         self._waits = AdmissionWaits()
         # The log's events up to this seq are counted (None: not leading, nothing to count).
         self.counted_seq: int | None = None
@@ -152,9 +161,25 @@ class Metrics:
                 reserved[owner.queue] = reserved.get(owner.queue, 0.0) + r.gpu_milli / 1000
         for queue, gpus in reserved.items():
             self.reserved.labels(queue).set(gpus)
+        self.record_services(state)
         total = sum(n.gpus for n in state.nodes.values() if n.schedulable) * 1000
         used = sum(p.gpu_milli for p in state.placements.values())
         self.gpu_ratio.set(used / total if total else 0.0)
+
+    def record_services(self, state: ClusterState) -> None:
+        """gitsched_service_replicas for every service; a withdrawn service's series go."""
+        now: set[str] = set()
+        for view in services_view(state):
+            now.add(view["service"])
+            for word in SERVICE_STATES:
+                self.service_replicas.labels(view["service"], word).set(view[word])
+        for gone in sorted(self._services - now):
+            for word in SERVICE_STATES:
+                self.service_replicas.remove(gone, word)
+        self._services = now
+
+
+SERVICE_STATES = ("desired", "current", "running", "pending", "min", "max")
 
 
 class _AutoscalerSeries:

@@ -6,6 +6,7 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from engine.services import desired_replicas, replica_key
 from engine.state import ClusterState
 from engine.timelimits import limit_reached_at
 from engine.units import gpus_from_milli, gpus_or_none, gpus_text, milli_from_gpus
@@ -128,7 +129,41 @@ def state_to_dict(state: ClusterState, last_seq: int) -> dict[str, Any]:
             }
             for r in state.reservations
         ],
+        "services": services_view(state),
     }
+
+
+def services_view(state: ClusterState) -> list[dict[str, Any]]:
+    """Each inference service: its bounds, the replicas it wants (desired), has (current),
+    and of those the ones the cluster reports running and the ones still waiting."""
+    out: list[dict[str, Any]] = []
+    for key in sorted(state.services):
+        status = state.services[key]
+        service = status.service
+        replicas = []
+        for r in status.replicas:
+            job = replica_key(service, r.index)
+            placement = state.placements.get(job)
+            word = "running" if job in state.started else "placed" if placement else "pending"
+            replicas.append(
+                {"job": job, "nodes": list(placement.nodes) if placement else [], "state": word}
+            )
+        out.append(
+            {
+                "service": key,
+                "queue": service.queue,
+                "min": service.min_replicas,
+                "max": service.max_replicas,
+                "desired": desired_replicas(status),
+                "current": len(replicas),
+                "running": sum(1 for r in replicas if r["state"] == "running"),
+                "pending": sum(1 for r in replicas if r["state"] == "pending"),
+                "revision": status.revision,
+                "suspended": service.suspend,
+                "replicas": replicas,
+            }
+        )
+    return out
 
 
 def used_gpus(state: ClusterState) -> tuple[int, int]:
@@ -173,6 +208,25 @@ def state_text(state: ClusterState, last_seq: int) -> str:
                 ]
             )
         out.append(table(["JOB", "PRIORITY", "FLAVOR", "REPLICAS", "GPUS", "NODES"], rows))
+    if state.services:
+        out.append("")
+        out.append("Services")
+        rows = [
+            [
+                v["service"],
+                v["current"],
+                v["desired"],
+                v["min"],
+                v["max"],
+                v["running"],
+                v["pending"],
+                "suspended" if v["suspended"] else "",
+            ]
+            for v in services_view(state)
+        ]
+        out.append(
+            table(["SERVICE", "CURRENT", "DESIRED", "MIN", "MAX", "RUNNING", "PENDING", ""], rows)
+        )
     if state.pending:
         out.append("")
         out.append("Pending")

@@ -5,7 +5,14 @@ built-in policy library that ships inside this package.
 """
 
 from policies.policy import default_policy, merge_policies
-from policies.rules import CLUSTER_FILE, Place, RepositoryCheck, check_repository, place_of
+from policies.rules import (
+    CLUSTER_FILE,
+    Place,
+    RepositoryCheck,
+    check_repository,
+    place_of,
+    spread_findings,
+)
 
 __all__ = [
     "CLUSTER_FILE",
@@ -15,4 +22,5 @@ __all__ = [
     "default_policy",
     "merge_policies",
     "place_of",
+    "spread_findings",
 ]

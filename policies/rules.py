@@ -34,6 +34,7 @@ _HOMES = {
     "Queue": "teams/<team>/queue.yaml",
     "Job": "teams/<team>/jobs/<name>.yaml",
     "Policy": "policies/<name>.yaml",
+    "InferenceService": "teams/<team>/services/<name>.yaml",
 }
 _AREA_OF_KIND = {
     "Cluster": "cluster",
@@ -42,6 +43,7 @@ _AREA_OF_KIND = {
     "Queue": "queue",
     "Job": "jobs",
     "Policy": "policies",
+    "InferenceService": "services",
 }
 _IMPLICIT_LEVEL = "node"
 
@@ -50,7 +52,7 @@ _IMPLICIT_LEVEL = "node"
 class Place:
     """Where a file sits in the cluster repo: its area and, under teams/, its team."""
 
-    area: str  # cluster | inventory | queue | jobs | policies | elsewhere
+    area: str  # cluster | inventory | queue | jobs | services | policies | elsewhere
     team: str | None = None
 
 
@@ -68,6 +70,8 @@ def place_of(file: str) -> Place:
         return Place("queue", parts[1])
     if len(parts) == 4 and parts[0] == "teams" and parts[2] == "jobs":
         return Place("jobs", parts[1])
+    if len(parts) == 4 and parts[0] == "teams" and parts[2] == "services":
+        return Place("services", parts[1])
     return Place("elsewhere")
 
 
@@ -297,7 +301,76 @@ def _frame(
     admission = policy.get("admission")
     limits: Mapping[str, Any] = admission if isinstance(admission, Mapping) else {}
     frame = _Frame(cluster, queues, team_queues, broken_queues, limits, pod_security_policy(policy))
+    services_by_team: dict[str, list[Document]] = defaultdict(list)
+    for doc in by_kind["InferenceService"]:
+        errors.extend(_check_service(doc, frame))
+        services_by_team[place_of(doc.file).team or ""].append(doc)
+    for team, services in sorted(services_by_team.items()):
+        errors.extend(_duplicate_names(services, "InferenceService", f" in team '{team}'"))
     return frame, errors
+
+
+# --- inference services (docs/services.md) ---
+
+
+def _check_service(doc: Document, frame: _Frame) -> Iterator[Finding]:
+    """An InferenceService's references and ranges: its queue like a job's, flavors and
+    priority class the cluster defines, min <= max, spread levels the cluster has, a
+    rolling update that can move, and its pod template judged as a job's is."""
+    spec = _spec(doc)
+    errors: list[Finding] = []
+    queue = _job_queue(doc, frame.queues, frame.team_queues, frame.broken_queues, errors)
+    yield from errors
+    cluster = frame.cluster
+    if cluster is not None:
+        yield from _check_job_references(doc, spec, cluster)
+        if queue is not None:
+            yield from _check_job_priority(doc, spec, queue, cluster)
+    replicas: Mapping[str, Any] = spec["replicas"]
+    low, high = replicas["min"], replicas["max"]
+    if low > high:
+        yield doc.error(
+            ("spec", "replicas", "min"),
+            f"service '{_name(doc)}': min ({low}) is more than max ({high})",
+            "policy",
+        )
+    levels = (_IMPLICIT_LEVEL, *cluster.levels) if cluster is not None else None
+    for index, rule in enumerate(spec.get("spread", [])):
+        level = rule["topology"]
+        if levels is not None and level not in levels:
+            yield _unknown(
+                doc, ("spec", "spread", index, "topology"), "topology level", level, levels
+            )
+    update = spec.get("rollingUpdate", {})
+    if update.get("maxSurge") in (0, "0%") and update.get("maxUnavailable") in (0, "0%"):
+        yield doc.error(
+            ("spec", "rollingUpdate", "maxSurge"),
+            "maxSurge and maxUnavailable are both 0: a rolling update could never replace a"
+            " replica (as a Deployment, one of them must be above 0)",
+            "policy",
+        )
+    yield from _check_job_template(doc, frame.pod_security)
+
+
+def spread_findings(doc: Document, domains: Mapping[str, int]) -> Iterator[Finding]:
+    """A spread larger than the topology allows: the service's minimum cannot be placed
+    with at most maxPerDomain replicas in each of the `domains` (level -> how many the
+    static inventory has) of a level."""
+    spec = _spec(doc)
+    low = spec["replicas"]["min"]
+    for index, rule in enumerate(spec.get("spread", [])):
+        count = domains.get(rule["topology"])
+        if count is None:
+            continue
+        most = count * rule["maxPerDomain"]
+        if low > most:
+            yield doc.error(
+                ("spec", "spread", index, "maxPerDomain"),
+                f"service '{_name(doc)}' needs at least {low} replicas but its spread allows"
+                f" at most {most}: {rule['maxPerDomain']} in each of the {count}"
+                f" {rule['topology']} domain(s) of the inventory",
+                "policy",
+            )
 
 
 def _job_findings(doc: Document, frame: _Frame) -> tuple[str | None, tuple[Finding, ...]]:
@@ -930,7 +1003,7 @@ def _at(doc: Document, path: JsonPath) -> str:
 
 
 def _noun(kind: str) -> str:
-    return {"NodePool": "node pool"}.get(kind, kind.lower())
+    return {"NodePool": "node pool", "InferenceService": "service"}.get(kind, kind.lower())
 
 
 def _num(value: float) -> str:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -112,7 +112,7 @@ class Revision:
 
 @dataclass(frozen=True, slots=True)
 class SpecChange:
-    kind: str  # cluster | node | queue | job
+    kind: str  # cluster | node | queue | job | service
     name: str
     action: str  # added | changed | removed | submitted | withdrawn | state
     detail: str = ""
@@ -443,7 +443,10 @@ def plan_change(
         skeleton,
         notes=tuple(notes),
         warnings=head_loaded.warnings,
-        spec_changes=tuple(_spec_changes(before, declared_events)),
+        spec_changes=(
+            *_spec_changes(before, declared_events),
+            *_service_changes(before, after, declared_events, effects),
+        ),
         queue_changes=tuple(
             QueueChange(name, before.queues.get(name), declared.queues.get(name))
             for name in sorted(set(before.queues) | set(declared.queues))
@@ -489,6 +492,49 @@ def _spec_changes(before: ClusterState, events: Iterable[ev.Event]) -> list[Spec
             out.append(SpecChange("job", e.job, "withdrawn"))
         elif isinstance(e, ev.PolicyChanged):
             out.append(SpecChange("policy", "policy", "changed"))
+    return out
+
+
+def _service_changes(
+    before: ClusterState,
+    after: ClusterState,
+    declared: Iterable[ev.Event],
+    effects: Sequence[JobEffect],
+) -> list[SpecChange]:
+    """Each service the change adds, edits or withdraws: its replica bounds, the replicas it
+    runs before and after, and the jobs its replicas would preempt (docs/services.md)."""
+    out: list[SpecChange] = []
+    for e in declared:
+        if isinstance(e, ev.ServiceWithdrawn):
+            out.append(SpecChange("service", e.service, "withdrawn"))
+            continue
+        if not isinstance(e, ev.ServiceSubmitted | ev.ServiceChanged):
+            continue
+        service = e.service
+        was = before.services.get(service.key)
+        now = after.services.get(service.key)
+        bounds = f"replicas {service.min_replicas}..{service.max_replicas}"
+        if was is not None and (was.service.min_replicas, was.service.max_replicas) != (
+            service.min_replicas,
+            service.max_replicas,
+        ):
+            bounds += f" (was {was.service.min_replicas}..{was.service.max_replicas})"
+        parts = [bounds]
+        if isinstance(e, ev.ServiceChanged):
+            parts.append("changed " + ", ".join(e.fields))
+        count_before = len(was.replicas) if was is not None else 0
+        count_after = len(now.replicas) if now is not None else 0
+        parts.append(f"{count_before} -> {count_after} replicas")
+        prefix = f"{service.queue}/{service.name}."
+        stopped = sorted(
+            x.job
+            for x in effects
+            if x.action is Action.PREEMPTED and (x.preempted_by or "").startswith(prefix)
+        )
+        if stopped:
+            parts.append("would preempt " + ", ".join(stopped))
+        action = "submitted" if isinstance(e, ev.ServiceSubmitted) else "changed"
+        out.append(SpecChange("service", service.key, action, "; ".join(parts)))
     return out
 
 

@@ -39,10 +39,12 @@ from engine.model import (
     RequeueTimestamp,
     Resources,
     RetryPolicy,
+    Spread,
     TopologyMode,
     TopologyRequirement,
     job_key,
 )
+from engine.services import InferenceService, RollingUpdate
 from engine.units import mib_from_gib, milli_from_cores, milli_from_gpus
 from findings import Finding
 from policies.approval import PLATFORM, parse_members, parse_owners
@@ -426,7 +428,8 @@ def _read(f: SourceFile, limits: Limits) -> _FileRead:
                     None,
                     "$",
                     "YAML file outside the cluster repo layout (cluster.yaml, inventory/, "
-                    "teams/<team>/queue.yaml, teams/<team>/jobs/, policies/): it would be ignored",
+                    "teams/<team>/queue.yaml, teams/<team>/jobs/, teams/<team>/services/, policies/): it"
+                    " would be ignored",
                     "layout",
                 ),
             )
@@ -617,10 +620,26 @@ def parse_files(
         except _ModelError as e:
             errors.append(e.error)
         else:
+            errors.extend(_spread_errors(by_group.get("InferenceService", []), desired))
+        if not errors:
             kept = {team: listed for team, listed in sorted(members.items()) if listed}
             desired = dataclasses.replace(desired, members=kept)
             return LoadedSpecs(desired, (), tuple(valid), owners, members)
     return LoadedSpecs(None, tuple(sorted(errors, key=_error_order)), tuple(valid), owners, members)
+
+
+def _spread_errors(services: Sequence[Document], desired: DesiredState) -> list[Finding]:
+    """Each service's spread against the static inventory's domains (none: the live
+    inventory decides, and a replica that does not fit waits with its reason)."""
+    if not services or not desired.nodes:
+        return []
+    domains: dict[str, int] = {}
+    for level in ("node", *desired.cluster.topology_levels):
+        domains[level] = len({n.domain(level) for n in desired.nodes.values()})
+    found: list[Finding] = []
+    for doc in services:
+        found.extend(policies.spread_findings(doc, domains))
+    return found
 
 
 def _error_order(e: Finding) -> tuple[str, int, int, str]:
@@ -696,6 +715,13 @@ def build_desired(
         job = _job(doc.name or "", spec, queue_name, cluster, doc.file, queues.get(queue_name))
         made[id(doc)] = (doc, job.key, job)
         jobs[job.key] = job
+    services: dict[str, InferenceService] = {}
+    for doc in by_kind.get("InferenceService", []):
+        team = policies.place_of(doc.file).team or ""
+        spec = doc.data["spec"]
+        queue_name = spec.get("queue") or team_queue.get(team, team)
+        service = _service(doc.name or "", team, spec, queue_name, cluster, doc.file)
+        services[service.key] = service
     if cache is not None:
         cache.keep_jobs(
             [d for group, ds in by_kind.items() if group != "Job" for d in ds], frame, made
@@ -707,6 +733,7 @@ def build_desired(
         queues=queues,
         jobs=jobs,
         owners={team: listed for team, listed in sorted((owners or {}).items()) if listed},
+        services=services,
     )
 
 
@@ -856,6 +883,46 @@ def _job(
         template=spec.get("template"),
         retry=retry_of(spec.get("retry")),
         time_limit_minutes=_time_limit(spec, queue_model),
+    )
+
+
+def _service(
+    name: str,
+    team: str,
+    spec: Mapping[str, Any],
+    queue: str,
+    cluster: ClusterSpec,
+    file: str,
+) -> InferenceService:
+    resources = spec.get("resources", {})
+    priority_class = spec.get("priorityClass") or cluster.default_priority_class
+    update = spec.get("rollingUpdate", {})
+    base = RollingUpdate()
+    return InferenceService(
+        name=name,
+        team=team,
+        queue=queue,
+        min_replicas=int(spec["replicas"]["min"]),
+        max_replicas=int(spec["replicas"]["max"]),
+        resources=Resources(
+            gpu_milli=milli_from_gpus(resources.get("gpu", 0)),
+            cpu_milli=milli_from_cores(resources.get("cpu", 0)),
+            memory_mib=mib_from_gib(resources.get("memoryGiB", 0)),
+        ),
+        priority_class=priority_class,
+        priority=cluster.priority_value(priority_class) if priority_class else 0,
+        gpu_flavors=tuple(spec.get("gpuFlavors", ())),
+        residency=tuple(spec.get("residency", ())),
+        checkpoint_interval_minutes=spec.get("checkpointIntervalMinutes"),
+        spread=tuple(Spread(s["topology"], int(s["maxPerDomain"])) for s in spec.get("spread", ())),
+        rolling_update=RollingUpdate(
+            max_surge=update.get("maxSurge", base.max_surge),
+            max_unavailable=update.get("maxUnavailable", base.max_unavailable),
+        ),
+        suspend=bool(spec.get("suspend", False)),
+        template=spec.get("template"),
+        autoscaling=spec.get("autoscaling"),
+        file=file,
     )
 
 

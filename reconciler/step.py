@@ -19,6 +19,7 @@ from engine.core import (
     decision_time,
     keep_waiting_reasons,
     placement_instance,
+    service_steps,
 )
 from engine.events import (
     ApprovalChecked,
@@ -119,9 +120,15 @@ def solve_step(
     prefix = f"{cause}/solve"
     if state.cluster is None:
         return Step((EventGroup((), prefix, SOLVER_ACTOR, cause),), state)
+    # The services' replica steps first (engine/services.py): the solve places what they add.
+    steps = service_steps(state, now) if state.services else ()
+    if steps:
+        state, changed = fold(steps, state), None
     plan = place(state, now, changed, solver)
-    events = decide(state, ApplyPlan(plan, solve_id=prefix, at=now))
-    return Step((EventGroup(events, prefix, SOLVER_ACTOR, cause),), fold(events, state), plan)
+    events = (*steps, *decide(state, ApplyPlan(plan, solve_id=prefix, at=now)))
+    return Step(
+        (EventGroup(events, prefix, SOLVER_ACTOR, cause),), fold(events[len(steps) :], state), plan
+    )
 
 
 def due_step(state: ClusterState, at: str, solver: str | None = None) -> Step | None:

@@ -24,7 +24,15 @@ from findings import Finding
 from schemas.loader import Document, JsonPath
 
 API_VERSION = "gitsched.io/v1"
-KINDS: tuple[str, ...] = ("Cluster", "Node", "NodePool", "Queue", "Job", "Policy")
+KINDS: tuple[str, ...] = (
+    "Cluster",
+    "Node",
+    "NodePool",
+    "Queue",
+    "Job",
+    "Policy",
+    "InferenceService",
+)
 ENVELOPE = "Envelope"
 
 _TYPE_WORDS = {

@@ -290,6 +290,8 @@ class Simulation:
             "template": None,
             "retry": None,
             "time_limit_minutes": None,
+            "service": "",
+            "spread": [],
         }
 
     def _submit(self) -> None:

@@ -142,6 +142,13 @@ class Projector:
             # Autoscaling's inputs and decisions: rows come with the InferenceService views.
             "ServiceMetricObserved": self._not_projected,
             "ServiceScaled": self._not_projected,
+            # Services: their replicas are jobs (queue/name.<index>) whose placements are
+            # the rows; the replica counts over time are `audit history --service`'s
+            # (audit/services.py), folded from these events.
+            "ServiceSubmitted": self._service_submitted,
+            "ServiceChanged": self._service_changed,
+            "ServiceWithdrawn": self._service_withdrawn,
+            "ServiceReplicasChanged": self._service_replicas_changed,
         }
         assert set(self._handlers) == set(EVENT_TYPES), "every event type needs a handler"
         self._people: dict[str, str] = {}  # actor -> person(actor): a few authors submit every job
@@ -895,6 +902,68 @@ class Projector:
 
     def _not_projected(self, stored: Envelope, d: dict[str, Any], batch: Batch) -> None:
         return None
+
+    # -- inference services: their replicas are jobs (engine/services.py) --
+
+    def _service_submitted(self, stored: Envelope, d: dict[str, Any], batch: Batch) -> None:
+        spec = d["service"]
+        key = f"{spec['team']}/{spec['name']}"
+        self.state.services[key] = {"spec": spec, "user": person(stored.actor), "replicas": []}
+
+    def _service_changed(self, stored: Envelope, d: dict[str, Any], batch: Batch) -> None:
+        spec = d["service"]
+        key = f"{spec['team']}/{spec['name']}"
+        known = self.state.services.get(key)
+        if known is None:
+            self._service_submitted(stored, d, batch)
+            return
+        known["spec"] = spec
+        self._replica_jobs(key, stored)
+
+    def _service_withdrawn(self, stored: Envelope, d: dict[str, Any], batch: Batch) -> None:
+        known = self.state.services.pop(d["service"], None)
+        if known is None:
+            return
+        spec = known["spec"]
+        for index in known["replicas"]:
+            key = f"{spec['queue']}/{spec['name']}.{index}"
+            self._job_gone(key, END_WITHDRAWN, f"withdrawn in {stored.cause[:12]}", stored, batch)
+
+    def _service_replicas_changed(self, stored: Envelope, d: dict[str, Any], batch: Batch) -> None:
+        known = self.state.services.get(d["service"])
+        if known is None:
+            return
+        spec = known["spec"]
+        removed = set(d.get("removed", ()))
+        for index in sorted(removed):
+            key = f"{spec['queue']}/{spec['name']}.{index}"
+            self._job_gone(key, END_WITHDRAWN, f"replica removed: {d['reason']}", stored, batch)
+        kept = [i for i in known["replicas"] if i not in removed]
+        known["replicas"] = sorted(kept + [int(r["index"]) for r in d.get("added", ())])
+        self._replica_jobs(d["service"], stored, {int(r["index"]) for r in d.get("added", ())})
+
+    def _replica_jobs(self, service: str, stored: Envelope, new: set[int] | None = None) -> None:
+        """The service's replicas as jobs: the first `min` non-preemptible (engine.services)."""
+        known = self.state.services[service]
+        spec = known["spec"]
+        for rank, index in enumerate(known["replicas"]):
+            key = f"{spec['queue']}/{spec['name']}.{index}"
+            old = self.state.jobs.get(key)
+            if old is None and (new is None or index not in new):
+                continue  # ended in the cluster: gone from the view with its end
+            job = {
+                **spec,
+                "name": f"{spec['name']}.{index}",
+                "preemptible": rank >= int(spec["min_replicas"]),
+                "isolation": "shared",
+                "time_limit_minutes": None,
+            }
+            info = self._job_info(
+                stored, job, known["user"], old.waiting_since if old else self._time
+            )
+            if old is not None:
+                info.seq = old.seq
+            self.state.jobs[key] = info
 
 
 def _teams(s: ProjectionState) -> set[str]:

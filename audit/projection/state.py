@@ -266,6 +266,9 @@ class ProjectionState:
     cluster: str = ""
     # The reservations in force (the last ReservationsDecided's, as its payload lists them).
     reservations: list[dict[str, Any]] = field(default_factory=list)
+    # "team/name" -> an inference service: {"spec": its payload, "user": who submitted it,
+    # "replicas": [ordinal, ...]}; its replicas are jobs in `jobs` (queue/name.<ordinal>).
+    services: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     _TYPES: dict[str, Any] = dataclasses.field(
         default_factory=lambda: {

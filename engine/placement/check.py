@@ -18,6 +18,7 @@ from engine.placement.constraints import (
 )
 from engine.placement.plan import OutcomeStatus, PlacementInstance, PlacementPlan
 from engine.placement.preemption import borrowing_reclaimable, non_preemptible_borrowing
+from engine.placement.spread import spread_violations
 from engine.placement.topology import Tree, topology_violation
 from engine.units import GPU_MILLI
 
@@ -119,4 +120,6 @@ def check_plan(instance: PlacementInstance, plan: PlacementPlan) -> list[str]:
                 f"{node_name}: dedicated job {isolated[0]} shares the node with {sorted(keys - {isolated[0]})}"
             )
     problems.extend(f"quota: {v}" for v in ledger.violations())
+    running = [(o.job, [r.node for r in o.replicas]) for o in plan.outcomes if o.running]
+    problems.extend(f"spread: {v}" for v in spread_violations(jobs, nodes, running))
     return problems

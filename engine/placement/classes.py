@@ -160,8 +160,10 @@ def node_classes(
     levels: list[str],
     small: bool,
     per_node: bool = False,
+    spread: frozenset[str] = frozenset(),
 ) -> tuple[list[NodeClass], list[NodeClass], dict[str, int], dict[str, NodeFree]]:
-    """Fine classes (inside one domain of every level a gang asks for) and coarse ones."""
+    """Fine classes (inside one domain of every level a gang asks for, and of every level a
+    service spreads over: one node each for 'node') and coarse ones."""
     free = {n.name: NodeFree.of(n) for n in instance.nodes if n.schedulable}
     movable_on: set[str] = set()
     for rj in running.values():
@@ -191,15 +193,18 @@ def node_classes(
         domains = tuple(
             (level, n.domain(level)) for level in levels if sizes[(level, n.domain(level))] > 1
         )
+        # A spread's row counts replicas per domain: a class never straddles two.
+        apart = tuple((level, n.domain(level)) for level in sorted(spread))
         if small:
             key: tuple[object, ...] = (
                 attrs,
                 profile,
                 domains,
                 n.name if per_node or n.name in movable_on else "",
+                apart,
             )
         else:
-            key = (attrs, domains)
+            key = (attrs, domains, apart)
         kid = coarse_ids.get(attrs)
         if kid is None:
             kid = coarse_ids[attrs] = len(coarse)

@@ -47,6 +47,7 @@ from engine.placement.objective import (
 from engine.placement.plan import OutcomeStatus, PlacementInstance, PlacementPlan
 from engine.placement.preemption import Rights, over_limits
 from engine.placement.running import RunningJob, running_jobs
+from engine.placement.spread import Cell, cells, has_spread, spread_levels
 from engine.placement.topology import span_of
 from engine.units import gpus_from_milli, milli_from_gpus
 
@@ -175,8 +176,9 @@ class Builder:
             instance.jobs, self.tree if options.small and options.compactness else None
         )
         self._class_domains: dict[tuple[int, bool, int], tuple[str, ...] | None] = {}
+        self.spread = spread_levels(instance.jobs)
         self.classes, self.coarse, self.node_class, self.residual = node_classes(
-            instance, self.running, self.levels, options.small, options.per_node
+            instance, self.running, self.levels, options.small, options.per_node, self.spread
         )
         self.queues = {q.name: q for q in instance.queues}
         self.fine_rows: dict[int, ClassRows] = defaultdict(ClassRows)
@@ -468,7 +470,8 @@ class Builder:
             jv.spread = lp.var(
                 f"spread__{key}", 0, 1, cost=-topology_spread_penalty(job, self.policy)
             )
-        use_coarse = not self.options.small and (level is None or preferred)
+        # (a service's spread counts replicas per domain: never on coarse classes)
+        use_coarse = not self.options.small and (level is None or preferred) and not has_spread(job)
         choices: Terms = [(jv.spread, 1.0)] if preferred else []
         all_entries: list[Entry] = []
         for flavor, opts in candidates.items():
@@ -792,6 +795,44 @@ class Builder:
         return h
 
     # -- quota, fairness ------------------------------------------------------------------
+    def add_spread(self) -> None:
+        """At most maxPerDomain replicas of a service in each domain of a spread's level
+        (engine/placement/spread.py): replicas that stay put count as constants, kept ones
+        by their keep column, ones placed anew by their class columns."""
+        terms: dict[Cell, Terms] = defaultdict(list)
+        const: dict[Cell, float] = defaultdict(float)
+        rules: dict[Cell, int] = {}
+        for rj in self.running.values():
+            job = rj.job
+            if not has_spread(job):
+                continue
+            jv = self.formulation.jobs.get(job.key)
+            for replica in rj.placement.replicas:
+                node = self.node_of.get(replica.node)
+                if node is None:
+                    continue
+                for cell, rule in cells(job, node):
+                    rules[cell] = rule.max_per_domain
+                    if rj.fixed:
+                        const[cell] += 1.0
+                    elif jv is not None and jv.keep >= 0:
+                        terms[cell].append((jv.keep, 1.0))
+        for jv in self.formulation.jobs.values():
+            job = jv.job
+            if not has_spread(job):
+                continue
+            for cid, col in jv.per_class.items():
+                for cell, rule in cells(job, self.classes[cid].nodes[0]):
+                    rules[cell] = rule.max_per_domain
+                    terms[cell].append((col, 1.0))
+        for cell in sorted(terms):
+            service, level, domain = cell
+            self.lp.row(
+                f"spread__{service}__{level}__{domain}",
+                terms[cell],
+                upper=max(0.0, rules[cell] - const[cell]),
+            )
+
     def add_quota(self) -> None:
         lp = self.lp
         keys = sorted(set(self.quota_terms) | set(self.quota_const))
@@ -896,6 +937,8 @@ class Builder:
             emit_class_rows(self.lp, cls, rows, frag if self.options.small else 0.0, self.aux)
         for cls, rows in coarse:
             emit_class_rows(self.lp, cls, rows, frag, self.aux)
+        if self.spread:
+            self.add_spread()
         self.add_quota()
         self.add_never_borrow()
         self.add_no_borrow()

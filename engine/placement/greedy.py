@@ -61,6 +61,7 @@ from engine.placement.preemption import (
     reclaim_note,
     victim_order,
 )
+from engine.placement.spread import SpreadCount, has_spread
 from engine.placement.topology import (
     compact_allocation,
     gang_topology,
@@ -149,6 +150,9 @@ class Packing:
         self.flavor_free: dict[str | None, int] = defaultdict(int)  # free milli-GPU per flavor
         # Node choice over the job shapes the cluster has seen (None: plain best fit).
         self.scorer = NodeScorer.of(instance)
+        # Replicas of each service per domain (engine/placement/spread.py).
+        self.spread = SpreadCount()
+        self.spread_block: str | None = None  # why the last `rooms` left nodes out by spread
         for n in instance.nodes:
             if n.schedulable:
                 self.flavor_free[n.flavor] += n.gpus * GPU_MILLI
@@ -196,6 +200,18 @@ class Packing:
             k = self.free[next(iter(members))].room_for(r, job, job.replicas)
             if k:
                 rooms.update(dict.fromkeys(members, k))
+        self.spread_block = None
+        if has_spread(job) and rooms:
+            open_rooms = {}
+            for name, k in rooms.items():
+                why = self.spread.blocks(job, self.nodes[name])
+                if why is None:
+                    open_rooms[name] = k
+                elif self.spread_block is None:
+                    self.spread_block = why
+            if open_rooms:
+                self.spread_block = None
+            rooms = open_rooms
         return rooms
 
     def _regroup(self) -> None:
@@ -230,6 +246,9 @@ class Packing:
             self.flavor_free[free.node.flavor] -= replica.gpu_milli * len(replica.gpus)
             if free.free_gpu_milli <= 0:
                 self.open.discard(replica.node)
+        if has_spread(job):
+            for replica in fit.replicas:
+                self.spread.add(job, self.nodes[replica.node])
         charge = quota_charge(job, fit.replicas, self.nodes)
         self.ledger.add(job.queue, fit.flavor, charge)
         if not job.preemptible and fit.flavor is not None:
@@ -249,6 +268,9 @@ class Packing:
             self.flavor_free[free.node.flavor] += replica.gpu_milli * len(replica.gpus)
             if free.free_gpu_milli > 0:
                 self.open.add(replica.node)
+        if has_spread(job):
+            for replica in fit.replicas:
+                self.spread.add(job, self.nodes[replica.node], -1)
         charge = quota_charge(job, fit.replicas, self.nodes)
         self.ledger.remove(job.queue, fit.flavor, charge)
         if not job.preemptible and fit.flavor is not None:
@@ -276,6 +298,11 @@ class Packing:
         broken = topology_violation(self.tree, job, [r.node for r in placement.replicas])
         if broken is not None:
             return Miss(f"the job's topology changed: it {broken}", "spec")
+        if has_spread(job):
+            for replica in placement.replicas:
+                why = self.spread.blocks(job, self.nodes[replica.node])
+                if why is not None:
+                    return Miss(why, f"spread__{job.service}")
         # Check capacity on a copy: a replica must not half-commit.
         taken: list[ReplicaPlacement] = []
         for replica in placement.replicas:
@@ -352,6 +379,12 @@ class Packing:
             )
         # What each node can take does not change while this job is being fitted.
         rooms = self.rooms(job, flavor, candidates)
+        if not rooms and self.spread_block is not None:
+            return Miss(
+                f"needs 1 replica of {what} on a node its spread allows; every node with"
+                f" room is full for it: {self.spread_block}",
+                f"spread__{job.service}",
+            )
         first_miss: Miss | None = None
         step = gang_topology(job).slice_size
         for count in range(job.replicas, job.smallest_gang - 1, -1):
@@ -783,7 +816,7 @@ class GreedyPlacer:
                 preemptor_queue_below_nominal=below,
             )
 
-        candidates: list[tuple[tuple[bool, int, float, float, str], Job]] = []
+        candidates: list[tuple[tuple[bool, int, bool, float, float, str], Job]] = []
         for key in sorted(k for name in neighbours for k in packing.running_in[name]):
             fit = packing.running[key]
             other = jobs[key]

@@ -34,6 +34,7 @@ from engine.model import (
 )
 from engine.placement.plan import RUNNING_STATUSES, JobOutcome, OutcomeStatus, PlacementInstance
 from engine.placement.topology import Span, Tree, gang_topology, span_of
+from engine.services import surplus
 from engine.units import GPU_MILLI, gpus_from_milli, milli_from_gpus
 
 CPU_JOB_VALUE_MILLI = 100
@@ -43,6 +44,7 @@ MARGIN = 1.01  # each level weighs this much more than all the levels below can 
 # evenly inside it (each still above the one below, no longer above all it adds up to).
 WEIGHT_RANGE = 1e6
 RESOURCES = ("gpu", "cpu", "memory")
+SURPLUS_SHARE = 0.01  # a surplus service replica's stop cost per GPU (a job's is 0.1 and up)
 
 
 def gpu_value(job: Job, replicas: int) -> float:
@@ -188,7 +190,11 @@ def lost_gpu_seconds(job: Job, placement: Placement, now: str) -> float:
 def preemption_penalty(job: Job, lost_seconds: float, policy: Policy) -> float:
     """A small term: what stopping the job costs besides its value, growing with the work
     lost since its checkpoint (GPU-hours, squashed below 1 so that it orders victims and
-    never outweighs a priority class)."""
+    never outweighs a priority class). A service's replica above its minimum holds no work
+    to lose and costs least: within its priority class it is the first victim, as in
+    engine.placement.preemption.victim_order."""
+    if surplus(job):
+        return policy.preemption_cost * SURPLUS_SHARE * gpu_value(job, job.replicas)
     hours = lost_seconds / 3600.0
     return policy.preemption_cost * (0.1 * gpu_value(job, job.replicas) + hours / (1.0 + hours))
 

@@ -10,8 +10,9 @@ The rules (docs/quotas-and-preemption.md has the examples):
   its cohort that borrow that flavor, and only while they still borrow;
 - never preempt to borrow: a job that preempts must fit within its queue's nominal quota
   of the flavor once its victims are gone;
-- victims are taken borrowers first, then lowest priority, then least work lost since the
-  last checkpoint, then the newest; every victim the job can do without is given back;
+- victims are taken borrowers first, then lowest priority, then a service's replicas above
+  its minimum, then least work lost since the last checkpoint, then the newest; every
+  victim the job can do without is given back;
 - waiting jobs: per queue by priority (then age), and across queues a job that fits within
   its queue's nominal quota goes before one that would borrow.
 Priority is an order, never a price: lost work chooses victims, not whether to preempt.
@@ -31,6 +32,7 @@ from enum import StrEnum
 from engine.model import ClusterSpec, Job, Placement, Policy, PreemptionScope, Queue
 from engine.placement.constraints import QuotaLedger, eligible_flavors, quota_charge
 from engine.placement.plan import JobOutcome, OutcomeStatus, PlacementInstance
+from engine.services import surplus
 
 
 class Rule(StrEnum):
@@ -274,12 +276,15 @@ def _epoch(text: str) -> float:
 
 def victim_order(
     preemptor: Job, victim: Job, lost_seconds: float, started_at: str
-) -> tuple[bool, int, float, float, str]:
+) -> tuple[bool, int, bool, float, float, str]:
     """Sort key of candidates: other queues' (borrowers') first, then the lowest priority,
-    the least work lost since the last checkpoint, the newest, and by name."""
+    then a service's replicas above its minimum (they give capacity back first:
+    engine/services.py), the least work lost since the last checkpoint, the newest, and by
+    name."""
     return (
         victim.queue == preemptor.queue,
         victim.priority,
+        not surplus(victim),
         round(lost_seconds, 6),
         -_epoch(started_at),
         victim.key,
