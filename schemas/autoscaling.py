@@ -15,7 +15,7 @@ from jsonschema import Draft202012Validator
 
 from findings import Finding
 from schemas.loader import Document, JsonPath
-from schemas.validator import _explain, _sorted
+from schemas.validator import _explain, _sorted, embedded_schema
 
 AUTOSCALING_SCHEMA = "autoscaling.schema.json"
 
@@ -30,28 +30,9 @@ def autoscaling_schema() -> dict[str, Any]:
 
 
 def embedded_autoscaling_schema() -> dict[str, Any]:
-    """The block's schema as a plain subschema, to put where a kind's schema has the
-    block (`"autoscaling": {"$ref": "autoscaling.schema.json"}` replaced by this): its
-    own "#/$defs/..." references written out, no $schema, $id or $defs, so it means the
-    same wherever it sits, for jsonschema and fastjsonschema alike."""
-    schema = copy.deepcopy(autoscaling_schema())
-    defs = schema.pop("$defs", {})
-    for key in ("$schema", "$id"):
-        schema.pop(key, None)
-
-    def expand(node: Any) -> Any:
-        if isinstance(node, list):
-            return [expand(item) for item in node]
-        if not isinstance(node, dict):
-            return node
-        ref = node.get("$ref")
-        if isinstance(ref, str) and ref.startswith("#/$defs/"):
-            rest = {k: v for k, v in node.items() if k != "$ref"}
-            return {**expand(defs[ref.removeprefix("#/$defs/")]), **rest}
-        return {key: expand(value) for key, value in node.items()}
-
-    expanded: dict[str, Any] = expand(schema)
-    return expanded
+    """The block's schema as a plain subschema (schemas.validator.embedded_schema): what a
+    kind's `"autoscaling": {"$ref": "autoscaling.schema.json"}` stands for."""
+    return copy.deepcopy(embedded_schema(AUTOSCALING_SCHEMA))
 
 
 @functools.cache

@@ -69,9 +69,51 @@ def _load(kind: str) -> dict[str, Any]:
     if kind not in KINDS and kind != ENVELOPE:
         known = ", ".join((*KINDS, ENVELOPE))
         raise KeyError(f"no schema for kind {kind!r} (known: {known})")
-    text = files("schemas").joinpath(f"{kind.lower()}.schema.json").read_text("utf-8")
-    schema: dict[str, Any] = json.loads(text)
+    return _inline(_read(f"{kind.lower()}.schema.json"))
+
+
+def _read(name: str) -> dict[str, Any]:
+    schema: dict[str, Any] = json.loads(files("schemas").joinpath(name).read_text("utf-8"))
     return schema
+
+
+@functools.cache
+def embedded_schema(name: str) -> dict[str, Any]:
+    """The schema file `name` as a plain subschema, to stand where another schema has
+    `{"$ref": name}`: its own "#/$defs/..." references written out, no $schema, $id or
+    $defs, so it means the same wherever it sits, for jsonschema and fastjsonschema alike."""
+    schema = _read(name)
+    defs = schema.pop("$defs", {})
+    for key in ("$schema", "$id"):
+        schema.pop(key, None)
+
+    def expand(node: Any) -> Any:
+        if isinstance(node, list):
+            return [expand(item) for item in node]
+        if not isinstance(node, dict):
+            return node
+        ref = node.get("$ref")
+        if isinstance(ref, str) and ref.startswith("#/$defs/"):
+            rest = {k: v for k, v in node.items() if k != "$ref"}
+            return {**expand(defs[ref.removeprefix("#/$defs/")]), **rest}
+        return {key: expand(value) for key, value in node.items()}
+
+    expanded: dict[str, Any] = expand(schema)
+    return expanded
+
+
+def _inline(node: Any) -> Any:
+    """`node` with every `{"$ref": "<file>.schema.json", ...}` replaced by that file's
+    schema (embedded_schema): one block's schema, kept once, in every kind that has it."""
+    if isinstance(node, list):
+        return [_inline(item) for item in node]
+    if not isinstance(node, dict):
+        return node
+    ref = node.get("$ref")
+    if isinstance(ref, str) and ref.endswith(".schema.json"):
+        rest = {k: v for k, v in node.items() if k != "$ref"}
+        return {**copy.deepcopy(embedded_schema(ref)), **rest}
+    return {key: _inline(value) for key, value in node.items()}
 
 
 @functools.cache
