@@ -25,9 +25,12 @@ from engine.autoscaling import (
     decide,
     horizon_seconds,
     metric_recommendation,
+    parse_autoscaling,
     prune,
 )
 from engine.fairshare import moment
+from engine.services import desired_replicas
+from engine.state import ClusterState
 from eventlog.base import ConcurrencyConflict, DuplicateEvent, EventLog
 from eventlog.codec import decode, encode
 from reconciler.telemetry import iso
@@ -55,8 +58,29 @@ class ScaledService:
 
 
 def no_services() -> Sequence[ScaledService]:
-    """The services to scale before the InferenceService kind lists them: none."""
+    """No services to scale (an autoscaler not yet given a folded state)."""
     return ()
+
+
+def services_of(state: ClusterState) -> list[ScaledService]:
+    """The services of the folded state that have an autoscaling block and are not
+    suspended, in name order, each at the replica count the fold wants now."""
+    out: list[ScaledService] = []
+    for key in sorted(state.services):
+        status = state.services[key]
+        service = status.service
+        if service.autoscaling is None or service.suspend:
+            continue
+        out.append(
+            ScaledService(
+                name=key,
+                current=desired_replicas(status),
+                min_replicas=service.min_replicas,
+                max_replicas=service.max_replicas,
+                spec=parse_autoscaling(service.autoscaling),
+            )
+        )
+    return out
 
 
 @dataclass(slots=True)

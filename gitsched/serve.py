@@ -10,6 +10,7 @@ because every pass starts from the log and the cluster.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import signal
@@ -24,7 +25,7 @@ from prometheus_client import CollectorRegistry, Counter
 from starlette.routing import Mount
 
 from cluster.api import KubeApi
-from cluster.autoscaler import Autoscaler
+from cluster.autoscaler import Autoscaler, services_of
 from cluster.controller import Controller
 from cluster.inventory import InventoryConfig
 from cluster.lease import LeaderElector
@@ -195,6 +196,8 @@ class Daemon:
         self.metrics.count_log(self.event_log, report.last_seq)
         self.metrics.record(report, datetime.now(UTC))
         if self.autoscaler is not None:
+            # The services it scales are the fold's, as of this pass.
+            self.autoscaler.services = functools.partial(services_of, report.state)
             self.autoscaler.tick(self.event_log)
             self.metrics.record_autoscaler(self.autoscaler.status)
         return True
@@ -408,8 +411,7 @@ def serve(
 
 
 def _autoscaler(url: str | None, interval_s: float) -> Autoscaler | None:
-    """The autoscaler on `url`'s Prometheus. The services it scales come from the
-    InferenceService fold (wired where that kind is: `Autoscaler.services`)."""
+    """The autoscaler on `url`'s Prometheus; each pass hands it the fold's services."""
     if not url:
         return None
     try:

@@ -69,7 +69,8 @@ def _load(kind: str) -> dict[str, Any]:
     if kind not in KINDS and kind != ENVELOPE:
         known = ", ".join((*KINDS, ENVELOPE))
         raise KeyError(f"no schema for kind {kind!r} (known: {known})")
-    return _inline(_read(f"{kind.lower()}.schema.json"))
+    schema: dict[str, Any] = _inline(_read(f"{kind.lower()}.schema.json"))
+    return schema
 
 
 def _read(name: str) -> dict[str, Any]:
