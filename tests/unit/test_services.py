@@ -344,3 +344,22 @@ def test_a_rolling_update_never_runs_fewer_than_its_floor_nor_more_than_the_surg
         assert len(status.replicas) <= desired + most
     assert {r.revision for r in status.replicas} == {2}
     assert len(status.replicas) == desired
+
+
+def test_serve_scales_the_services_with_an_autoscaling_block_at_the_folds_count() -> None:
+    from cluster.autoscaler import services_of
+
+    block = "  autoscaling:\n    metric: {query: 'sum(vllm:num_requests_waiting)'}\n    target: 5\n"
+    files = {**MINIMAL_CLUSTER, SERVICE: service_yaml(extra=block)}
+    state = step(ClusterState(), 1, files).state
+    state = fold((scaled(3),), state)
+    (only,) = services_of(state)
+    assert (only.name, only.current, only.min_replicas, only.max_replicas) == ("ml/chat", 3, 2, 4)
+    assert only.spec.target == 5
+    # suspended, or without a block: nothing to scale
+    state = step(
+        state, 2, {**MINIMAL_CLUSTER, SERVICE: service_yaml(extra="  suspend: true\n" + block)}
+    ).state
+    assert services_of(state) == []
+    state = step(state, 3, {**MINIMAL_CLUSTER, SERVICE: service_yaml()}).state
+    assert services_of(state) == []
