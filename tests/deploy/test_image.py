@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 from collections.abc import Iterator
 from importlib.metadata import version
 from pathlib import Path
@@ -19,6 +20,7 @@ from tests.deploy.tools import ROOT
 pytestmark = pytest.mark.image
 
 SCRIPT = str(ROOT / "scripts" / "image")
+GITSCHED = (sys.executable, "-m", "gitsched")  # the host's, for the demo repo and a comparison
 # Above this the image has grown by something new (it is about 585 MB: a 210 MB Debian
 # base with Python and git, the rest gitsched's dependencies); look before raising it.
 MAX_IMAGE_BYTES = 700_000_000
@@ -49,7 +51,7 @@ def image() -> Iterator[int]:
 def demo_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("image") / "demo"
     done = subprocess.run(
-        ["gitsched", "demo", str(path)], capture_output=True, text=True, timeout=600, check=False
+        [*GITSCHED, "demo", str(path)], capture_output=True, text=True, timeout=600, check=False
     )
     assert done.returncode == 0, done.stdout + done.stderr
     return path
@@ -89,7 +91,7 @@ def test_gitsched_runs_in_the_image_as_the_chart_runs_it(
     report = json.loads(invalid.stdout)
     assert report["valid"] is False
     host = subprocess.run(
-        ["gitsched", "validate", str(demo_repo), "--rev", "main~6", "--format", "json"],
+        [*GITSCHED, "validate", str(demo_repo), "--rev", "main~6", "--format", "json"],
         capture_output=True,
         text=True,
         timeout=120,
