@@ -72,7 +72,7 @@ def test_the_chart_grants_exactly_the_rules_of_deploy_rbac(helm: str, tmp_path: 
             for d in docs
             if d["kind"] == "RoleBinding" and d["roleRef"]["name"] == "gitsched-team"
         ]
-        expected = (values or {}).get("rbac", {}).get("teamNamespaces", [])
+        expected = KAFKA_EXPOSED["rbac"]["teamNamespaces"] if values else []
         assert sorted(b["metadata"]["namespace"] for b in teams) == sorted(expected)
         for binding in teams:
             assert binding["subjects"] == [

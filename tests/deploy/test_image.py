@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from importlib.metadata import version
 from pathlib import Path
 
@@ -59,7 +59,7 @@ def demo_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.mark.timeout(2400)
 def test_gitsched_runs_in_the_image_as_the_chart_runs_it(
-    image: int, demo_repo: Path, record_property: pytest.RecordProperty
+    image: int, demo_repo: Path, record_property: Callable[[str, object], None]
 ) -> None:
     record_property("image_bytes", image)
     print(f"\nimage size: {image} bytes ({image // 1_000_000} MB)")

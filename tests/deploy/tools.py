@@ -21,7 +21,7 @@ BUILD_TIMEOUT_S = 1800
 # The values CI checks besides the defaults: the Kafka log with two replicas, the console
 # and webhook exposed through an Ingress with a token, two team namespaces, the
 # ServiceMonitor on, leader election's Lease named.
-KAFKA_EXPOSED = {
+KAFKA_EXPOSED: dict[str, Any] = {
     "log": {"backend": "kafka", "kafka": {"url": "kafka://kafka.kafka.svc:9092/gitsched"}},
     "replicas": 2,
     "leaderElection": {"leaseName": "gitsched-leader", "leaseSeconds": 20},
