@@ -145,6 +145,17 @@ def namespaces(kube_api: KubeApi) -> Iterator[list[str]]:
     names = [f"gs-helm-{run}", f"ml-{run}", f"cv-{run}"]
     for name in names:
         kube_api.ensure_namespace(name)
+    # The release's namespace enforces `restricted`, as deploy/namespace.yaml's does: the
+    # API server warns of a Deployment whose pods that level would refuse.
+    restricted = {
+        "pod-security.kubernetes.io/enforce": "restricted",
+        "pod-security.kubernetes.io/warn": "restricted",
+    }
+    release(
+        kube_api.core.patch_namespace(
+            names[0], {"metadata": {"labels": restricted}}, _preload_content=False
+        )
+    )
     try:
         yield names
     finally:
@@ -196,6 +207,7 @@ def test_the_rendered_chart_is_accepted_by_the_api_server(
         kinds = sorted({d["kind"] for d in yaml.safe_load_all(manifest) if d})
         done = _apply_dry_run(kubectl, manifest, tmp_path)
         assert done.returncode == 0, f"values {values}:\n{done.stdout}\n{done.stderr}"
+        assert "PodSecurity" not in done.stderr, done.stderr
         # Every object was sent: kubectl names each one with "(server dry run)".
         sent = [line for line in done.stdout.splitlines() if line.endswith("(server dry run)")]
         assert len(sent) == manifest.count("\nkind: ") + manifest.startswith("kind: "), done.stdout
@@ -209,7 +221,8 @@ def test_an_object_the_server_refuses_fails_the_dry_run(
     kubectl: str, helm: str, namespaces: list[str], tmp_path: Path
 ) -> None:
     """The check above can fail: a misspelt ServiceMonitor field (strict validation
-    against the CRD's schema) and an invalid port are refused."""
+    against the CRD's schema) and an invalid port are refused, and a pod that
+    `restricted` would refuse is warned of."""
     ns, *teams = namespaces
     manifest = _render(helm, _kafka_values(teams), f"gs-{ns.rsplit('-', 1)[1]}", ns, tmp_path)
     docs = [d for d in yaml.safe_load_all(manifest) if d]
@@ -223,6 +236,10 @@ def test_an_object_the_server_refuses_fails_the_dry_run(
     done = _apply_dry_run(kubectl, yaml.safe_dump(monitor), tmp_path)
     assert done.returncode != 0 and "interval" in done.stderr, done.stderr
     (deployment,) = [d for d in docs if d["kind"] == "Deployment"]
-    deployment["spec"]["template"]["spec"]["containers"][1]["ports"][0]["containerPort"] = 0
+    pod = deployment["spec"]["template"]["spec"]
+    pod["containers"][1]["securityContext"]["allowPrivilegeEscalation"] = True
+    done = _apply_dry_run(kubectl, yaml.safe_dump(deployment), tmp_path)
+    assert 'would violate PodSecurity "restricted:latest"' in done.stderr, done.stderr
+    pod["containers"][1]["ports"][0]["containerPort"] = 0
     done = _apply_dry_run(kubectl, yaml.safe_dump(deployment), tmp_path)
     assert done.returncode != 0 and "containerPort" in done.stderr, done.stderr
