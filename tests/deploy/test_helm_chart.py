@@ -183,10 +183,17 @@ def test_serves_flags_and_environment_follow_the_values(helm: str, tmp_path: Pat
             {"log": {"backend": "kafka", "kafka": {"url": "http://k:9092"}}},
             "log.kafka.url must start with kafka://",
         ),
-        ({"log": {"backend": "postgres"}}, 'log.backend: "postgres" is neither sqlite nor kafka'),
+        # values.schema.json: types, enums and no unknown key (a misspelt value is an error).
+        (
+            {"log": {"backend": "postgres"}},
+            "at '/log/backend': value must be one of 'sqlite', 'kafka'",
+        ),
+        ({"replica": 2}, "additional properties 'replica' not allowed"),
+        ({"console": {"tokn": {"value": "x"}}}, "additional properties 'tokn' not allowed"),
+        ({"replicas": "two"}, "at '/replicas'"),
         ({"ingress": {"enabled": True}}, "ingress.enabled exposes the console"),
         ({"repo": {"url": ""}}, "repo.url: the cluster repo to follow"),
-        ({"replicas": 0}, "replicas: at least 1"),
+        ({"replicas": 0}, "at '/replicas': minimum: got 0, want 1"),
     ],
 )
 def test_values_that_cannot_work_are_refused_with_a_message(
