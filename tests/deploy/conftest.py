@@ -1,0 +1,10 @@
+from __future__ import annotations
+
+import pytest
+
+from tests.deploy.tools import built
+
+
+@pytest.fixture(scope="session")
+def helm() -> str:
+    return built("helm", "build")
