@@ -24,7 +24,7 @@ from findings import Finding
 from schemas.loader import Document, JsonPath
 
 API_VERSION = "gitsched.io/v1"
-KINDS: tuple[str, ...] = ("Cluster", "Node", "NodePool", "Queue", "Job", "Policy")
+KINDS: tuple[str, ...] = ("Cluster", "Node", "NodePool", "Queue", "Job", "Policy", "Workspace")
 ENVELOPE = "Envelope"
 
 _TYPE_WORDS = {
@@ -232,7 +232,7 @@ def _value_message(
     keyword: str, expected: Any, instance: Any, schema: Any, found: str, fallback: str
 ) -> str:
     custom = schema.get("errorMessage") if isinstance(schema, dict) else None
-    if keyword in ("pattern", "anyOf", "oneOf", "not") and isinstance(custom, str):
+    if keyword in ("pattern", "anyOf", "oneOf", "not", "const") and isinstance(custom, str):
         return custom + found
     if keyword == "type":
         kinds = [expected] if isinstance(expected, str) else list(expected)

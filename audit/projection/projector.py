@@ -55,14 +55,23 @@ from audit.projection.vocabulary import (
     epoch,
     person,
 )
+from engine import events as ev
 from engine.events import EVENT_TYPES
 from engine.model import utc_time
+from engine.placement.preemption import Rule
 from engine.state import requeue_reason
+from engine.suspend import (
+    SUSPENDED,
+    commit_suspension,
+    idle_suspension,
+    resumed_reason,
+)
 from engine.units import gpus_text as gpus
 from eventlog.codec import upcast
 from eventlog.timeline import COMMIT_EVENTS, Timeline
 from policies.approval import PLATFORM
 
+SUSPENDED_RULE = Rule.SUSPEND.value
 _string = json.encoder.encode_basestring_ascii  # what canonical_json does to a str
 
 
@@ -139,6 +148,9 @@ class Projector:
             "JobBackoffEnded": self._not_projected,
             "JobTimedOut": self._job_timed_out,
             "ReservationsDecided": self._reservations_decided,
+            "JobSuspended": self._job_suspended,
+            "WorkspaceSuspended": self._workspace_suspended,
+            "JobResumed": self._job_resumed,
         }
         assert set(self._handlers) == set(EVENT_TYPES), "every event type needs a handler"
         self._people: dict[str, str] = {}  # actor -> person(actor): a few authors submit every job
@@ -401,6 +413,8 @@ class Projector:
             else None
         )
         job = s.jobs.get(key)
+        if job is not None and job.resumed:
+            reason, job.resumed = f"{reason}; {job.resumed}" if reason else job.resumed, ""
         queue_name = job.queue if job else key.split("/", 1)[0]
         queue = s.queues.get(queue_name)
         milli = 0
@@ -482,7 +496,7 @@ class Projector:
             KIND_PENDING,
             key,
             stored,
-            _pending_data(reason, "preempted"),
+            _pending_data(reason, SUSPENDED if d.get("rule") == SUSPENDED_RULE else "preempted"),
             batch,
         )
         if s.effects_of is not None:
@@ -494,6 +508,37 @@ class Projector:
         self.checks.non_preemptible(
             stored, key, job, d, run, node_caused, reason, self._time, batch
         )
+
+    def _suspended(self, stored: Envelope, key: str, reason: str, batch: Batch) -> None:
+        """A suspended job waits, saying why; a running one's stop is its JobPreempted."""
+        self._open_version(KIND_PENDING, key, stored, _pending_data(reason, SUSPENDED), batch)
+        if self.state.effects_of is not None:
+            self._effect(stored, key, reason, batch)
+
+    def _job_suspended(self, stored: Envelope, d: dict[str, Any], batch: Batch) -> None:
+        e = ev.JobSuspended(job=d["job"], at=d["at"], by=d["by"], commit=d["commit"])
+        self._suspended(stored, e.job, commit_suspension(e).reason, batch)
+
+    def _workspace_suspended(self, stored: Envelope, d: dict[str, Any], batch: Batch) -> None:
+        e = ev.WorkspaceSuspended(
+            job=d["job"],
+            since=d["since"],
+            until=d["until"],
+            utilization_percent=float(d["utilization_percent"]),
+            threshold_percent=float(d["threshold_percent"]),
+            after_minutes=int(d["after_minutes"]),
+        )
+        self._suspended(stored, e.job, idle_suspension(e).reason, batch)
+
+    def _job_resumed(self, stored: Envelope, d: dict[str, Any], batch: Batch) -> None:
+        """Queued again: it waits from now, and its next interval says who resumed it."""
+        e = ev.JobResumed(job=d["job"], at=d["at"], by=d["by"], commit=d["commit"], how=d["how"])
+        reason = resumed_reason(e)
+        info = self.state.jobs.get(e.job)
+        if info is not None:
+            info.resumed = reason
+            info.waiting_since = self._time
+        self._open_version(KIND_PENDING, e.job, stored, _pending_data(reason, "resumed"), batch)
 
     def _job_pending(self, stored: Envelope, d: dict[str, Any], batch: Batch) -> None:
         key = d["job"]
@@ -591,6 +636,7 @@ class Projector:
             submitted_at=str(job.get("submitted_at", "")),
             time_limit_minutes=job.get("time_limit_minutes"),
             submission=int(job.get("submission", 0)),
+            kind=str(job.get("kind", "Job")),
         )
 
     def _job_submitted(self, stored: Envelope, d: dict[str, Any], batch: Batch) -> None:
@@ -616,6 +662,8 @@ class Projector:
             old.user if old else person(stored.actor),
             old.waiting_since if old else self._time,
         )
+        if old is not None:
+            info.resumed = old.resumed
         s.jobs[key] = info
         s.staged_jobs.append([stored.seq, job["queue"], job.get("file", key), stored.cause])
         fields = d.get("fields", ())

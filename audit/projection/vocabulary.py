@@ -10,7 +10,8 @@ from __future__ import annotations
 import json
 from datetime import datetime
 
-FORMAT_VERSION = "9"  # 7: the attempt (retries); 8: reservations; 9: the platform owners' approvals
+FORMAT_VERSION = "10"  # 7: the attempt (retries); 8: reservations; 9: the platform owners'
+# approvals; 10: suspend and resume (a job's kind, who resumed it)
 
 # How a placement interval started and ended; `history` shows them like sacct's State.
 START_ADMITTED, START_MOVED = "admitted", "moved"

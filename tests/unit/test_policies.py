@@ -144,9 +144,10 @@ def test_the_documented_examples_form_a_valid_repo() -> None:
         "Queue": "teams/vision/queue.yaml",
         "Job": "teams/vision/jobs/llama.yaml",
         "Policy": "policies/00-default.yaml",
+        "Workspace": "teams/vision/workspaces/notebook.yaml",
     }
     files = {homes[re.search(r"kind: (\w+)", b).group(1)]: b for b in blocks}  # type: ignore[union-attr]
-    assert len(files) == 6
+    assert len(files) == 7
     assert check(files) == []
 
 
