@@ -290,6 +290,10 @@ class Simulation:
             "template": None,
             "retry": None,
             "time_limit_minutes": None,
+            "kind": "Job",
+            "suspend": False,
+            "idle_suspend_after_minutes": None,
+            "resume": "",
         }
 
     def _submit(self) -> None:

@@ -203,6 +203,15 @@ BAD = {
         "spec.idle.suspendAfterMinutes",
         "must be at least 1",
     ),
+    "teams/ml/workspaces/root.yaml": (
+        workspace_yaml(
+            "root",
+            extra="  template:\n    spec:\n      containers:\n        - name: nb\n"
+            "          image: jupyter\n          securityContext: {privileged: true}\n",
+        ),
+        "spec.template.spec.containers[0].securityContext.privileged",
+        "privileged",
+    ),
     "teams/ml/queue.yaml": (
         H
         + "kind: Queue\nmetadata:\n  name: ml\nspec:\n  suspend: true\n"
