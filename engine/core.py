@@ -35,7 +35,8 @@ from engine.placement.reservations import HELD, RESERVED
 from engine.retries import held_back
 from engine.shapes import learned_shapes
 from engine.state import ClusterState, fold
-from engine.suspend import commit_transitions, idle_suspension, stop
+from engine.suspend import commit_transitions, stop
+from engine.suspension import idle_suspension
 from findings import Finding
 
 

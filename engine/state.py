@@ -29,7 +29,7 @@ from engine.model import (
     Reservation,
 )
 from engine.shapes import remember_shape
-from engine.suspend import SUSPENDED, Suspension, commit_suspension, idle_suspension
+from engine.suspension import SUSPENDED, Suspension, commit_suspension, idle_suspension
 from findings import Finding
 
 

@@ -6,57 +6,18 @@ for a workspace (WorkspaceSuspended, engine/idle.py decides when), and a commit 
 resumes (JobResumed). A running job stops as a preemption does (a JobPreempted with rule
 "suspend", its lost work from engine.placement.objective), so quota, fair share, audit
 and the actuator treat it as they treat any stop. Every time here is the commit's or the
-telemetry's, never the clock.
+telemetry's, never the clock. What the fold keeps of a suspension is engine/suspension.py.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 from engine import events as ev
 from engine.model import CommitInfo, Job, Placement
 from engine.placement.objective import lost_gpu_seconds
 from engine.placement.preemption import Rule
-
-BY_COMMIT = "commit"  # Suspension.cause: spec.suspend: true
-BY_IDLE = "idle"  # Suspension.cause: a workspace's idle.suspendAfterMinutes
-SUSPENDED = "suspended"  # the pending constraint of a suspended job
-
-
-@dataclass(frozen=True, slots=True)
-class Suspension:
-    """Why a job is suspended, since when, by whom ("" for the idle rule), in words."""
-
-    cause: str
-    since: str
-    by: str
-    reason: str
-
-
-def commit_suspension(e: ev.JobSuspended) -> Suspension:
-    return Suspension(
-        BY_COMMIT,
-        e.at,
-        e.by,
-        f"suspended (spec.suspend: true) by {e.by} at {e.at}: set suspend: false to queue it again",
-    )
-
-
-def idle_suspension(e: ev.WorkspaceSuspended) -> Suspension:
-    return Suspension(
-        BY_IDLE,
-        e.until,
-        "",
-        f"suspended: idle, its GPUs stayed below {e.threshold_percent:g}% utilisation "
-        f"(at most {e.utilization_percent:.1f}%) from {e.since} to {e.until}, "
-        f"idle.suspendAfterMinutes {e.after_minutes}: change spec.resume to queue it again",
-    )
-
-
-def resumed_reason(e: ev.JobResumed) -> str:
-    how = "spec.suspend: false" if e.how == "suspend" else "spec.resume changed"
-    return f"resumed ({how}) by {e.by} at {e.at}"
+from engine.suspension import BY_COMMIT, Suspension, commit_suspension
 
 
 def stop(job: Job, placement: Placement, reason: str, at: str, solve_id: str) -> ev.JobPreempted:

@@ -60,7 +60,7 @@ from engine.events import EVENT_TYPES
 from engine.model import utc_time
 from engine.placement.preemption import Rule
 from engine.state import requeue_reason
-from engine.suspend import (
+from engine.suspension import (
     SUSPENDED,
     commit_suspension,
     idle_suspension,

@@ -20,7 +20,7 @@ from engine.model import (
 )
 from engine.placement.objective import lost_gpu_seconds
 from engine.state import ClusterState, fold
-from engine.suspend import BY_COMMIT, BY_IDLE, SUSPENDED
+from engine.suspension import BY_COMMIT, BY_IDLE, SUSPENDED
 from reconciler.step import solve_step
 from tests.support.factories import desired, job, node
 
@@ -213,3 +213,24 @@ def test_an_idle_suspended_workspace_resumes_only_when_its_resume_field_changes(
 
 def _report(e: ev.Event) -> bool:
     return isinstance(e, ev.GpuUtilizationReported)
+
+
+@pytest.mark.parametrize("solver", SOLVERS)
+def test_editing_a_suspended_job_leaves_it_suspended_and_the_others_placed(solver: str) -> None:
+    """A commit that only edits a suspended job is solved incrementally (reconciler.step):
+    the job is not the solver's to place, and nothing else moves."""
+    a = dataclasses.replace(job("a", gpu=4), suspend=True)
+    others = [job(name, gpu=1) for name in "bcde"]  # a fifth of the jobs: incremental
+    state = apply(ClusterState(), 1, [a, *others], solver)
+    running = ["q/b", "q/c", "q/d", "q/e"]
+    assert sorted(state.placements) == running
+    wider = dataclasses.replace(a, resources=dataclasses.replace(a.resources, gpu_milli=2000))
+    want = desired([wider, *others], nodes=[node("n1")], policy=Policy(solver=solver))
+    c = commit(2)
+    events = decide(state, ApplyCommit(c, want))
+    assert [type(e).__name__ for e in events] == ["JobChanged", "CommitApplied"]
+    state = fold(events, state)
+    now = "2026-11-20T12:00:00.000000Z"
+    step = solve_step(state, c.sha, now, changed=frozenset({"q/a"}))
+    assert sorted(step.state.placements) == running and "q/a" in step.state.suspended
+    assert step.state.pending["q/a"].constraint == SUSPENDED
