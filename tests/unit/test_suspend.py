@@ -8,6 +8,7 @@ import dataclasses
 import pytest
 
 from engine import events as ev
+from engine.codec import from_data, to_data
 from engine.core import ApplyCommit, ApplyTelemetry, decide, placement_instance
 from engine.idle import suspend_rule
 from engine.model import (
@@ -234,3 +235,18 @@ def test_editing_a_suspended_job_leaves_it_suspended_and_the_others_placed(solve
     step = solve_step(state, c.sha, now, changed=frozenset({"q/a"}))
     assert sorted(step.state.placements) == running and "q/a" in step.state.suspended
     assert step.state.pending["q/a"].constraint == SUSPENDED
+
+
+def test_a_job_logged_before_suspend_existed_reads_as_a_job_that_runs() -> None:
+    """JobSubmitted v1 payloads written before kind/suspend/idle/resume: the defaults."""
+    old = to_data(ev.JobSubmitted(job("a")))
+    for name in ("kind", "suspend", "idle_suspend_after_minutes", "resume"):
+        del old["job"][name]
+    read = from_data(ev.JobSubmitted, old).job
+    assert (read.kind, read.suspend, read.idle_suspend_after_minutes, read.resume) == (
+        "Job",
+        False,
+        None,
+        "",
+    )
+    assert not read.is_workspace
