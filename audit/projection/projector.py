@@ -49,6 +49,7 @@ from audit.projection.vocabulary import (
     KIND_PENDING,
     KIND_POLICY,
     KIND_QUEUE,
+    KIND_WORK,
     START_ADMITTED,
     START_MOVED,
     canonical_json,
@@ -554,9 +555,16 @@ class Projector:
         if self.state.effects_of is not None:
             self._effect(stored, key, f"pending: {reason}", batch)
 
+    def _work_kind(self, stored: Envelope, key: str, job: dict[str, Any], batch: Batch) -> None:
+        """A job that is not a plain Job (a Workspace) keeps a version saying so."""
+        kind = job.get("kind", "Job")
+        if kind != "Job" and f"{KIND_WORK}\x1f{key}" not in self.state.versions:
+            self._open_version(KIND_WORK, key, stored, {"kind": kind}, batch)
+
     def _job_gone(self, key: str, kind: str, reason: str, stored: Envelope, batch: Batch) -> None:
         self._close_interval(key, kind, reason, stored, batch)
         self._close_version(KIND_PENDING, key, stored, batch)
+        self._close_version(KIND_WORK, key, stored, batch)
         self.state.jobs.pop(key, None)
 
     def _job_withdrawn(self, stored: Envelope, d: dict[str, Any], batch: Batch) -> None:
@@ -574,6 +582,7 @@ class Projector:
             batch.versions.append(
                 (v[0], v[1], v[2], v[3], v[4], v[5], stored.seq, self._time, self._ts, v[6])
             )
+        self._close_version(KIND_WORK, key, stored, batch)
         s.jobs.pop(key, None)
 
     def _job_started(self, stored: Envelope, d: dict[str, Any], batch: Batch) -> None:
@@ -611,6 +620,7 @@ class Projector:
         info = self._job_info(stored, job, old.user if old else person(stored.actor), d["ready_at"])
         info.attempt = int(d["attempt"]) + 1
         s.jobs[key] = info
+        self._work_kind(stored, key, job, batch)
         self._failed.pop(key, None)
         reason = requeue_reason(
             int(d["attempt"]), int(d["max_retries"]), d["cause"], d["reason"], d["ready_at"]
@@ -647,6 +657,7 @@ class Projector:
         if user is None:
             user = self._people[actor] = person(actor)
         self.state.jobs[key] = self._job_info(stored, job, user, self._time)
+        self._work_kind(stored, key, job, batch)
         self.state.staged_jobs.append(
             [stored.seq, job["queue"], job.get("file", key), stored.cause]
         )
@@ -665,6 +676,7 @@ class Projector:
         if old is not None:
             info.resumed = old.resumed
         s.jobs[key] = info
+        self._work_kind(stored, key, job, batch)
         s.staged_jobs.append([stored.seq, job["queue"], job.get("file", key), stored.cause])
         fields = d.get("fields", ())
         if "priority" in fields or "priority_class" in fields:

@@ -49,6 +49,9 @@ KIND_NODE, KIND_QUEUE, KIND_PENDING, KIND_POLICY, KIND_CLUSTER = (
     "policy",
     "cluster",
 )
+# The kind of work of a job that is not a plain Job (a Workspace), while the log knows it:
+# `audit usage --by kind` (docs/workspaces.md). Plain jobs have none: most jobs cost nothing.
+KIND_WORK = "work"
 
 # A checkpoint lists every open row, so a point-in-time query reads that list plus
 # at most this many events' worth of rows; spacing grows with the open set so

@@ -59,7 +59,8 @@ def state_of(repo: ClusterRepo) -> dict[str, object]:
 def test_a_workspace_is_suspended_when_idle_and_resumed_by_a_commit(repo: ClusterRepo) -> None:
     repo.bootstrap()
     repo.write("teams/ml/workspaces/nb.yaml", workspace_yaml())
-    repo.commit("ml: a notebook", author=ANA)  # at EPOCH + 1 h
+    repo.write("teams/ml/jobs/train.yaml", job_yaml("train", gpu=8))
+    repo.commit("ml: a notebook and a training job", author=ANA)  # at EPOCH + 1 h
     gitsched("reconcile", "--once", repo.path, expect=0)
     state = state_of(repo)
     placements = state["placements"]
@@ -115,6 +116,22 @@ def test_a_workspace_is_suspended_when_idle_and_resumed_by_a_commit(repo: Cluste
     assert f"resumed (spec.resume changed) by {LI[0]} <{LI[1]}>" in history[1]["start_reason"]
     assert history[1]["cause"] == resumed_at
     assert gitsched("audit", "compliance", "--repo", repo.path).returncode == 0
+
+    # GPU-hours by kind of work: the notebook's, and the batch job's, per team.
+    period = ("--since", "2025-11-16T09:00:00Z", "--until", "2025-11-16T23:00:00Z")
+    usage = gitsched(
+        "audit", "usage", "--by", "kind", *period, "--repo", repo.path, "--format", "json"
+    ).json()
+    by_kind = {(r["team"], r["kind"]): r for r in usage["rows"]}
+    assert set(by_kind) == {("ml", "Job"), ("ml", "Workspace")}
+    assert (
+        by_kind[("ml", "Workspace")]["used_gpu_h"] > 0 and by_kind[("ml", "Job")]["used_gpu_h"] > 0
+    )
+    team = gitsched(
+        "audit", "usage", "--by", "team", *period, "--repo", repo.path, "--format", "json"
+    ).json()
+    total = sum(r["used_gpu_h"] for r in team["rows"] if r["team"] == "ml")
+    assert abs(sum(r["used_gpu_h"] for r in usage["rows"]) - total) < 0.01
 
 
 def plan_then_reconcile(repo: ClusterRepo, event_log: EventLog, rec: Reconciler) -> None:
