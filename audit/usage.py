@@ -9,10 +9,11 @@ overlap the period, clipped to it. Lent GPU-hours are what a queue's unused
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any
 
-from audit.projection.vocabulary import DAY
+from audit.projection.vocabulary import DAY, KIND_WORK
 from audit.store import AuditStore, rows
 from audit.window import VERSIONS, first_id_from, interval_window, placement_window
 from engine.units import GPU_MILLI
@@ -20,7 +21,7 @@ from engine.units import GPU_MILLI
 MILLI_HOURS = GPU_MILLI * 3600.0  # milli-GPU-seconds in a GPU-hour
 # GPUs -> milli-GPU inside SQL, a float literal (1000.0) so SQLite multiplies in floating point.
 _GPU_MILLI_SQL = repr(float(GPU_MILLI))
-BY = ("team", "user", "flavor")
+BY = ("team", "user", "flavor", "kind")
 
 HEADERS = {
     "team": [
@@ -34,6 +35,7 @@ HEADERS = {
         "idle_quota_gpu_h",
     ],
     "user": ["user", "team", "flavor", "placements", "used_gpu_h", "team_pct"],
+    "kind": ["team", "kind", "used_gpu_h", "team_pct"],
     "flavor": [
         "flavor",
         "capacity_gpu_h",
@@ -358,6 +360,66 @@ def by_user(store: AuditStore, since: float, until: float) -> list[dict[str, Any
     ]
 
 
+def by_kind(store: AuditStore, since: float, until: float) -> list[dict[str, Any]]:
+    """GPU-hours per team and kind of work (Job, Workspace; docs/workspaces.md).
+
+    A team's total is `by_user`'s (the daily roll-up); the few jobs the log knows as
+    another kind (their `work` versions) are summed from their own intervals, clipped to
+    the period, and the rest of the total is batch jobs'."""
+    totals: dict[str, float] = {}
+    for (_, team, _), (used, _) in _user_sums(store, since, until).items():
+        totals[team] = totals.get(team, 0.0) + used
+    spans: dict[str, list[tuple[float, float | None, str]]] = {}
+    for v in rows(
+        store,
+        "SELECT key, from_ts, to_ts, data FROM versions WHERE kind = ? UNION ALL "
+        "SELECT key, from_ts, to_ts, data FROM open_versions WHERE kind = ?",
+        (KIND_WORK, KIND_WORK),
+    ):
+        spans.setdefault(v["key"], []).append(
+            (v["from_ts"], v["to_ts"], json.loads(v["data"])["kind"])
+        )
+    other: dict[tuple[str, str], float] = {}
+    keys = sorted(spans)
+    overlap = _OVERLAP.format(start="start_ts", end="end_ts")
+    for i in range(0, len(keys), 500):
+        chunk = keys[i : i + 500]
+        marks = ",".join(f":k{n}" for n in range(len(chunk)))
+        for r in rows(
+            store,
+            f"SELECT job, team, start_ts, gpu_milli * {overlap} AS used FROM all_placements "
+            f"WHERE job IN ({marks}) AND start_ts < :until AND "
+            "(end_ts IS NULL OR end_ts > :since)",
+            {**{f"k{n}": k for n, k in enumerate(chunk)}, "since": since, "until": until},
+        ):
+            kind = next(
+                (
+                    k
+                    for a, b, k in spans[r["job"]]
+                    if a <= r["start_ts"] and (b is None or b >= r["start_ts"])
+                ),
+                None,
+            )
+            if kind is not None and r["used"] > 0:
+                other[(r["team"], kind)] = other.get((r["team"], kind), 0.0) + r["used"]
+    out: list[dict[str, Any]] = []
+    for team in sorted(set(totals) | {t for t, _ in other}):
+        total = totals.get(team, 0.0)
+        kinds = {k: v for (t, k), v in other.items() if t == team}
+        kinds["Job"] = max(0.0, total - sum(kinds.values()))
+        for kind in sorted(kinds):
+            if kinds[kind] > 0 or kind == "Job":
+                out.append(
+                    {
+                        "team": team,
+                        "kind": kind,
+                        "used_gpu_h": _h(kinds[kind]),
+                        "team_pct": _pct(kinds[kind], total),
+                    }
+                )
+    return out
+
+
 def by_flavor(store: AuditStore, since: float, until: float) -> list[dict[str, Any]]:
     window = interval_window(store, VERSIONS, since, until)
     node_ov = _OVERLAP.format(start="from_ts", end="to_ts")
@@ -427,6 +489,8 @@ def usage(store: AuditStore, *, by: str, since: float, until: float) -> list[dic
         return by_user(store, since, until)
     if by == "flavor":
         return by_flavor(store, since, until)
+    if by == "kind":
+        return by_kind(store, since, until)
     raise ValueError(f"usage by {by!r}: choose one of {', '.join(BY)}")
 
 

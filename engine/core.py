@@ -16,7 +16,7 @@ from immutables import Map
 
 from engine import events as ev
 from engine.fairshare import capacity_gpus, moment, usage_at, usage_shares
-from engine.idle import idle_reason, is_idle, job_utilization
+from engine.idle import idle_reason, is_idle, job_utilization, suspend_rule
 from engine.model import (
     ClusterSpec,
     CommitInfo,
@@ -37,6 +37,8 @@ from engine.services import InferenceService, is_replica_key, next_step, replica
 from engine.services import desired_replicas as desired_count
 from engine.shapes import learned_shapes
 from engine.state import ClusterState, fold
+from engine.suspend import commit_transitions, stop
+from engine.suspension import idle_suspension
 from findings import Finding
 
 
@@ -117,7 +119,27 @@ def _apply_telemetry(state: ClusterState, intent: ApplyTelemetry) -> tuple[ev.Ev
     for key in sorted(after.idle_streaks):
         job, placement = after.jobs.get(key), after.placements.get(key)
         streak = after.idle_streaks[key]
-        if key in after.idle or job is None or placement is None:
+        if job is None or placement is None:
+            continue
+        rule = suspend_rule(job, policy)
+        if (
+            rule is not None
+            and key not in after.suspended
+            and is_idle(job, placement, streak, rule)
+        ):
+            # A workspace idle for its own window: suspended (engine/suspend.py), its GPUs freed.
+            suspended = ev.WorkspaceSuspended(
+                job=key,
+                since=streak.since,
+                until=streak.until,
+                utilization_percent=streak.percent,
+                threshold_percent=policy.threshold_percent,
+                after_minutes=job.idle_suspend_after_minutes or 0,
+            )
+            reason = idle_suspension(suspended).reason
+            out += (suspended, stop(job, placement, reason, streak.until, f"idle/{streak.until}"))
+            continue
+        if key in after.idle:
             continue
         if not is_idle(job, placement, streak, policy):
             continue
@@ -212,6 +234,20 @@ def _apply_commit(state: ClusterState, intent: ApplyCommit) -> tuple[ev.Event, .
         out.append(ev.JobChanged(job=job, fields=_changed_fields(old_job, job)))
 
     out.extend(_service_changes(state, desired.services, intent.commit))
+    # Suspended and resumed (spec.suspend, a workspace's spec.resume), decided at the
+    # commit's time: after the job changes that carry the new spec.
+    out.extend(
+        commit_transitions(
+            {k: j for k, j in desired.jobs.items() if k not in state.ended},
+            state.jobs,
+            state.suspended,
+            state.placements,
+            intent.commit,
+            decision_time(intent.commit),
+        )
+        if state.suspended or any(j.suspend for j in desired.jobs.values())
+        else ()
+    )
 
     # Queues go after their jobs are withdrawn, so no job is ever left without its queue.
     for name in sorted(set(state.queues) - set(desired.queues)):
@@ -441,7 +477,7 @@ def placement_instance(state: ClusterState, now: str) -> PlacementInstance:
     # A requeued job waits out its backoff (engine/retries.py): no decision before it ends.
     backoff = held_back(state, now) if state.retries else frozenset()
     for key in sorted(state.jobs):
-        if key in backoff:
+        if key in backoff or key in state.suspended:
             continue
         job = state.jobs[key]
         flag = state.idle.get(key)

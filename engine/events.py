@@ -403,6 +403,8 @@ class ServiceMetricObserved(Event):
     value: float
     samples: int
     replicas: int
+
+
 # -- inference services (engine/services.py, docs/services.md) --
 # Their own events, not the Job ones with a kind field: a service is not a job (min/max,
 # spread, rolling updates), and every reader of JobSubmitted (audit, the actuator, fair
@@ -468,6 +470,55 @@ class ServiceReplicasChanged(Event):
     at: str
 
 
+# -- suspend and resume (docs/workspaces.md) --
+
+
+@dataclass(frozen=True, slots=True)
+class JobSuspended(Event):
+    """A job or workspace suspended through git (spec.suspend: true, Kueue's suspend) by
+    `by` (the commit's author) at `at` (the commit's date), in commit `commit`. It is not
+    placed while suspended; a running one stops like a preemption (a JobPreempted with rule
+    "suspend" follows, its lost work counted as a preemption's). It keeps its submission
+    order: resumed, it queues in its old place in line (engine/suspend.py)."""
+
+    type: ClassVar[str] = "JobSuspended"
+    job: str
+    at: str
+    by: str
+    commit: str
+
+
+@dataclass(frozen=True, slots=True)
+class WorkspaceSuspended(Event):
+    """A running workspace's GPUs stayed below the idle threshold (`threshold_percent`, the
+    Policy's idle.thresholdPercent; at most `utilization_percent` seen) from `since` to
+    `until`, at least its idle.suspendAfterMinutes (`after_minutes`): suspended at `until`,
+    its pods deleted and its quota freed (a JobPreempted with rule "suspend" follows). Its
+    spec stays; a commit that changes its spec.resume queues it again."""
+
+    type: ClassVar[str] = "WorkspaceSuspended"
+    job: str
+    since: str
+    until: str
+    utilization_percent: float
+    threshold_percent: float
+    after_minutes: int
+
+
+@dataclass(frozen=True, slots=True)
+class JobResumed(Event):
+    """A suspended job or workspace queued again by commit `commit` of `by` at `at` (the
+    commit's date): `how` is "suspend" (its spec.suspend went to false) or "resume" (a
+    workspace's spec.resume changed after the idle rule suspended it)."""
+
+    type: ClassVar[str] = "JobResumed"
+    job: str
+    at: str
+    by: str
+    commit: str
+    how: str
+
+
 EVENT_TYPES: dict[str, type[Event]] = {
     cls.type: cls
     for cls in (
@@ -507,5 +558,8 @@ EVENT_TYPES: dict[str, type[Event]] = {
         ServiceChanged,
         ServiceWithdrawn,
         ServiceReplicasChanged,
+        JobSuspended,
+        WorkspaceSuspended,
+        JobResumed,
     )
 }

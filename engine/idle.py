@@ -86,6 +86,23 @@ def is_idle(job: Job, placement: Placement, streak: IdleStreak, policy: IdlePoli
     return until - start >= policy.window_minutes * 60.0
 
 
+def suspend_rule(job: Job, policy: IdlePolicy) -> IdlePolicy | None:
+    """The idle rule of a workspace that asks to be suspended when idle (spec.idle.
+    suspendAfterMinutes), for `is_idle`: the Policy's threshold, the workspace's own window,
+    counted from its start (it asked for this window; no grace on top), no exemptions (it
+    asked). None for a job that does not ask."""
+    minutes = job.idle_suspend_after_minutes
+    if minutes is None:
+        return None
+    return IdlePolicy(
+        enabled=True,
+        threshold_percent=policy.threshold_percent,
+        window_minutes=float(minutes),
+        grace_minutes=0.0,
+        action=IdleAction.RECLAIM,
+    )
+
+
 def idle_reason(flag: ev.JobIdle) -> str:
     """What the owner reads in `plan` and audit."""
     what = (

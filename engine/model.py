@@ -13,6 +13,7 @@ from enum import StrEnum
 from engine.units import GPU_MILLI
 
 NODE_LEVEL = "node"
+WORKSPACE = "Workspace"  # Job.kind of an interactive session (docs/workspaces.md)
 
 
 class NodeState(StrEnum):
@@ -220,6 +221,18 @@ class Job:
     service: str = ""
     # The service's spread: with `service`, at most so many of its replicas per domain.
     spread: tuple[Spread, ...] = ()
+    # -- kinds of work and pausing (docs/workspaces.md) --
+    # The document's kind: "Job", or "Workspace" (an interactive session: one replica,
+    # placed like a one-replica job, suspended when idle).
+    kind: str = "Job"
+    # spec.suspend (Kueue's): a suspended job is not placed, and a running one stops like a
+    # preemption (engine/suspend.py); false queues it again in its place in line.
+    suspend: bool = False
+    # Workspace spec.idle.suspendAfterMinutes: GPUs idle this long suspend it (engine/idle.py).
+    idle_suspend_after_minutes: int | None = None
+    # Workspace spec.resume: a commit that changes it resumes a workspace the idle rule
+    # suspended (its file still says suspend: false); "" when not set.
+    resume: str = ""
     # "queue/name", worked out once when the job is made (a commit on 50,000 jobs reads
     # keys ~700,000 times). Derived, not data: no constructor argument, no part of
     # equality, and engine.codec leaves it out of events (init=False).
@@ -235,6 +248,10 @@ class Job:
     @property
     def gpu_milli_total(self) -> int:
         return self.replicas * self.resources.gpu_milli
+
+    @property
+    def is_workspace(self) -> bool:
+        return self.kind == WORKSPACE
 
     def placement_fields(self) -> tuple[object, ...]:
         """The fields a running placement depends on: change one and the job must be placed anew."""

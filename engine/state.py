@@ -30,6 +30,7 @@ from engine.model import (
 )
 from engine.services import ServiceStatus, apply_step, replica_jobs, replica_key
 from engine.shapes import remember_shape
+from engine.suspension import SUSPENDED, Suspension, commit_suspension, idle_suspension
 from findings import Finding
 
 
@@ -93,6 +94,8 @@ class ClusterState:
     # "team/name" -> an inference service, its revision and replicas (engine/services.py);
     # its replicas are jobs in `jobs` (queue/name.<index>).
     services: Map[str, ServiceStatus] = field(default_factory=Map)
+    # job -> why it is suspended (engine/suspend.py), until a commit resumes it
+    suspended: Map[str, Suspension] = field(default_factory=Map)
 
     def placement_of(self, job: str) -> Placement | None:
         return self.placements.get(job)
@@ -269,6 +272,7 @@ def _job_gone(
         started=_without(s.started, key),
         ended=_without(s.ended, key) if ended is None else ended,
         retries=_without(s.retries, key),
+        suspended=_without(s.suspended, key),
         needs_placement=True,
     )
 
@@ -342,12 +346,17 @@ def _placement_decided(s: ClusterState, e: ev.PlacementDecided) -> ClusterState:
 
 
 def _job_preempted(s: ClusterState, e: ev.JobPreempted) -> ClusterState:
+    # A suspended job's stop: it waits as suspended (its JobSuspended said why), not preempted.
+    held = s.suspended.get(e.job)
     return _replace(
         s,
         usage=_usage_stopped(s, e.job, s.clock),
         **_not_idle(s, e.job, keep_reclaimed=True),
         placements=_without(s.placements, e.job),
-        pending=s.pending.set(e.job, Pending(e.reason, "preempted")),
+        pending=s.pending.set(
+            e.job,
+            Pending(e.reason, "preempted") if held is None else Pending(held.reason, SUSPENDED),
+        ),
         started=_without(s.started, e.job),
     )
 
@@ -369,12 +378,18 @@ def _solve_completed(s: ClusterState, e: ev.SolveCompleted) -> ClusterState:
 
 def _gpu_utilization_reported(s: ClusterState, e: ev.GpuUtilizationReported) -> ClusterState:
     clock = _later(s, e.end)
+    watched: Map[str, Placement] | dict[str, Placement] = s.placements
     if not s.policy.idle.enabled:
-        return _replace(s, clock=clock)
+        # Only workspaces that ask to be suspended when idle (engine/idle.py: suspend_rule).
+        watched = {
+            key: p
+            for key, p in s.placements.items()
+            if (work := s.jobs.get(key)) is not None and work.idle_suspend_after_minutes is not None
+        }
+        if not watched:
+            return _replace(s, clock=clock)
     streaks = s.idle_streaks
-    for job, streak in observe(
-        s.idle_streaks, s.placements, e, s.policy.idle.threshold_percent
-    ).items():
+    for job, streak in observe(s.idle_streaks, watched, e, s.policy.idle.threshold_percent).items():
         streaks = _without(streaks, job) if streak is None else streaks.set(job, streak)
     return _replace(s, idle_streaks=streaks, clock=clock)
 
@@ -524,6 +539,37 @@ def _service_replicas_changed(s: ClusterState, e: ev.ServiceReplicasChanged) -> 
     )
 
 
+def _suspended(s: ClusterState, key: str, held: Suspension) -> ClusterState:
+    """Not placed until resumed: it waits, saying why (a running one's JobPreempted follows)."""
+    return _replace(
+        s,
+        suspended=s.suspended.set(key, held),
+        pending=s.pending.set(key, Pending(held.reason, SUSPENDED)),
+        clock=_later(s, held.since),
+        needs_placement=True,
+    )
+
+
+def _job_suspended(s: ClusterState, e: ev.JobSuspended) -> ClusterState:
+    return _suspended(s, e.job, commit_suspension(e))
+
+
+def _workspace_suspended(s: ClusterState, e: ev.WorkspaceSuspended) -> ClusterState:
+    return _suspended(s, e.job, idle_suspension(e))
+
+
+def _job_resumed(s: ClusterState, e: ev.JobResumed) -> ClusterState:
+    """Queued again, in its old place (its submission is unchanged): the solve that follows
+    places it or says why it waits."""
+    return _replace(
+        s,
+        suspended=_without(s.suspended, e.job),
+        pending=_without(s.pending, e.job),
+        clock=_later(s, e.at),
+        needs_placement=True,
+    )
+
+
 _HANDLERS: dict[type[ev.Event], Callable[[ClusterState, Any], ClusterState]] = {
     ev.CommitApplied: _commit_applied,
     ev.CommitRejected: _commit_rejected,
@@ -561,6 +607,9 @@ _HANDLERS: dict[type[ev.Event], Callable[[ClusterState, Any], ClusterState]] = {
     ev.ServiceChanged: _service_changed,
     ev.ServiceWithdrawn: _service_withdrawn,
     ev.ServiceReplicasChanged: _service_replicas_changed,
+    ev.JobSuspended: _job_suspended,
+    ev.WorkspaceSuspended: _workspace_suspended,
+    ev.JobResumed: _job_resumed,
 }
 
 assert set(_HANDLERS) == set(ev.EVENT_TYPES.values()), "every event type needs a handler"

@@ -115,7 +115,11 @@ def ingest(
                 ],
                 expected_last_seq=tip.last_seq,
             )
-            flags = [e for e in events if isinstance(e, ev.JobIdle | ev.JobIdleCleared)]
+            flags = [
+                e
+                for e in events
+                if isinstance(e, ev.JobIdle | ev.JobIdleCleared | ev.WorkspaceSuspended)
+            ]
             solved = None
             if flags:
                 report = Reconciler(GitRepo(repo), event_log).solve_now(cause)
@@ -126,12 +130,18 @@ def ingest(
         if isinstance(e, ev.JobIdle)
     ]
     busy = [e.job for e in flags if isinstance(e, ev.JobIdleCleared)]
+    suspended = [
+        {"job": e.job, "since": e.since, "until": e.until, "after_minutes": e.after_minutes}
+        for e in flags
+        if isinstance(e, ev.WorkspaceSuspended)
+    ]
     summary = {
         "samples": len(samples),
         "skipped": problems,
         "reports": len(reports),
         "idle": idle,
         "busy_again": busy,
+        "suspended": suspended,  # workspaces idle for their idle.suspendAfterMinutes
         "placed_again_at_seq": solved,
     }
     if fmt == "json":
@@ -147,6 +157,8 @@ def ingest(
         click.echo(f"idle: {flag['job']} since {flag['since']} ({flag['action']})")
     for job in busy:
         click.echo(f"busy again: {job}")
+    for held in suspended:
+        click.echo(f"suspended: {held['job']} idle from {held['since']} to {held['until']}")
 
 
 @telemetry.command()

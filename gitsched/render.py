@@ -118,6 +118,17 @@ def state_to_dict(state: ClusterState, last_seq: int) -> dict[str, Any]:
             }
             for key, p in sorted(state.pending.items())
         },
+        # suspended jobs and workspaces (docs/workspaces.md); each is in "pending" too
+        "suspended": {
+            key: {
+                "kind": job.kind if (job := state.jobs.get(key)) is not None else None,
+                "cause": held.cause,
+                "since": held.since,
+                "by": held.by or None,
+                "reason": held.reason,
+            }
+            for key, held in sorted(state.suspended.items())
+        },
         "reservations": [
             {
                 "job": r.job,
@@ -179,7 +190,8 @@ def state_text(state: ClusterState, last_seq: int) -> str:
     out.append(
         f"cluster {cluster} at seq {last_seq}: {len(state.nodes)} nodes, "
         f"{gpus_text(used)}/{gpus_text(total)} GPUs allocated, {len(state.jobs)} jobs "
-        f"({len(state.placements)} running, {len(state.pending)} pending)"
+        f"({len(state.placements)} running, {len(state.pending) - len(state.suspended)} pending"
+        + (f", {len(state.suspended)} suspended)" if state.suspended else ")")
     )
     if state.last_good_commit:
         out.append(
@@ -227,19 +239,25 @@ def state_text(state: ClusterState, last_seq: int) -> str:
         out.append(
             table(["SERVICE", "CURRENT", "DESIRED", "MIN", "MAX", "RUNNING", "PENDING", ""], rows)
         )
-    if state.pending:
+    waiting = sorted(key for key in state.pending if key not in state.suspended)
+    if waiting:
         out.append("")
         out.append("Pending")
         starts = {r.job: r.start for r in state.reservations}
         if starts:
-            rows = [
-                [key, starts.get(key, "-"), state.pending[key].reason]
-                for key in sorted(state.pending)
-            ]
+            rows = [[key, starts.get(key, "-"), state.pending[key].reason] for key in waiting]
             out.append(table(["JOB", "EXPECTED START", "WHY"], rows))
         else:
-            rows = [[key, state.pending[key].reason] for key in sorted(state.pending)]
+            rows = [[key, state.pending[key].reason] for key in waiting]
             out.append(table(["JOB", "WHY"], rows))
+    if state.suspended:
+        out.append("")
+        out.append("Suspended")
+        rows = [
+            [key, job.kind if (job := state.jobs.get(key)) else "-", held.since, held.reason]
+            for key, held in sorted(state.suspended.items())
+        ]
+        out.append(table(["JOB", "KIND", "SINCE", "WHY"], rows))
     return "\n".join(out)
 
 

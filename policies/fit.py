@@ -36,7 +36,7 @@ def fit_warnings(docs: Sequence[Document], desired: DesiredState) -> tuple[Findi
     for node in nodes:
         if node.flavor is not None:
             by_flavor[node.flavor].append(node)
-    by_name = {(d.file, d.name): d for d in docs if d.kind == "Job"}
+    by_name = {(d.file, d.name): d for d in docs if d.kind in ("Job", "Workspace")}
     for job in desired.jobs.values():
         doc = by_name.get((job.file, job.name))
         found = _never_fits(job, desired, nodes, by_flavor, capacity) if doc is not None else None

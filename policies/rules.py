@@ -33,6 +33,7 @@ _HOMES = {
     "NodePool": "inventory/<name>.yaml",
     "Queue": "teams/<team>/queue.yaml",
     "Job": "teams/<team>/jobs/<name>.yaml",
+    "Workspace": "teams/<team>/workspaces/<name>.yaml",
     "Policy": "policies/<name>.yaml",
     "InferenceService": "teams/<team>/services/<name>.yaml",
 }
@@ -42,17 +43,21 @@ _AREA_OF_KIND = {
     "NodePool": "inventory",
     "Queue": "queue",
     "Job": "jobs",
+    "Workspace": "workspaces",
     "Policy": "policies",
     "InferenceService": "services",
 }
 _IMPLICIT_LEVEL = "node"
+# The kinds placed as jobs (a Workspace is a one-replica job, docs/workspaces.md): each is
+# checked by the job rules, and a job's name is unique in its queue across both.
+WORK_KINDS = frozenset(("Job", "Workspace"))
 
 
 @dataclass(frozen=True, slots=True)
 class Place:
     """Where a file sits in the cluster repo: its area and, under teams/, its team."""
 
-    area: str  # cluster | inventory | queue | jobs | services | policies | elsewhere
+    area: str  # cluster | inventory | queue | jobs | workspaces | services | policies | elsewhere
     team: str | None = None
 
 
@@ -68,10 +73,8 @@ def place_of(file: str) -> Place:
         return Place(parts[0])
     if len(parts) == 3 and parts[0] == "teams" and parts[2] in ("queue.yaml", "queue.yml"):
         return Place("queue", parts[1])
-    if len(parts) == 4 and parts[0] == "teams" and parts[2] == "jobs":
-        return Place("jobs", parts[1])
-    if len(parts) == 4 and parts[0] == "teams" and parts[2] == "services":
-        return Place("services", parts[1])
+    if len(parts) == 4 and parts[0] == "teams" and parts[2] in ("jobs", "workspaces", "services"):
+        return Place(parts[2], parts[1])
     return Place("elsewhere")
 
 
@@ -101,10 +104,12 @@ def check_repository(
     job whose queue lives in one is not also told that its queue is missing.
     """
     ordered = sorted(docs, key=_doc_order)
-    frame, errors = _frame([d for d in ordered if d.kind != "Job"], policy, unchecked, broken_files)
+    frame, errors = _frame(
+        [d for d in ordered if d.kind not in WORK_KINDS], policy, unchecked, broken_files
+    )
     jobs_by_queue: dict[str, list[Document]] = defaultdict(list)
     for doc in ordered:
-        if doc.kind == "Job":
+        if doc.kind in WORK_KINDS:
             queue, found = _job_findings(doc, frame)
             if queue is not None:
                 jobs_by_queue[queue].append(doc)
@@ -169,7 +174,7 @@ class RepositoryCheck:
             self._frame is None
             or frame_key != self._frame_key
             or any(i not in self._jobs for i in map(id, removed))
-            or any(d.kind != "Job" for d in added)
+            or any(d.kind not in WORK_KINDS for d in added)
         ):
             self._rebuild(current, policy, unchecked, broken_files)
             # The key names the unchecked documents by id: held, so the ids stay theirs.
@@ -198,12 +203,12 @@ class RepositoryCheck:
     ) -> None:
         ordered = sorted(current.values(), key=_doc_order)
         self._frame, self._frame_errors = _frame(
-            [d for d in ordered if d.kind != "Job"], policy, unchecked, broken_files
+            [d for d in ordered if d.kind not in WORK_KINDS], policy, unchecked, broken_files
         )
         self._docs = current
         self._jobs, self._failing, self._names, self._twice = {}, {}, {}, set()
         for doc in ordered:
-            if doc.kind == "Job":
+            if doc.kind in WORK_KINDS:
                 self._add_job(doc, self._frame)
 
     def _add_job(self, doc: Document, frame: _Frame) -> None:
@@ -740,7 +745,7 @@ def _unchecked_references(
     """The reference errors of a document that broke its schema: only the fields that
     still have the shape the schema asks for are looked at."""
     spec = _spec(doc)
-    if doc.kind == "Job":
+    if doc.kind in WORK_KINDS:
         if cluster is not None:
             yield from _check_job_references(doc, spec, cluster)
         errors: list[Finding] = []
@@ -775,7 +780,7 @@ def _check_job(
     if cluster is not None:
         yield from _check_job_references(doc, spec, cluster)
 
-    replicas: int = spec["replicas"]
+    replicas: int = spec.get("replicas", 1)  # a Workspace's is 1
     resources: Mapping[str, Any] = spec["resources"]
     gpu = resources.get("gpu", 0)
     total = replicas * gpu

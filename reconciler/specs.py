@@ -356,8 +356,10 @@ class _FileRead:
 
 
 def _group(kind: str | None) -> str | None:
-    """The group build_desired takes a document of `kind` from: nodes and node pools together."""
-    return "Node" if kind == "NodePool" else kind
+    """The group build_desired takes a document of `kind` from: nodes and node pools
+    together, and jobs and workspaces (a workspace is a one-replica job: one model, one
+    placement path, docs/workspaces.md)."""
+    return "Node" if kind == "NodePool" else "Job" if kind == "Workspace" else kind
 
 
 def _groups(docs: Iterable[Document]) -> dict[str | None, list[Document]]:
@@ -428,8 +430,8 @@ def _read(f: SourceFile, limits: Limits) -> _FileRead:
                     None,
                     "$",
                     "YAML file outside the cluster repo layout (cluster.yaml, inventory/, "
-                    "teams/<team>/queue.yaml, teams/<team>/jobs/, teams/<team>/services/, policies/): it"
-                    " would be ignored",
+                    "teams/<team>/queue.yaml, teams/<team>/jobs/, teams/<team>/workspaces/, "
+                    "teams/<team>/services/, policies/): it would be ignored",
                     "layout",
                 ),
             )
@@ -712,7 +714,9 @@ def build_desired(
         team = policies.place_of(doc.file).team or ""
         spec = doc.data["spec"]
         queue_name = spec.get("queue") or team_queue.get(team, team)
-        job = _job(doc.name or "", spec, queue_name, cluster, doc.file, queues.get(queue_name))
+        job = _job(
+            doc.name or "", spec, queue_name, cluster, doc.file, queues.get(queue_name), doc.kind
+        )
         made[id(doc)] = (doc, job.key, job)
         jobs[job.key] = job
     services: dict[str, InferenceService] = {}
@@ -850,8 +854,11 @@ def _job(
     cluster: ClusterSpec,
     file: str,
     queue_model: Queue | None = None,
+    kind: str | None = "Job",
 ) -> Job:
     resources = spec.get("resources", {})
+    idle = spec.get("idle") or {}
+    resume = spec.get("resume")
     topology = spec.get("topology")
     priority_class = spec.get("priorityClass") or cluster.default_priority_class
     return Job(
@@ -883,6 +890,10 @@ def _job(
         template=spec.get("template"),
         retry=retry_of(spec.get("retry")),
         time_limit_minutes=_time_limit(spec, queue_model),
+        kind=kind or "Job",
+        suspend=bool(spec.get("suspend", False)),
+        idle_suspend_after_minutes=idle.get("suspendAfterMinutes"),
+        resume="" if resume is None else str(resume),
     )
 
 

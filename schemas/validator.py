@@ -32,6 +32,7 @@ KINDS: tuple[str, ...] = (
     "Job",
     "Policy",
     "InferenceService",
+    "Workspace",
 )
 ENVELOPE = "Envelope"
 
@@ -283,7 +284,7 @@ def _value_message(
     keyword: str, expected: Any, instance: Any, schema: Any, found: str, fallback: str
 ) -> str:
     custom = schema.get("errorMessage") if isinstance(schema, dict) else None
-    if keyword in ("pattern", "anyOf", "oneOf", "not") and isinstance(custom, str):
+    if keyword in ("pattern", "anyOf", "oneOf", "not", "const") and isinstance(custom, str):
         return custom + found
     if keyword == "type":
         kinds = [expected] if isinstance(expected, str) else list(expected)

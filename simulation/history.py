@@ -292,6 +292,10 @@ class Simulation:
             "time_limit_minutes": None,
             "service": "",
             "spread": [],
+            "kind": "Job",
+            "suspend": False,
+            "idle_suspend_after_minutes": None,
+            "resume": "",
         }
 
     def _submit(self) -> None:

@@ -27,6 +27,7 @@ from audit.projection.vocabulary import (
     email_of,
 )
 from engine.model import Approval, Owner
+from engine.placement.preemption import Rule
 from engine.timelimits import plus_minutes
 from policies.approval import (
     check_submitters,
@@ -218,7 +219,9 @@ class ComplianceChecks:
         borrowed = run is not None and preemption_rules.held_borrowed(
             s, key, job.queue, run.flavor, run
         )
-        if not job.preemptible and not node_caused and not borrowed:
+        # Suspended (spec.suspend, or a workspace's own idle rule) is its owner's choice.
+        suspended = d.get("rule") == Rule.SUSPEND
+        if not job.preemptible and not node_caused and not borrowed and not suspended:
             by = d.get("preempted_by")
             self._violation(
                 CHECK_PREEMPTION,

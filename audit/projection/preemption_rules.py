@@ -111,8 +111,10 @@ def check(
     rule = d.get("rule") or Rule.UNRECORDED
     by = d.get("preempted_by")
     evidence = [victim.seq, run.seq]
-    if by is None and rule == Rule.IDLE:
-        return None  # reclaimed for idleness: the JobIdle before it is the evidence
+    if by is None and rule in (Rule.IDLE, Rule.SUSPEND):
+        # reclaimed for idleness, or suspended: the JobIdle, JobSuspended or
+        # WorkspaceSuspended before it is the evidence
+        return None
     if by is None or rule == Rule.PLACE_GONE:
         if rule not in (Rule.PLACE_GONE, Rule.UNRECORDED):
             return f"{key} stopped under rule {rule} with no preemptor", evidence

@@ -49,20 +49,30 @@ from audit.projection.vocabulary import (
     KIND_PENDING,
     KIND_POLICY,
     KIND_QUEUE,
+    KIND_WORK,
     START_ADMITTED,
     START_MOVED,
     canonical_json,
     epoch,
     person,
 )
+from engine import events as ev
 from engine.events import EVENT_TYPES
 from engine.model import utc_time
+from engine.placement.preemption import Rule
 from engine.state import requeue_reason
+from engine.suspension import (
+    SUSPENDED,
+    commit_suspension,
+    idle_suspension,
+    resumed_reason,
+)
 from engine.units import gpus_text as gpus
 from eventlog.codec import upcast
 from eventlog.timeline import COMMIT_EVENTS, Timeline
 from policies.approval import PLATFORM
 
+SUSPENDED_RULE = Rule.SUSPEND.value
 _string = json.encoder.encode_basestring_ascii  # what canonical_json does to a str
 
 
@@ -149,6 +159,9 @@ class Projector:
             "ServiceChanged": self._service_changed,
             "ServiceWithdrawn": self._service_withdrawn,
             "ServiceReplicasChanged": self._service_replicas_changed,
+            "JobSuspended": self._job_suspended,
+            "WorkspaceSuspended": self._workspace_suspended,
+            "JobResumed": self._job_resumed,
         }
         assert set(self._handlers) == set(EVENT_TYPES), "every event type needs a handler"
         self._people: dict[str, str] = {}  # actor -> person(actor): a few authors submit every job
@@ -411,6 +424,8 @@ class Projector:
             else None
         )
         job = s.jobs.get(key)
+        if job is not None and job.resumed:
+            reason, job.resumed = f"{reason}; {job.resumed}" if reason else job.resumed, ""
         queue_name = job.queue if job else key.split("/", 1)[0]
         queue = s.queues.get(queue_name)
         milli = 0
@@ -492,7 +507,7 @@ class Projector:
             KIND_PENDING,
             key,
             stored,
-            _pending_data(reason, "preempted"),
+            _pending_data(reason, SUSPENDED if d.get("rule") == SUSPENDED_RULE else "preempted"),
             batch,
         )
         if s.effects_of is not None:
@@ -504,6 +519,37 @@ class Projector:
         self.checks.non_preemptible(
             stored, key, job, d, run, node_caused, reason, self._time, batch
         )
+
+    def _suspended(self, stored: Envelope, key: str, reason: str, batch: Batch) -> None:
+        """A suspended job waits, saying why; a running one's stop is its JobPreempted."""
+        self._open_version(KIND_PENDING, key, stored, _pending_data(reason, SUSPENDED), batch)
+        if self.state.effects_of is not None:
+            self._effect(stored, key, reason, batch)
+
+    def _job_suspended(self, stored: Envelope, d: dict[str, Any], batch: Batch) -> None:
+        e = ev.JobSuspended(job=d["job"], at=d["at"], by=d["by"], commit=d["commit"])
+        self._suspended(stored, e.job, commit_suspension(e).reason, batch)
+
+    def _workspace_suspended(self, stored: Envelope, d: dict[str, Any], batch: Batch) -> None:
+        e = ev.WorkspaceSuspended(
+            job=d["job"],
+            since=d["since"],
+            until=d["until"],
+            utilization_percent=float(d["utilization_percent"]),
+            threshold_percent=float(d["threshold_percent"]),
+            after_minutes=int(d["after_minutes"]),
+        )
+        self._suspended(stored, e.job, idle_suspension(e).reason, batch)
+
+    def _job_resumed(self, stored: Envelope, d: dict[str, Any], batch: Batch) -> None:
+        """Queued again: it waits from now, and its next interval says who resumed it."""
+        e = ev.JobResumed(job=d["job"], at=d["at"], by=d["by"], commit=d["commit"], how=d["how"])
+        reason = resumed_reason(e)
+        info = self.state.jobs.get(e.job)
+        if info is not None:
+            info.resumed = reason
+            info.waiting_since = self._time
+        self._open_version(KIND_PENDING, e.job, stored, _pending_data(reason, "resumed"), batch)
 
     def _job_pending(self, stored: Envelope, d: dict[str, Any], batch: Batch) -> None:
         key = d["job"]
@@ -519,9 +565,16 @@ class Projector:
         if self.state.effects_of is not None:
             self._effect(stored, key, f"pending: {reason}", batch)
 
+    def _work_kind(self, stored: Envelope, key: str, job: dict[str, Any], batch: Batch) -> None:
+        """A job that is not a plain Job (a Workspace) keeps a version saying so."""
+        kind = job.get("kind", "Job")
+        if kind != "Job" and f"{KIND_WORK}\x1f{key}" not in self.state.versions:
+            self._open_version(KIND_WORK, key, stored, {"kind": kind}, batch)
+
     def _job_gone(self, key: str, kind: str, reason: str, stored: Envelope, batch: Batch) -> None:
         self._close_interval(key, kind, reason, stored, batch)
         self._close_version(KIND_PENDING, key, stored, batch)
+        self._close_version(KIND_WORK, key, stored, batch)
         self.state.jobs.pop(key, None)
 
     def _job_withdrawn(self, stored: Envelope, d: dict[str, Any], batch: Batch) -> None:
@@ -539,6 +592,7 @@ class Projector:
             batch.versions.append(
                 (v[0], v[1], v[2], v[3], v[4], v[5], stored.seq, self._time, self._ts, v[6])
             )
+        self._close_version(KIND_WORK, key, stored, batch)
         s.jobs.pop(key, None)
 
     def _job_started(self, stored: Envelope, d: dict[str, Any], batch: Batch) -> None:
@@ -576,6 +630,7 @@ class Projector:
         info = self._job_info(stored, job, old.user if old else person(stored.actor), d["ready_at"])
         info.attempt = int(d["attempt"]) + 1
         s.jobs[key] = info
+        self._work_kind(stored, key, job, batch)
         self._failed.pop(key, None)
         reason = requeue_reason(
             int(d["attempt"]), int(d["max_retries"]), d["cause"], d["reason"], d["ready_at"]
@@ -601,6 +656,7 @@ class Projector:
             submitted_at=str(job.get("submitted_at", "")),
             time_limit_minutes=job.get("time_limit_minutes"),
             submission=int(job.get("submission", 0)),
+            kind=str(job.get("kind", "Job")),
         )
 
     def _job_submitted(self, stored: Envelope, d: dict[str, Any], batch: Batch) -> None:
@@ -611,6 +667,7 @@ class Projector:
         if user is None:
             user = self._people[actor] = person(actor)
         self.state.jobs[key] = self._job_info(stored, job, user, self._time)
+        self._work_kind(stored, key, job, batch)
         self.state.staged_jobs.append(
             [stored.seq, job["queue"], job.get("file", key), stored.cause]
         )
@@ -626,7 +683,10 @@ class Projector:
             old.user if old else person(stored.actor),
             old.waiting_since if old else self._time,
         )
+        if old is not None:
+            info.resumed = old.resumed
         s.jobs[key] = info
+        self._work_kind(stored, key, job, batch)
         s.staged_jobs.append([stored.seq, job["queue"], job.get("file", key), stored.cause])
         fields = d.get("fields", ())
         if "priority" in fields or "priority_class" in fields:

@@ -78,6 +78,10 @@ class JobInfo:
     submitted_at: str = ""
     time_limit_minutes: int | None = None
     submission: int = 0
+    # "Job" | "Workspace" (docs/workspaces.md), and who resumed it and when, until the
+    # placement that follows (its start reason says so)
+    kind: str = "Job"
+    resumed: str = ""
 
 
 @dataclass(slots=True)

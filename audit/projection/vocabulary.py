@@ -10,7 +10,8 @@ from __future__ import annotations
 import json
 from datetime import datetime
 
-FORMAT_VERSION = "10"  # 7: the attempt (retries); 8: reservations; 9: the platform owners' approvals; 10: services
+FORMAT_VERSION = "11"  # 7: the attempt (retries); 8: reservations; 9: the platform owners'
+# approvals; 10: services; 11: suspend and resume (a job's kind, who resumed it)
 
 # How a placement interval started and ended; `history` shows them like sacct's State.
 START_ADMITTED, START_MOVED = "admitted", "moved"
@@ -48,6 +49,9 @@ KIND_NODE, KIND_QUEUE, KIND_PENDING, KIND_POLICY, KIND_CLUSTER = (
     "policy",
     "cluster",
 )
+# The kind of work of a job that is not a plain Job (a Workspace), while the log knows it:
+# `audit usage --by kind` (docs/workspaces.md). Plain jobs have none: most jobs cost nothing.
+KIND_WORK = "work"
 
 # A checkpoint lists every open row, so a point-in-time query reads that list plus
 # at most this many events' worth of rows; spacing grows with the open set so

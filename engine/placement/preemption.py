@@ -42,6 +42,7 @@ class Rule(StrEnum):
     RECLAIM = "reclaim"  # a queue below nominal took back what the victim's queue borrowed
     PLACE_GONE = "place-gone"  # its node, its spec or its queue's quota no longer holds it
     IDLE = "idle"  # its GPUs stayed idle and the policy reclaims them (engine/idle.py, JobIdle)
+    SUSPEND = "suspend"  # suspended: spec.suspend (JobSuspended) or idle (WorkspaceSuspended)
     UNRECORDED = "unrecorded"  # logged before the rule was recorded (upcast JobPreempted v1)
 
 

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.deploy.tools import built
+from tests.support.deploy_tools import built
 
 
 @pytest.fixture(scope="session")

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.deploy.tools import CHART, KAFKA_EXPOSED, ROOT, render, rendered
+from tests.support.deploy_tools import CHART, KAFKA_EXPOSED, ROOT, render, rendered
 
 pytestmark = pytest.mark.helm
 

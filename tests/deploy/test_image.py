@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.deploy.tools import ROOT
+from tests.support.deploy_tools import ROOT
 
 pytestmark = pytest.mark.image
 

@@ -24,7 +24,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from cluster.api import KubeApi, release
-from tests.deploy.tools import KAFKA_EXPOSED, built, render
+from tests.support.deploy_tools import KAFKA_EXPOSED, built, render
 from tests.support.kube import ENV_VAR
 
 pytestmark = [pytest.mark.kube, pytest.mark.helm]

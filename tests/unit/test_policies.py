@@ -145,9 +145,10 @@ def test_the_documented_examples_form_a_valid_repo() -> None:
         "Job": "teams/vision/jobs/llama.yaml",
         "Policy": "policies/00-default.yaml",
         "InferenceService": "teams/vision/services/chat.yaml",
+        "Workspace": "teams/vision/workspaces/notebook.yaml",
     }
     files = {homes[re.search(r"kind: (\w+)", b).group(1)]: b for b in blocks}  # type: ignore[union-attr]
-    assert len(files) == 7
+    assert len(files) == 8
     assert check(files) == []
 
 
