@@ -16,6 +16,7 @@ from engine.placement.constraints import (
     replica_shape_error,
     replicas_text,
 )
+from engine.placement.moves import unexplained_moves
 from engine.placement.plan import OutcomeStatus, PlacementInstance, PlacementPlan
 from engine.placement.preemption import borrowing_reclaimable, non_preemptible_borrowing
 from engine.placement.topology import Tree, topology_violation
@@ -119,4 +120,5 @@ def check_plan(instance: PlacementInstance, plan: PlacementPlan) -> list[str]:
                 f"{node_name}: dedicated job {isolated[0]} shares the node with {sorted(keys - {isolated[0]})}"
             )
     problems.extend(f"quota: {v}" for v in ledger.violations())
+    problems.extend(unexplained_moves(instance, plan.outcomes))
     return problems

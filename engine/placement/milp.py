@@ -36,6 +36,7 @@ from engine.placement.fragmentation import NodeScorer
 from engine.placement.greedy import GreedyPlacer, Packing, priority_key
 from engine.placement.incremental import incremental_start
 from engine.placement.linear import LinearModel, LinearSolution, SolveLimits, solve
+from engine.placement.moves import settle_moves
 from engine.placement.objective import (
     broken_soft_constraints,
     jobs_by_key,
@@ -614,6 +615,9 @@ class MilpPlacer:
         started: float,
     ) -> PlacementPlan:
         greedy_score = greedy.stats.objective
+        if outcomes is not None:
+            # The same move rule as greedy's: a move no rule allows is undone (moves.py).
+            outcomes = settle_moves(instance, outcomes)
         score = self._score(outcomes) if outcomes is not None else None
         problems = (
             tuple(check_plan(instance, PlacementPlan(outcomes, greedy.stats)))

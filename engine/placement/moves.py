@@ -1,0 +1,219 @@
+"""When a running job may move, written once: every solver's plan goes through `settle_moves`
+(greedy, the MILP on every backend, its incremental and decomposed solves) and `check_plan`
+asks `move_reasons`, so no plan moves a running job without one of these reasons:
+- its place is gone (node drained, failed or removed, its spec or topology changed);
+- its queue's quota of the flavor it runs on was cut below what the queue holds;
+- it grows (an elastic job runs more replicas than before);
+- it makes room: a job this plan admits, or a move that itself makes room, lands on a node
+  it left (KAI's consolidation: a move only to place a pending job).
+A move for anything else (fragmentation, a tidier packing, a solver that stopped short)
+is undone: the job stays where it is. The work a move loses (since the last checkpoint,
+plus a restart per replica) is priced by objective.move_penalty; how many moves one solve
+may make of its own accord is the Policy's `maxMovesPerSolve` (`voluntary_moves_left`).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from enum import StrEnum
+
+from engine.model import Job, Placement
+from engine.placement.constraints import QuotaLedger, quota_charge
+from engine.placement.objective import jobs_by_key, lost_gpu_seconds, nodes_by_name
+from engine.placement.plan import JobOutcome, OutcomeStatus, PlacementInstance
+from engine.placement.preemption import over_limits, start_ledger
+from engine.placement.running import keep_problem
+
+
+class MoveReason(StrEnum):
+    """Why a running job moved (JobOutcome.rule and PlacementDecided.rule of a move)."""
+
+    PLACE_GONE = "place-gone"  # its node, spec or topology no longer holds it
+    QUOTA_CUT = "quota-cut"  # its queue is over a cut quota of the flavor it ran on
+    GROWS = "grows"  # an elastic job runs more replicas than before
+    MAKES_ROOM = "makes-room"  # a job admitted by the plan lands on a node it left
+    UNRECORDED = "unrecorded"  # logged before moves recorded a reason (PlacementDecided v1)
+
+
+# The reasons a rule forces (the move is no choice: never counted against the cap).
+REQUIRED = frozenset((MoveReason.PLACE_GONE, MoveReason.QUOTA_CUT))
+
+
+def required_move(instance: PlacementInstance, job: Job, was: Placement) -> str | None:
+    """Why the rules require the running job to leave its place (words), or None if it may
+    stay: its place is gone (running.keep_problem) or its queue's quota was cut."""
+    why = keep_problem(instance, job, was, nodes_by_name(instance))
+    if why is not None:
+        return why
+    if job.preemptible and over_limits(start_ledger(instance), job.queue, was.flavor):
+        return f"queue {job.queue} is over its quota of {was.flavor}"
+    return None
+
+
+def move_reasons(
+    instance: PlacementInstance, outcomes: Sequence[JobOutcome]
+) -> dict[str, tuple[MoveReason, str] | None]:
+    """Each move of the plan and its reason (code, words); None: a move no rule allows."""
+    jobs = jobs_by_key(instance)
+    nodes = nodes_by_name(instance)
+    ledger = start_ledger(instance)
+    moved = {
+        o.job: o
+        for o in outcomes
+        if o.status is OutcomeStatus.MOVED and o.job in instance.current and o.job in jobs
+    }
+    found: dict[str, tuple[MoveReason, str] | None] = {}
+    for key, o in moved.items():
+        job, was = jobs[key], instance.current[key]
+        why = keep_problem(instance, job, was, nodes)
+        if why is not None:
+            found[key] = (MoveReason.PLACE_GONE, f"moved: {why}")
+        elif job.preemptible and over_limits(ledger, job.queue, was.flavor):
+            found[key] = (
+                MoveReason.QUOTA_CUT,
+                f"moved: queue {job.queue} is over its quota of {was.flavor}",
+            )
+        elif len(o.replicas) > len(was.replicas):
+            found[key] = (
+                MoveReason.GROWS,
+                f"moved: it grows from {len(was.replicas)} to {len(o.replicas)} replicas",
+            )
+        else:
+            found[key] = None
+    # Who lands on each node anew: admitted jobs, and moved jobs on nodes they were not on.
+    arrivals: dict[str, list[str]] = defaultdict(list)
+    for o in outcomes:
+        if o.status is OutcomeStatus.PLACED or o.job in moved:
+            before = {r.node for r in instance.current[o.job].replicas} if o.job in moved else ()
+            for node in sorted({r.node for r in o.replicas} - set(before)):
+                arrivals[node].append(o.job)
+    placed = {o.job for o in outcomes if o.status is OutcomeStatus.PLACED}
+    changed = True
+    while changed:  # a move makes room for an admitted job, or for a move that does
+        changed = False
+        for key in sorted(k for k, v in found.items() if v is None):
+            left = sorted({r.node for r in instance.current[key].replicas})
+            for node in left:
+                by = next(
+                    (k for k in arrivals.get(node, ()) if k in placed or found.get(k)), None
+                )
+                if by is not None:
+                    what = "admitted" if by in placed else "moved"
+                    found[key] = (
+                        MoveReason.MAKES_ROOM,
+                        f"moved to make room on {node} for {by} ({what} by this plan)",
+                    )
+                    changed = True
+                    break
+    return found
+
+
+def settle_moves(
+    instance: PlacementInstance, outcomes: Sequence[JobOutcome]
+) -> tuple[JobOutcome, ...]:
+    """The plan with every move that no rule allows undone (the job stays where it is: its
+    old place holds only jobs that were there with it, so it is free again), and every move
+    that stays carrying its reason code (`rule`), its words and the work it loses. An undone
+    move that would break a quota (it changed flavor or replica count) is kept as it was."""
+    reasons = move_reasons(instance, outcomes)
+    if not reasons:
+        return tuple(outcomes)
+    jobs = jobs_by_key(instance)
+    undo = {k for k, v in reasons.items() if v is None}
+    risky = {
+        o.job
+        for o in outcomes
+        if o.job in undo
+        and (
+            o.flavor != instance.current[o.job].flavor
+            or len(o.replicas) != len(instance.current[o.job].replicas)
+        )
+    }
+    if risky and _quota_broken(instance, outcomes, undo):
+        undo -= risky
+    out: list[JobOutcome] = []
+    for o in outcomes:
+        if o.job not in reasons:
+            out.append(o)
+            continue
+        was = instance.current[o.job]
+        if o.job in undo:
+            out.append(
+                JobOutcome(
+                    o.job,
+                    OutcomeStatus.KEPT,
+                    was.flavor,
+                    was.replicas,
+                    reason="stays: a move would let no waiting work run",
+                )
+            )
+            continue
+        verdict = reasons[o.job]
+        code, words = verdict if verdict is not None else (None, o.reason)
+        out.append(
+            replace(
+                o,
+                reason=words,
+                rule=code.value if code is not None else "",
+                lost_gpu_seconds=lost_gpu_seconds(jobs[o.job], was, instance.now),
+            )
+        )
+    return tuple(out)
+
+
+def _quota_broken(
+    instance: PlacementInstance, outcomes: Sequence[JobOutcome], undo: set[str]
+) -> bool:
+    """Whether the plan with the moves in `undo` undone breaks a quota limit."""
+    jobs = jobs_by_key(instance)
+    nodes = nodes_by_name(instance)
+    ledger = QuotaLedger(instance.queues)
+    for o in outcomes:
+        job = jobs.get(o.job)
+        if job is None or not o.running:
+            continue
+        flavor, replicas = (
+            (instance.current[o.job].flavor, instance.current[o.job].replicas)
+            if o.job in undo
+            else (o.flavor, o.replicas)
+        )
+        if o.status is OutcomeStatus.KEPT and not job.preemptible:
+            continue
+        if o.job in undo and not job.preemptible:
+            continue
+        ledger.add(job.queue, flavor, quota_charge(job, replicas, nodes))
+    return bool(ledger.violations())
+
+
+def voluntary_moves_left(instance: PlacementInstance, made: int) -> bool:
+    """Whether the plan may make one more move of its own accord (the Policy's
+    maxMovesPerSolve; None: no cap) after `made` such moves."""
+    cap = instance.policy.max_moves_per_solve
+    return cap is None or made < cap
+
+
+def unexplained_moves(
+    instance: PlacementInstance, outcomes: Sequence[JobOutcome]
+) -> list[str]:
+    """The plan's moves that no rule allows, and a cap broken (check.py's findings)."""
+    reasons = move_reasons(instance, outcomes)
+    problems = [f"{k}: moved, but no rule allows the move" for k, v in reasons.items() if v is None]
+    voluntary = sum(1 for v in reasons.values() if v is not None and v[0] not in REQUIRED)
+    cap = instance.policy.max_moves_per_solve
+    if cap is not None and voluntary > cap:
+        problems.append(f"moves: {voluntary} running jobs moved, maxMovesPerSolve is {cap}")
+    return problems
+
+
+def moves_summary(instance: PlacementInstance, outcomes: Sequence[JobOutcome]) -> Mapping[str, float]:
+    """What the plan's moves cost: how many, and the GPU-hours of work they lose."""
+    moved = [o for o in outcomes if o.status is OutcomeStatus.MOVED and o.job in instance.current]
+    jobs = jobs_by_key(instance)
+    lost = sum(
+        lost_gpu_seconds(jobs[o.job], instance.current[o.job], instance.now)
+        for o in moved
+        if o.job in jobs
+    )
+    return {"moves": len(moved), "lost_gpu_hours": lost / 3600.0}
