@@ -575,7 +575,7 @@ def _effects(
         ):
             kept += 1
         elif now is not None:
-            moved = was is not None and isinstance(word, ev.PlacementDecided)
+            decided = word if was is not None and isinstance(word, ev.PlacementDecided) else None
             effects.append(
                 JobEffect(
                     key,
@@ -586,8 +586,8 @@ def _effects(
                     was.nodes if was else (),
                     now.nodes,
                     # A move's lost work and why it moved (engine/placement/moves.py).
-                    lost_gpu_seconds=word.lost_gpu_seconds if moved else 0.0,
-                    rule=word.rule if moved else "",
+                    lost_gpu_seconds=decided.lost_gpu_seconds if decided else 0.0,
+                    rule=decided.rule if decided else "",
                 )
             )
         elif was is not None and isinstance(word, ev.JobPreempted):

@@ -686,12 +686,12 @@ class GreedyPlacer:
         # many as the Policy's maxMovesPerSolve allows (moves.py).
         made = 0
         for victim in priority_order(retry):
-            running = victim.key in instance.current
-            if running and not voluntary_moves_left(instance, made):
+            ran = victim.key in instance.current
+            if ran and not voluntary_moves_left(instance, made):
                 continue
             result = packing.find(victim)
             if isinstance(result, Fit):
-                made += running
+                made += int(ran)
                 packing.commit(victim, result)
                 outcomes[victim.key] = JobOutcome(
                     victim.key,
@@ -703,7 +703,9 @@ class GreedyPlacer:
                     ),
                 )
 
-        ordered = settle_moves(instance, tuple(outcomes[j.key] for j in priority_order(instance.jobs)))
+        ordered = settle_moves(
+            instance, tuple(outcomes[j.key] for j in priority_order(instance.jobs))
+        )
         objective = plan_objective(instance, ordered)
         return PlacementPlan(
             outcomes=ordered,

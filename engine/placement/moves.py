@@ -96,9 +96,7 @@ def move_reasons(
         for key in sorted(k for k, v in found.items() if v is None):
             left = sorted({r.node for r in instance.current[key].replicas})
             for node in left:
-                by = next(
-                    (k for k in arrivals.get(node, ()) if k in placed or found.get(k)), None
-                )
+                by = next((k for k in arrivals.get(node, ()) if k in placed or found.get(k)), None)
                 if by is not None:
                     what = "admitted" if by in placed else "moved"
                     found[key] = (
@@ -194,9 +192,7 @@ def voluntary_moves_left(instance: PlacementInstance, made: int) -> bool:
     return cap is None or made < cap
 
 
-def unexplained_moves(
-    instance: PlacementInstance, outcomes: Sequence[JobOutcome]
-) -> list[str]:
+def unexplained_moves(instance: PlacementInstance, outcomes: Sequence[JobOutcome]) -> list[str]:
     """The plan's moves that no rule allows, and a cap broken (check.py's findings)."""
     reasons = move_reasons(instance, outcomes)
     problems = [f"{k}: moved, but no rule allows the move" for k, v in reasons.items() if v is None]
@@ -207,7 +203,9 @@ def unexplained_moves(
     return problems
 
 
-def moves_summary(instance: PlacementInstance, outcomes: Sequence[JobOutcome]) -> Mapping[str, float]:
+def moves_summary(
+    instance: PlacementInstance, outcomes: Sequence[JobOutcome]
+) -> Mapping[str, float]:
     """What the plan's moves cost: how many, and the GPU-hours of work they lose."""
     moved = [o for o in outcomes if o.status is OutcomeStatus.MOVED and o.job in instance.current]
     jobs = jobs_by_key(instance)

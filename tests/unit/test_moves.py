@@ -25,9 +25,7 @@ SOLVERS: dict[str, Placer] = {
 
 
 def on(key: str, node_name: str, gpus: tuple[int, ...]) -> Placement:
-    return Placement(
-        key, "h100", (ReplicaPlacement(node_name, gpus, 1000),), started_at=STARTED
-    )
+    return Placement(key, "h100", (ReplicaPlacement(node_name, gpus, 1000),), started_at=STARTED)
 
 
 def crowded(cap: int | None):  # type: ignore[no-untyped-def]
