@@ -4,8 +4,9 @@ asks `move_reasons`, so no plan moves a running job without one of these reasons
 - its place is gone (node drained, failed or removed, its spec or topology changed);
 - its queue's quota of the flavor it runs on was cut below what the queue holds;
 - it grows (an elastic job runs more replicas than before);
-- it makes room: a job this plan admits, or a move that itself makes room, lands on a node
-  it left (KAI's consolidation: a move only to place a pending job).
+- it makes room: a job this plan admits, or a move that itself makes room, takes GPUs it
+  left (or the CPU or memory of a node it left, so that it could not go back) -- KAI's
+  consolidation: a move only to place a pending job.
 A move for anything else (fragmentation, a tidier packing, a solver that stopped short)
 is undone: the job stays where it is. The work a move loses (since the last checkpoint,
 plus a restart per replica) is priced by objective.move_penalty; how many moves one solve
@@ -15,11 +16,11 @@ may make of its own accord is the Policy's `maxMovesPerSolve` (`voluntary_moves_
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from enum import StrEnum
 
-from engine.model import Job, Placement
+from engine.model import Isolation, Job, Placement, ReplicaPlacement
 from engine.placement.constraints import QuotaLedger, quota_charge
 from engine.placement.objective import jobs_by_key, lost_gpu_seconds, nodes_by_name
 from engine.placement.plan import JobOutcome, OutcomeStatus, PlacementInstance
@@ -82,30 +83,95 @@ def move_reasons(
             )
         else:
             found[key] = None
-    # Who lands on each node anew: admitted jobs, and moved jobs on nodes they were not on.
-    arrivals: dict[str, list[str]] = defaultdict(list)
+    placed = {o.job for o in outcomes if o.status is OutcomeStatus.PLACED}
+    final = {o.job: o for o in outcomes}
+    # Who takes each GPU anew (node, index): admitted jobs, and moved jobs on GPUs they did
+    # not hold; a job without GPUs takes the node ((node, -1)).
+    arrivals: dict[tuple[str, int], list[str]] = defaultdict(list)
     for o in outcomes:
         if o.status is OutcomeStatus.PLACED or o.job in moved:
-            before = {r.node for r in instance.current[o.job].replicas} if o.job in moved else ()
-            for node in sorted({r.node for r in o.replicas} - set(before)):
-                arrivals[node].append(o.job)
-    placed = {o.job for o in outcomes if o.status is OutcomeStatus.PLACED}
+            before = _held(instance.current[o.job]) if o.job in moved else set()
+            for spot in sorted(_held_replicas(o.replicas) - before):
+                arrivals[spot].append(o.job)
+
+    def admits(key: str) -> bool:
+        return key in placed or found.get(key) is not None
+
     changed = True
     while changed:  # a move makes room for an admitted job, or for a move that does
         changed = False
         for key in sorted(k for k, v in found.items() if v is None):
-            left = sorted({r.node for r in instance.current[key].replicas})
-            for node in left:
-                by = next((k for k in arrivals.get(node, ()) if k in placed or found.get(k)), None)
+            for node, gpu in sorted(_held(instance.current[key])):
+                by = next((k for k in arrivals.get((node, gpu), ()) if admits(k)), None)
                 if by is not None:
-                    what = "admitted" if by in placed else "moved"
-                    found[key] = (
-                        MoveReason.MAKES_ROOM,
-                        f"moved to make room on {node} for {by} ({what} by this plan)",
-                    )
+                    found[key] = _makes_room(node, by, by in placed)
                     changed = True
                     break
+        if changed:
+            continue
+        # What is left may go back but where the CPU or memory it held went to a job the
+        # plan admits: those moves made room too (on that node).
+        stay = {k for k, v in found.items() if v is None}
+        for node_name, key, by in _crowded(instance, final, stay, admits):
+            if found[key] is None:
+                found[key] = _makes_room(node_name, by, by in placed)
+                changed = True
     return found
+
+
+def _held(placement: Placement) -> set[tuple[str, int]]:
+    return _held_replicas(placement.replicas)
+
+
+def _held_replicas(replicas: Sequence[ReplicaPlacement]) -> set[tuple[str, int]]:
+    """The GPUs (node, index) the replicas hold; a replica without GPUs holds (node, -1)."""
+    return {(r.node, g) for r in replicas for g in (r.gpus or (-1,))}
+
+
+def _makes_room(node: str, by: str, admitted: bool) -> tuple[MoveReason, str]:
+    what = "admitted" if admitted else "moved"
+    return MoveReason.MAKES_ROOM, f"moved to make room on {node} for {by} ({what} by this plan)"
+
+
+def _crowded(
+    instance: PlacementInstance,
+    final: Mapping[str, JobOutcome],
+    stay: set[str],
+    admits: Callable[[str], bool],
+) -> list[tuple[str, str, str]]:
+    """(node, mover, arrival) for each node whose CPU or memory the jobs in `stay` would
+    overfill if they went back to it, or where an isolated job would share it, with a job
+    the plan admits there."""
+    jobs = jobs_by_key(instance)
+    nodes = nodes_by_name(instance)
+    cpu: dict[str, int] = defaultdict(int)
+    memory: dict[str, int] = defaultdict(int)
+    newcomers: dict[str, list[str]] = defaultdict(list)
+    movers: dict[str, list[str]] = defaultdict(list)
+    dedicated: set[str] = set()  # nodes an isolated job would share
+    for key, o in final.items():
+        job = jobs.get(key)
+        if job is None or not o.running:
+            continue
+        replicas = instance.current[key].replicas if key in stay else o.replicas
+        for r in replicas:
+            cpu[r.node] += job.resources.cpu_milli
+            memory[r.node] += job.resources.memory_mib
+            if job.isolation is Isolation.DEDICATED:
+                dedicated.add(r.node)
+            if key in stay:
+                movers[r.node].append(key)
+            elif admits(key):
+                newcomers[r.node].append(key)
+    out = []
+    for name in sorted(movers):
+        node = nodes.get(name)
+        if node is None or not newcomers.get(name):
+            continue
+        if cpu[name] > node.cpu_milli or memory[name] > node.memory_mib or name in dedicated:
+            by = sorted(newcomers[name])[0]
+            out += [(name, key, by) for key in sorted(set(movers[name]))]
+    return out
 
 
 def settle_moves(

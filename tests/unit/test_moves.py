@@ -147,3 +147,37 @@ def test_a_move_costs_a_restart_per_replica_and_the_work_since_the_checkpoint() 
     assert move_penalty(gang, 0.0, policy) == pytest.approx(4 * move_penalty(small, 0.0, policy))
     assert move_penalty(small, 3600.0, policy) > move_penalty(small, 0.0, policy)
     assert move_penalty(small, 0.0, replace(policy, move_cost=0.0)) == 0.0
+
+
+def test_a_job_admitted_beside_the_old_place_is_no_reason_to_move() -> None:
+    """The admitted job took other GPUs of the node the job left: the job could have stayed."""
+    inst = instance(
+        [node("n1", gpus=2), node("n2", gpus=2)],
+        [queue("q")],
+        [job("a", gpu=1), job("c", gpu=1)],
+        {"q/a": on("q/a", "n1", (0,))},
+    )
+    outcomes = (
+        JobOutcome("q/a", OutcomeStatus.MOVED, "h100", (ReplicaPlacement("n2", (0,), 1000),)),
+        JobOutcome("q/c", OutcomeStatus.PLACED, "h100", (ReplicaPlacement("n1", (1,), 1000),)),
+    )
+    assert move_reasons(inst, outcomes) == {"q/a": None}
+    settled = settle_moves(inst, outcomes)
+    assert [o.status for o in settled] == [OutcomeStatus.KEPT, OutcomeStatus.PLACED]
+    assert check_plan(inst, PlacementPlan(settled, SolveStats("test", "heuristic", 0.0))) == []
+
+
+def test_a_move_whose_cpu_went_to_an_admitted_job_made_room() -> None:
+    """Other GPUs, but the node's CPU: the job could not go back, so its move made room."""
+    inst = instance(
+        [node("n1", gpus=2, cpu=4), node("n2", gpus=2, cpu=4)],
+        [queue("q")],
+        [job("a", gpu=1, cpu=3), job("c", gpu=1, cpu=3)],
+        {"q/a": on("q/a", "n1", (0,))},
+    )
+    outcomes = (
+        JobOutcome("q/a", OutcomeStatus.MOVED, "h100", (ReplicaPlacement("n2", (0,), 1000),)),
+        JobOutcome("q/c", OutcomeStatus.PLACED, "h100", (ReplicaPlacement("n1", (1,), 1000),)),
+    )
+    found = move_reasons(inst, outcomes)["q/a"]
+    assert found is not None and found[0] is MoveReason.MAKES_ROOM and "q/c" in found[1]
