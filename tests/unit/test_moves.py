@@ -181,3 +181,23 @@ def test_a_move_whose_cpu_went_to_an_admitted_job_made_room() -> None:
     )
     found = move_reasons(inst, outcomes)["q/a"]
     assert found is not None and found[0] is MoveReason.MAKES_ROOM and "q/c" in found[1]
+
+
+def test_plan_says_why_a_job_moved_and_what_it_loses() -> None:
+    from gitsched.render_plan import effect_detail
+    from reconciler.plan import Action, JobEffect
+
+    move = JobEffect(
+        "q/a",
+        Action.MOVED,
+        "moved to make room on n1 for q/big (admitted by this plan)",
+        "h100",
+        1000,
+        ("n1",),
+        ("n2",),
+        lost_gpu_seconds=7200.0,
+        rule=MoveReason.MAKES_ROOM,
+    )
+    where, why = effect_detail(move)
+    assert where == "1 GPU h100: n1 -> n2; makes-room, loses 2.0 GPU-h since its last checkpoint"
+    assert "for q/big" in why
