@@ -89,6 +89,7 @@ class Formulation:
     aux: list[tuple[int, Terms, float, str, float]] = field(default_factory=list)
     # Level 1 of the objective: each nominal column's queue, flavor and priority.
     nominal: dict[int, tuple[str, str, int]] = field(default_factory=dict)
+    move_cap: bool = False  # a `move_cap` row limits the moves (Policy maxMovesPerSolve)
 
 
 @dataclass(frozen=True, slots=True)
@@ -380,6 +381,7 @@ class Builder:
         cap = self.policy.max_moves_per_solve
         if cap is not None and len(self.voluntary_moves) > cap:
             self.lp.row("move_cap", self.voluntary_moves, upper=float(cap))
+            self.formulation.move_cap = True
 
     def _own_claim(self, job: Job, flavor: str | None, parts: Terms) -> None:
         """A running job only its own queue may claim (its queue does not borrow, so no

@@ -24,7 +24,14 @@ from engine.model import Isolation, Job, Placement, ReplicaPlacement
 from engine.placement.constraints import QuotaLedger, quota_charge
 from engine.placement.objective import jobs_by_key, lost_gpu_seconds, nodes_by_name
 from engine.placement.plan import JobOutcome, OutcomeStatus, PlacementInstance
-from engine.placement.preemption import over_limits, start_ledger
+from engine.placement.preemption import (
+    Rule,
+    judge_jobs,
+    over_limits,
+    reason_text,
+    start_ledger,
+    victim_order,
+)
 from engine.placement.running import keep_problem
 
 
@@ -178,9 +185,94 @@ def settle_moves(
     instance: PlacementInstance, outcomes: Sequence[JobOutcome]
 ) -> tuple[JobOutcome, ...]:
     """The plan with every move that no rule allows undone (the job stays where it is: its
-    old place holds only jobs that were there with it, so it is free again), and every move
-    that stays carrying its reason code (`rule`), its words and the work it loses. An undone
-    move that would break a quota (it changed flavor or replica count) is kept as it was."""
+    old place holds only jobs that were there with it, so it is free again), every move
+    that stays carrying its reason code (`rule`), its words and the work it loses, and at
+    most maxMovesPerSolve moves of the plan's own accord: past the cap, a job that moved
+    to make room for an admitted job stops instead where the rules let that job preempt
+    it (Kueue's way), lowest in victim order first. An undone move that would break a
+    quota (it changed flavor or replica count) is kept as it was."""
+    settled = _settle(instance, outcomes)
+    for _ in range(CAP_ROUNDS):
+        capped = _stop_past_cap(instance, settled)
+        if capped is None:
+            break
+        settled = _settle(instance, capped)  # a move that made room for a stopped one goes
+    return settled
+
+
+CAP_ROUNDS = 4  # stopping a mover can undo a move that made room for it: a few rounds
+
+
+def _stop_past_cap(
+    instance: PlacementInstance, outcomes: tuple[JobOutcome, ...]
+) -> tuple[JobOutcome, ...] | None:
+    """The plan with the moves past the cap stopped instead, where a rule lets the job they
+    made room for preempt them; None when the plan is within the cap or none may stop."""
+    cap = instance.policy.max_moves_per_solve
+    if cap is None:
+        return None
+    jobs = jobs_by_key(instance)
+    voluntary = [
+        o
+        for o in outcomes
+        if o.status is OutcomeStatus.MOVED
+        and o.rule in (MoveReason.MAKES_ROOM, MoveReason.GROWS)
+        and o.job in jobs
+    ]
+    excess = len(voluntary) - cap
+    if excess <= 0:
+        return None
+    placed = {o.job for o in outcomes if o.status is OutcomeStatus.PLACED}
+    ledger = start_ledger(instance)
+    stopped: dict[str, JobOutcome] = {}
+    candidates = []
+    for o in voluntary:
+        by = _beneficiary(instance, outcomes, o.job)
+        if by is None or by not in placed:
+            continue
+        was = instance.current[o.job]
+        lost = lost_gpu_seconds(jobs[o.job], was, instance.now)
+        candidates.append((victim_order(jobs[by], jobs[o.job], lost, was.started_at), o, by))
+    for _, o, by in sorted(candidates, key=lambda c: c[0]):
+        if len(stopped) >= excess:
+            break
+        victim, preemptor = jobs[o.job], jobs[by]
+        was = instance.current[o.job]
+        rule = judge_jobs(instance.policy, preemptor, victim, was.flavor, ledger)
+        if not isinstance(rule, Rule):
+            continue
+        stopped[o.job] = JobOutcome(
+            o.job,
+            OutcomeStatus.PREEMPTED,
+            reason=reason_text(rule, preemptor, victim, was.flavor)
+            + f" (maxMovesPerSolve {cap}: it stops rather than moves)",
+            constraint="preemption",
+            preempted_by=by,
+            lost_gpu_seconds=lost_gpu_seconds(victim, was, instance.now),
+            rule=rule,
+        )
+    if not stopped:
+        return None
+    return tuple(stopped.get(o.job, o) for o in outcomes)
+
+
+def _beneficiary(
+    instance: PlacementInstance, outcomes: Sequence[JobOutcome], key: str
+) -> str | None:
+    """The job that took the GPUs the moved job left, first by name; None if none did."""
+    left = _held(instance.current[key])
+    takers = []
+    for o in outcomes:
+        if o.job == key or not o.running:
+            continue
+        before = _held(instance.current[o.job]) if o.job in instance.current else set()
+        if (_held_replicas(o.replicas) - before) & left:
+            takers.append(o.job)
+    return min(takers) if takers else None
+
+
+def _settle(instance: PlacementInstance, outcomes: Sequence[JobOutcome]) -> tuple[JobOutcome, ...]:
+    """settle_moves without the cap: undo the moves no rule allows, label the others."""
     reasons = move_reasons(instance, outcomes)
     if not reasons:
         return tuple(outcomes)
