@@ -201,3 +201,30 @@ def test_plan_says_why_a_job_moved_and_what_it_loses() -> None:
     where, why = effect_detail(move)
     assert where == "1 GPU h100: n1 -> n2; makes-room, loses 2.0 GPU-h since its last checkpoint"
     assert "for q/big" in why
+
+
+def test_past_the_cap_a_job_that_made_room_stops_instead_where_the_rules_allow() -> None:
+    """Two moves each make room for a higher-priority job; with a cap of 1 the lower in
+    victim order stops instead (its preemptor may preempt it), and the plan is lawful."""
+    nodes = [node("n1", gpus=1), node("n2", gpus=1), node("n3", gpus=1), node("n4", gpus=1)]
+    jobs = [
+        job("a", gpu=1, priority=100),
+        job("b", gpu=1, priority=500),
+        job("x", gpu=1, priority=900),
+        job("y", gpu=1, priority=900),
+    ]
+    current = {"q/a": on("q/a", "n1", (0,)), "q/b": on("q/b", "n2", (0,))}
+    inst = instance(nodes, [queue("q")], jobs, current, Policy(max_moves_per_solve=1))
+    outcomes = (
+        JobOutcome("q/a", OutcomeStatus.MOVED, "h100", (ReplicaPlacement("n3", (0,), 1000),)),
+        JobOutcome("q/b", OutcomeStatus.MOVED, "h100", (ReplicaPlacement("n4", (0,), 1000),)),
+        JobOutcome("q/x", OutcomeStatus.PLACED, "h100", (ReplicaPlacement("n1", (0,), 1000),)),
+        JobOutcome("q/y", OutcomeStatus.PLACED, "h100", (ReplicaPlacement("n2", (0,), 1000),)),
+    )
+    settled = {o.job: o for o in settle_moves(inst, outcomes)}
+    assert settled["q/a"].status is OutcomeStatus.PREEMPTED
+    assert settled["q/a"].preempted_by == "q/x" and "maxMovesPerSolve 1" in settled["q/a"].reason
+    assert settled["q/b"].status is OutcomeStatus.MOVED
+    assert settled["q/b"].rule == MoveReason.MAKES_ROOM
+    plan = PlacementPlan(tuple(settled.values()), SolveStats("test", "heuristic", 0.0))
+    assert check_plan(inst, plan) == []
