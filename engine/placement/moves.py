@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from enum import StrEnum
 
-from engine.model import Isolation, Job, Placement, ReplicaPlacement
+from engine.model import Isolation, Placement, ReplicaPlacement
 from engine.placement.constraints import QuotaLedger, quota_charge
 from engine.placement.objective import jobs_by_key, lost_gpu_seconds, nodes_by_name
 from engine.placement.plan import JobOutcome, OutcomeStatus, PlacementInstance
@@ -47,17 +47,6 @@ class MoveReason(StrEnum):
 
 # The reasons a rule forces (the move is no choice: never counted against the cap).
 REQUIRED = frozenset((MoveReason.PLACE_GONE, MoveReason.QUOTA_CUT))
-
-
-def required_move(instance: PlacementInstance, job: Job, was: Placement) -> str | None:
-    """Why the rules require the running job to leave its place (words), or None if it may
-    stay: its place is gone (running.keep_problem) or its queue's quota was cut."""
-    why = keep_problem(instance, job, was, nodes_by_name(instance))
-    if why is not None:
-        return why
-    if job.preemptible and over_limits(start_ledger(instance), job.queue, was.flavor):
-        return f"queue {job.queue} is over its quota of {was.flavor}"
-    return None
 
 
 def move_reasons(
@@ -359,17 +348,3 @@ def unexplained_moves(instance: PlacementInstance, outcomes: Sequence[JobOutcome
     if cap is not None and voluntary > cap:
         problems.append(f"moves: {voluntary} running jobs moved, maxMovesPerSolve is {cap}")
     return problems
-
-
-def moves_summary(
-    instance: PlacementInstance, outcomes: Sequence[JobOutcome]
-) -> Mapping[str, float]:
-    """What the plan's moves cost: how many, and the GPU-hours of work they lose."""
-    moved = [o for o in outcomes if o.status is OutcomeStatus.MOVED and o.job in instance.current]
-    jobs = jobs_by_key(instance)
-    lost = sum(
-        lost_gpu_seconds(jobs[o.job], instance.current[o.job], instance.now)
-        for o in moved
-        if o.job in jobs
-    )
-    return {"moves": len(moved), "lost_gpu_hours": lost / 3600.0}
