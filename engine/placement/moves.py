@@ -41,7 +41,7 @@ class MoveReason(StrEnum):
     PLACE_GONE = "place-gone"  # its node, spec or topology no longer holds it
     QUOTA_CUT = "quota-cut"  # its queue is over a cut quota of the flavor it ran on
     GROWS = "grows"  # an elastic job runs more replicas than before
-    MAKES_ROOM = "makes-room"  # a job admitted by the plan lands on a node it left
+    MAKES_ROOM = "makes-room"  # work the plan admits takes the GPUs (or CPU, memory) it left
     UNRECORDED = "unrecorded"  # logged before moves recorded a reason (PlacementDecided v1)
 
 
