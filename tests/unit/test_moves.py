@@ -228,3 +228,14 @@ def test_past_the_cap_a_job_that_made_room_stops_instead_where_the_rules_allow()
     assert settled["q/b"].rule == MoveReason.MAKES_ROOM
     plan = PlacementPlan(tuple(settled.values()), SolveStats("test", "heuristic", 0.0))
     assert check_plan(inst, plan) == []
+
+
+def test_a_solve_in_parts_shares_the_cap_so_the_whole_plan_keeps_it() -> None:
+    from engine.placement.decompose import _move_share
+
+    def shares(cap: int | None, parts: int) -> list[int | None]:
+        return [_move_share(Policy(max_moves_per_solve=cap), parts, i) for i in range(parts)]
+
+    assert shares(8, 3) == [3, 3, 2]
+    assert shares(2, 5) == [1, 1, 0, 0, 0]
+    assert shares(None, 2) == [None, None]
