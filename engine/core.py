@@ -386,6 +386,10 @@ def _apply_plan(state: ClusterState, intent: ApplyPlan) -> tuple[ev.Event, ...]:
                     reason=outcome.reason,
                     solve_id=intent.solve_id,
                     at=intent.at,
+                    rule=outcome.rule if outcome.status is OutcomeStatus.MOVED else "",
+                    lost_gpu_seconds=(
+                        outcome.lost_gpu_seconds if outcome.status is OutcomeStatus.MOVED else 0.0
+                    ),
                 )
             )
         elif outcome.status is OutcomeStatus.PREEMPTED:

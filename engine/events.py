@@ -207,9 +207,13 @@ class JobInterrupted(Event):
 
 @dataclass(frozen=True, slots=True)
 class PlacementDecided(Event):
-    """The solver put a job on nodes: admitted for the first time, or moved."""
+    """The solver put a job on nodes: admitted for the first time, or moved. v2: a move's
+    `rule`, why it moved (engine.placement.moves.MoveReason: place-gone, quota-cut, grows,
+    makes-room; "" for an admission; v1 moves read as "unrecorded"), and the work it lost
+    since its last checkpoint (`lost_gpu_seconds`; 0 for an admission and for v1 events)."""
 
     type: ClassVar[str] = "PlacementDecided"
+    schema_version: ClassVar[int] = 2
     job: str
     flavor: str | None
     replicas: tuple[ReplicaPlacement, ...]
@@ -217,6 +221,8 @@ class PlacementDecided(Event):
     reason: str
     solve_id: str
     at: str
+    rule: str = ""
+    lost_gpu_seconds: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)

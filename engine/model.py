@@ -312,6 +312,10 @@ class Policy:
     fairness_weight: float = 0.0
     compactness_weight: float = 1.0  # scales each gang's cost per extra domain (topology.py)
     preemption_enabled: bool = True
+    # Running jobs one solve may move of its own accord (engine/placement/moves.py): a job
+    # whose place is gone may always move. None: no cap, so a policy logged before it
+    # existed reads as it acted; the built-in policy sets 8. 0: never migrate a running job.
+    max_moves_per_solve: int | None = None
     preempt_within_queue: PreemptionScope = PreemptionScope.LOWER_PRIORITY
     reclaim_within_cohort: PreemptionScope = PreemptionScope.ANY
     require_owner_approval: bool = False

@@ -48,6 +48,16 @@ def _solve_completed_v1(data: dict[str, Any]) -> dict[str, Any]:
 UPCASTERS[("SolveCompleted", 1)] = _solve_completed_v1
 
 
+def _placement_decided_v1(data: dict[str, Any]) -> dict[str, Any]:
+    """v1 did not record why a move was made, nor the work it lost: a move reads as
+    "unrecorded" (an admission as ""), its lost work as 0."""
+    rule = "unrecorded" if data.get("action") == "moved" else ""
+    return {**data, "rule": rule, "lost_gpu_seconds": 0.0}
+
+
+UPCASTERS[("PlacementDecided", 1)] = _placement_decided_v1
+
+
 def _job_ended_v1(data: dict[str, Any]) -> dict[str, Any]:
     """v1 did not record when the cluster said the job ended: unknown ("")."""
     return {**data, "at": ""}

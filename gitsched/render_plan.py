@@ -239,6 +239,8 @@ def effect_detail(e: JobEffect) -> tuple[str, str]:
         where = f"{gpus} on {', '.join(e.nodes_after)}"
     elif e.action is Action.MOVED:
         where = f"{gpus}: {', '.join(e.nodes_before)} -> {', '.join(e.nodes_after)}"
+        if e.rule:
+            where += f"; {e.rule}, loses {_hours(e.lost_gpu_seconds)} since its last checkpoint"
     elif e.action in (Action.PREEMPTED, Action.WITHDRAWN) and e.nodes_before:
         where = f"{gpus} on {', '.join(e.nodes_before)}"
         if e.action is Action.PREEMPTED:

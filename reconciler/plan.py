@@ -59,6 +59,7 @@ POLICY_FIELD_NAMES = {
     "fairness_weight": "objective.fairnessWeight",
     "compactness_weight": "objective.compactnessWeight",
     "preemption_enabled": "preemption.enabled",
+    "max_moves_per_solve": "preemption.maxMovesPerSolve",
     "preempt_within_queue": "preemption.withinQueue",
     "reclaim_within_cohort": "preemption.reclaimWithinCohort",
     "require_owner_approval": "approval.requireOwnerApproval",
@@ -160,7 +161,9 @@ class JobEffect:
     lost_gpu_seconds: float = 0.0
     preempted_by: str | None = None
     previous_reason: str = ""
-    rule: str = ""  # what allowed a preemption (engine.placement.preemption.Rule)
+    # What allowed a preemption (engine.placement.preemption.Rule), or why a job moved
+    # (engine.placement.moves.MoveReason).
+    rule: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -618,6 +621,7 @@ def _effects(
         ):
             kept += 1
         elif now is not None:
+            decided = word if was is not None and isinstance(word, ev.PlacementDecided) else None
             effects.append(
                 JobEffect(
                     key,
@@ -627,6 +631,9 @@ def _effects(
                     now.gpu_milli,
                     was.nodes if was else (),
                     now.nodes,
+                    # A move's lost work and why it moved (engine/placement/moves.py).
+                    lost_gpu_seconds=decided.lost_gpu_seconds if decided else 0.0,
+                    rule=decided.rule if decided else "",
                 )
             )
         elif was is not None and isinstance(word, ev.JobPreempted):

@@ -964,6 +964,11 @@ def policy_of(spec: Mapping[str, Any]) -> Policy:
         compactness_weight=float(objective.get("compactnessWeight", base.compactness_weight)),
         fairness_weight=float(objective.get("fairnessWeight", base.fairness_weight)),
         preemption_enabled=bool(preemption.get("enabled", base.preemption_enabled)),
+        max_moves_per_solve=(
+            int(preemption["maxMovesPerSolve"])
+            if preemption.get("maxMovesPerSolve") is not None
+            else base.max_moves_per_solve
+        ),
         preempt_within_queue=PreemptionScope(
             preemption.get("withinQueue", base.preempt_within_queue)
         ),

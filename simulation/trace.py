@@ -232,6 +232,8 @@ class TraceRun:
     curve: list[float]  # allocation ratio at every 1% of arrived demand
     moves: int = 0
     seconds: float = 0.0
+    # The work the moves lost since their jobs' last checkpoints (engine/placement/moves.py).
+    lost_gpu_seconds: float = 0.0
 
     @property
     def allocation(self) -> float:
@@ -327,8 +329,12 @@ def reoptimise(run: TraceRun, solver: str, budget_s: float) -> TraceRun:
     log.set_policy(trace_policy(solver, budget_s))
     plan = log.step(None)
     moved = plan.counts()[OutcomeStatus.MOVED]
+    lost = sum(o.lost_gpu_seconds for o in plan.outcomes if o.status is OutcomeStatus.MOVED)
     return dataclasses.replace(
-        run, moves=run.moves + moved, seconds=run.seconds + time.perf_counter() - started
+        run,
+        moves=run.moves + moved,
+        lost_gpu_seconds=run.lost_gpu_seconds + lost,
+        seconds=run.seconds + time.perf_counter() - started,
     )
 
 

@@ -16,6 +16,7 @@ from engine.placement.constraints import (
     replica_shape_error,
     replicas_text,
 )
+from engine.placement.moves import unexplained_moves
 from engine.placement.plan import OutcomeStatus, PlacementInstance, PlacementPlan
 from engine.placement.preemption import borrowing_reclaimable, non_preemptible_borrowing
 from engine.placement.spread import spread_violations
@@ -122,4 +123,5 @@ def check_plan(instance: PlacementInstance, plan: PlacementPlan) -> list[str]:
     problems.extend(f"quota: {v}" for v in ledger.violations())
     running = [(o.job, [r.node for r in o.replicas]) for o in plan.outcomes if o.running]
     problems.extend(f"spread: {v}" for v in spread_violations(jobs, nodes, running))
+    problems.extend(unexplained_moves(instance, plan.outcomes))
     return problems

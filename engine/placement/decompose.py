@@ -20,6 +20,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
 from multiprocessing import get_context
 
+from engine.model import Policy
 from engine.placement.fluid_bound import fluid_bound as fluid_bound
 from engine.placement.greedy import GreedyPlacer
 from engine.placement.milp import TIME_LIMIT_STATUS, MilpPlacer
@@ -121,7 +122,12 @@ class DecomposedPlacer:
         )
         # Each part is a MILP solve of its own, with the policy's node budget: a count,
         # so the machine's cores and clock do not change what a part may explore.
-        subs = [replace(p, policy=part_policy) for p in cut.parts]
+        subs = [
+            replace(
+                p, policy=replace(part_policy, max_moves_per_solve=_move_share(policy, count, i))
+            )
+            for i, p in enumerate(cut.parts)
+        ]
         plans, bound = self._run(
             [(s, self.backend, "full", None) for s in subs],
             lambda: fluid_bound(instance, max(1.0, budget)),
@@ -260,3 +266,12 @@ class DecomposedPlacer:
             ),
             broken_soft=tuple(s for p in plans for s in p.broken_soft),
         )
+
+
+def _move_share(policy: Policy, parts: int, index: int) -> int | None:
+    """Part `index`'s share of the Policy's maxMovesPerSolve (the parts' shares add up to
+    it, the first parts taking one more), so the whole plan keeps the cap (moves.py)."""
+    cap = policy.max_moves_per_solve
+    if cap is None:
+        return None
+    return cap // parts + (1 if index < cap % parts else 0)

@@ -90,6 +90,7 @@ class Formulation:
     aux: list[tuple[int, Terms, float, str, float]] = field(default_factory=list)
     # Level 1 of the objective: each nominal column's queue, flavor and priority.
     nominal: dict[int, tuple[str, str, int]] = field(default_factory=dict)
+    move_cap: bool = False  # a `move_cap` row limits the moves (Policy maxMovesPerSolve)
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,6 +209,8 @@ class Builder:
         self.rank_terms: dict[tuple[str, str, int], Terms] = defaultdict(list)
         self.rank_const: dict[tuple[str, str, int], float] = defaultdict(float)
         self._domain_free: dict[tuple[object, ...], int] = {}
+        # The moves of running jobs that may stay: at most maxMovesPerSolve of them.
+        self.voluntary_moves: Terms = []
         self._candidates: dict[
             tuple[object, ...], dict[str | None, list[tuple[NodeClass, int]]]
         ] = {}
@@ -358,8 +361,11 @@ class Builder:
                     self.hold_fixed(job, rj.placement.flavor, jv.keep, held)
             outcome = self.warm.get(key)
             moved_by_warm = outcome is not None and outcome.status is OutcomeStatus.MOVED
-            if (job.preemptible and self.options.moves) or not rj.keepable or moved_by_warm:
-                self.add_placement(jv, stop_cost - move_penalty(job, self.policy))
+            may_move = self.options.moves and self.policy.max_moves_per_solve != 0
+            if (job.preemptible and may_move) or not rj.keepable or moved_by_warm:
+                self.add_placement(jv, stop_cost - move_penalty(job, lost, self.policy))
+                if rj.keepable and jv.place >= 0:
+                    self.voluntary_moves.append((jv.place, 1.0))
             parts = [(c, 1.0) for c in (jv.keep, jv.place) if c >= 0]
             self._own_claim(job, rj.placement.flavor, parts)
             if parts:
@@ -369,6 +375,15 @@ class Builder:
                 runs_in_warm = outcome is not None and outcome.running
                 if runs_in_warm and not self.rights.anyone_may(job):
                     self.lp.row(f"protected__{key}", parts, lower=1, upper=1)
+
+    def add_move_cap(self) -> None:
+        """The Policy's maxMovesPerSolve: of the running jobs that may stay where they are,
+        at most that many move (moves.py has the rule that every move needs a reason; a
+        job whose place is gone is not counted)."""
+        cap = self.policy.max_moves_per_solve
+        if cap is not None and len(self.voluntary_moves) > cap:
+            self.lp.row("move_cap", self.voluntary_moves, upper=float(cap))
+            self.formulation.move_cap = True
 
     def _own_claim(self, job: Job, flavor: str | None, parts: Terms) -> None:
         """A running job only its own queue may claim (its queue does not borrow, so no
@@ -942,6 +957,7 @@ class Builder:
         self.add_quota()
         self.add_never_borrow()
         self.add_no_borrow()
+        self.add_move_cap()
         if self.policy.fairness_weight:
             self.add_fairness()
         return self.formulation

@@ -33,6 +33,7 @@ from engine.placement.constraints import (
     replicas_text,
 )
 from engine.placement.fragmentation import NodeScorer
+from engine.placement.moves import settle_moves, voluntary_moves_left
 from engine.placement.objective import (
     broken_soft_constraints,
     instance_tree,
@@ -714,10 +715,16 @@ class GreedyPlacer:
                 outcomes[job.key] = outcome
             retry.extend(preempted_here)
 
-        # 3. A preempted job may still fit elsewhere: then it moves instead of stopping.
+        # 3. A preempted job may still fit elsewhere: then it moves instead of stopping, as
+        # many as the Policy's maxMovesPerSolve allows (moves.py).
+        made = 0
         for victim in priority_order(retry):
+            ran = victim.key in instance.current
+            if ran and not voluntary_moves_left(instance, made):
+                continue
             result = packing.find(victim)
             if isinstance(result, Fit):
+                made += int(ran)
                 packing.commit(victim, result)
                 outcomes[victim.key] = JobOutcome(
                     victim.key,
@@ -729,7 +736,9 @@ class GreedyPlacer:
                     ),
                 )
 
-        ordered = tuple(outcomes[j.key] for j in priority_order(instance.jobs))
+        ordered = settle_moves(
+            instance, tuple(outcomes[j.key] for j in priority_order(instance.jobs))
+        )
         objective = plan_objective(instance, ordered)
         return PlacementPlan(
             outcomes=ordered,

@@ -36,6 +36,7 @@ from engine.placement.fragmentation import NodeScorer
 from engine.placement.greedy import GreedyPlacer, Packing, priority_key
 from engine.placement.incremental import incremental_start
 from engine.placement.linear import LinearModel, LinearSolution, SolveLimits, solve
+from engine.placement.moves import settle_moves
 from engine.placement.objective import (
     broken_soft_constraints,
     jobs_by_key,
@@ -525,6 +526,13 @@ class MilpPlacer:
         fixed_jobs = free_jobs = 0
         target = lp_values if incumbent is None or mode not in ("rins", "quota") else incumbent
         hot = _contested_classes(formulation, lp_values) if mode == "support" else set()
+        # Under a cap on moves the LP spreads its moves thinly over many jobs: a job it
+        # fixes where those part-moves make room would need more whole moves than the cap.
+        moving = (
+            _moving_classes(formulation, lp_values)
+            if formulation.move_cap and mode in ("rens", "fill")
+            else None
+        )
         for jv in formulation.jobs.values():
             cols = job_columns(jv)
             if mode == "quota":
@@ -533,6 +541,8 @@ class MilpPlacer:
                 settled = all(abs(lp_values[c] - round(lp_values[c])) <= INTEGRAL for c in cols)
                 settled = settled and not any(lp_values[c] > INTEGRAL for c in jv.escapes)
                 if mode == "fill" and settled and _filler(jv, lp_values):
+                    settled = False
+                if settled and moving is not None and _on_moving(jv, lp_values, *moving):
                     settled = False
             elif mode == "support":
                 settled = all(lp_values[c] <= INTEGRAL for c in cols + jv.escapes) or (
@@ -614,6 +624,9 @@ class MilpPlacer:
         started: float,
     ) -> PlacementPlan:
         greedy_score = greedy.stats.objective
+        if outcomes is not None:
+            # The same move rule as greedy's: a move no rule allows is undone (moves.py).
+            outcomes = settle_moves(instance, outcomes)
         score = self._score(outcomes) if outcomes is not None else None
         problems = (
             tuple(check_plan(instance, PlacementPlan(outcomes, greedy.stats)))
@@ -886,6 +899,28 @@ def _filler(jv: JobVars, lp_values: tuple[float, ...]) -> bool:
         and jv.level is None
         and jv.place >= 0
         and lp_values[jv.place] <= INTEGRAL
+    )
+
+
+def _moving_classes(
+    formulation: Formulation, lp_values: tuple[float, ...]
+) -> tuple[set[int], set[int]]:
+    """Fine and coarse classes where the LP moves part of a running job away."""
+    fine: set[int] = set()
+    for key, jv in formulation.jobs.items():
+        if jv.keep < 0 or not INTEGRAL < lp_values[jv.keep] < 1 - INTEGRAL:
+            continue
+        for r in formulation.running[key].placement.replicas:
+            cid = formulation.node_class.get(r.node)
+            if cid is not None:
+                fine.add(cid)
+    return fine, {formulation.classes[cid].coarse for cid in fine}
+
+
+def _on_moving(jv: JobVars, lp_values: tuple[float, ...], fine: set[int], coarse: set[int]) -> bool:
+    """Whether the LP puts some of the job where it moves part of a running job away."""
+    return any(lp_values[c] > INTEGRAL for cid, c in jv.per_class.items() if cid in fine) or any(
+        lp_values[c] > INTEGRAL for kid, c in jv.per_coarse.items() if kid in coarse
     )
 
 

@@ -104,7 +104,8 @@ def _small_terms_bound(instance: PlacementInstance) -> float:
     for key in sorted(instance.current):
         job = jobs.get(key)
         if job is not None:
-            total += move_penalty(job, policy) + preemption_penalty(job, 3600.0 * 1e9, policy)
+            lost = 3600.0 * 1e9  # the most either term can grow to
+            total += move_penalty(job, lost, policy) + preemption_penalty(job, lost, policy)
     total += policy.fragmentation_weight * len(instance.nodes)
     for job in instance.jobs:
         if job.topology is not None and job.topology.mode is TopologyMode.PREFERRED:
@@ -166,9 +167,13 @@ def _weights(instance: PlacementInstance) -> Weights:
     return Weights(running, nominal)
 
 
-def move_penalty(job: Job, policy: Policy) -> float:
-    milli = policy.move_cost * job.replicas * max(job.resources.gpu_milli, CPU_JOB_VALUE_MILLI)
-    return gpus_from_milli(milli) * 0.1
+def move_penalty(job: Job, lost_seconds: float, policy: Policy) -> float:
+    """A small term: what moving a running job costs, a restart of each replica (a tenth of
+    its GPUs) and the work lost since its last checkpoint (GPU-hours, squashed below 1 as
+    for a preemption), times `moveCost`. Whether a job may move at all is the rule's
+    (engine/placement/moves.py), never this price's."""
+    hours = lost_seconds / 3600.0
+    return policy.move_cost * (0.1 * gpu_value(job, job.replicas) + hours / (1.0 + hours))
 
 
 def lost_gpu_seconds(job: Job, placement: Placement, now: str) -> float:
@@ -468,7 +473,9 @@ def _terms(
                 span = span_of(tree, (r.node for r in o.replicas))
                 compactness += compactness_penalty(job, span, policy)
             if status is OutcomeStatus.MOVED:
-                moves += move_penalty(job, policy)
+                was = instance.current.get(o.job)
+                lost = lost_gpu_seconds(job, was, instance.now) if was is not None else 0.0
+                moves += move_penalty(job, lost, policy)
         elif status is OutcomeStatus.PREEMPTED:
             preemptions += preemption_penalty(job, o.lost_gpu_seconds, policy)
     bonus = 0.0

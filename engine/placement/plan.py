@@ -100,7 +100,9 @@ class JobOutcome:
     constraint: str = ""
     preempted_by: str | None = None
     lost_gpu_seconds: float = 0.0
-    rule: str = ""  # what allowed a preemption (engine.placement.preemption.Rule)
+    # What allowed a preemption (engine.placement.preemption.Rule), or why a running job
+    # moved (engine.placement.moves.MoveReason).
+    rule: str = ""
 
     @property
     def running(self) -> bool:

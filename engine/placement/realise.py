@@ -14,6 +14,7 @@ from engine.placement.constraints import node_rejection, quota_charge
 from engine.placement.explain import attribution, explain_outcomes
 from engine.placement.formulation import Formulation, JobVars
 from engine.placement.greedy import Fit, Packing, priority_order
+from engine.placement.moves import voluntary_moves_left
 from engine.placement.objective import lost_gpu_seconds, plan_objective
 from engine.placement.plan import JobOutcome, OutcomeStatus, PlacementInstance
 from engine.placement.running import keep_problem
@@ -357,7 +358,14 @@ def pack_solution(
 
     # 3. Repair: whatever the model admitted but did not pack, and anything that still fits;
     # a running job the model could only keep or stop (an incremental solve gives it no
-    # column to move) stays where it is or stops, as the model allowed, never moves.
+    # column to move) stays where it is or stops, as the model allowed, never moves; nor
+    # does one past the Policy's maxMovesPerSolve (moves.py).
+    made = sum(
+        1
+        for key, st in status.items()
+        if st is OutcomeStatus.MOVED
+        and keep_problem(instance, jobs[key], instance.current[key]) is None
+    )
     for job in priority_order(j for j in instance.jobs if j.key not in status):
         placement = instance.current.get(job.key)
         if (
@@ -370,8 +378,12 @@ def pack_solution(
         jv = formulation.jobs.get(job.key)
         if placement is not None and job.preemptible and jv is not None and jv.place < 0:
             continue
+        voluntary = placement is not None and keep_problem(instance, job, placement) is None
+        if voluntary and not voluntary_moves_left(instance, made):
+            continue
         result = packing.find(job)
         if isinstance(result, Fit):
+            made += int(voluntary)
             commit(job, result, kept=False)
             status[job.key] = OutcomeStatus.MOVED if placement else OutcomeStatus.PLACED
             notes[job.key] = "placed by repair after the solve"

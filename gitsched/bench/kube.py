@@ -46,6 +46,7 @@ from cluster.api import ClusterUnavailable, KubeApi, Obj, WatchExpired, release
 from cluster.controller import Controller
 from cluster.inventory import InventoryConfig
 from cluster.pods import SELECTOR
+from engine.placement.plan import OutcomeStatus
 from eventlog.sqlite import SQLiteEventLog
 from gitsched.bench import kube_scenarios
 from gitsched.bench.kube_scenarios import (
@@ -82,6 +83,9 @@ class KubeResult:
     peak_rss_mib: float
     passes: int
     kube_scheduler: SchedulerResult | None = None
+    # Running jobs gitsched's solves moved, and the work they lost since their checkpoints.
+    moved: int = 0
+    lost_gpu_hours: float = 0.0
     # gitsched's pods/s over kube-scheduler's (above 1: gitsched binds faster)
     pods_per_s_ratio: float | None = None
 
@@ -231,6 +235,7 @@ def _gitsched_run(
                 committed = time.monotonic()
                 bound, passes = 0, 0
                 used, solve_s, decided = "", 0.0, 0.0
+                moved, lost_s = 0, 0.0
                 latencies: list[float] = []
                 last_bind = committed
                 while bound < pods:
@@ -239,6 +244,10 @@ def _gitsched_run(
                     if report.reconcile is not None and report.reconcile.plan is not None:
                         used = used or report.reconcile.plan.stats.solver
                         solve_s += report.reconcile.plan.stats.seconds
+                        for o in report.reconcile.plan.outcomes:
+                            if o.status is OutcomeStatus.MOVED:
+                                moved += 1
+                                lost_s += o.lost_gpu_seconds
                         decided = decided or report.decided_at - committed
                     bound += report.actuation.bound
                     for at in report.actuation.bound_at.values():
@@ -258,6 +267,8 @@ def _gitsched_run(
         commit_to_all_bound_s=round(elapsed, 3),
         commit_to_decided_s=round(decided, 3),
         solve_s=round(solve_s, 3),
+        moved=moved,
+        lost_gpu_hours=round(lost_s / 3600, 3),
         pods_bound_per_s=round(pods / elapsed, 1) if elapsed else 0.0,
         actuation_p50_s=round(statistics.median(latencies), 3) if latencies else 0.0,
         actuation_p99_s=round(_percentile(latencies, 0.99), 3),

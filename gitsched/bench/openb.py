@@ -138,6 +138,7 @@ def _one_seed(args: tuple[Any, ...]) -> dict[str, Any]:
         "bound": allocation_bound(nodes, arrivals, "highs"),
         "bound_kept": allocation_bound(nodes, arrivals, "highs", keep=kept),
         "moves": ours.moves,
+        "lost_gpu_hours": round(ours.lost_gpu_seconds / 3600, 3),
         "solves": ours.solves,
         "seconds": ours.seconds,
         "greedy_seconds": base.seconds,
@@ -318,6 +319,7 @@ def _summary(
                 "bound": pct(r["bound"]),
                 "bound_kept": pct(r["bound_kept"]),
                 "moves": r["moves"],
+                "lost_gpu_hours": r["lost_gpu_hours"],
                 "solves": r["solves"],
                 "seconds": round(r["seconds"], 1),
                 "greedy_seconds": round(r["greedy_seconds"], 1),
@@ -358,18 +360,29 @@ def _text(s: dict[str, Any]) -> str:
             x["bound"],
             x["bound_kept"],
             x["moves"],
+            x["lost_gpu_hours"],
             x["seconds"],
         )
         for x in s["seeds"]
     ]
     m = s["mean"]
-    rows.append(("mean", "", m["gitsched"], m["greedy"], m["bound"], m["bound_kept"], "", ""))
+    rows.append(("mean", "", m["gitsched"], m["greedy"], m["bound"], m["bound_kept"], "", "", ""))
     head = (
         f"{s['trace']}: mode {s['mode']}, solver {s['solver']}, demand {s['demand']:.0%}"
         + (f", CPU x{s['cpu_scale']:g}" if s["cpu_scale"] != 1.0 else "")
         + "; GPU allocation ratio, %"
     )
-    columns = ["seed", "pods", "gitsched", "greedy", "bound", "kept bound", "moves", "s"]
+    columns = [
+        "seed",
+        "pods",
+        "gitsched",
+        "greedy",
+        "bound",
+        "kept bound",
+        "moves",
+        "GPU-h lost",
+        "s",
+    ]
     lines = [head, table(columns, rows)]
     fgd = m["fgd_published"]
     lines.append(

@@ -55,6 +55,9 @@ class Pass:
     solve_seconds: float
     solver: str
     gap: float | None
+    # Running jobs the pass moved, and the work they lost since their last checkpoints.
+    moved: int = 0
+    lost_gpu_hours: float = 0.0
 
 
 def _doc(kind: str, name: str, spec: dict[str, Any]) -> dict[str, Any]:
@@ -234,6 +237,14 @@ def _pass(reconciler: Reconciler, commit: int, added: int) -> Pass:
         solve_seconds=plan.stats.seconds if plan else 0.0,
         solver=plan.stats.solver if plan else "-",
         gap=plan.stats.gap if plan else None,
+        moved=plan.counts()[OutcomeStatus.MOVED] if plan else 0,
+        lost_gpu_hours=round(
+            sum(o.lost_gpu_seconds for o in plan.outcomes if o.status is OutcomeStatus.MOVED)
+            / 3600,
+            3,
+        )
+        if plan
+        else 0.0,
     )
 
 
@@ -375,7 +386,18 @@ def command(
         return
     click.echo(
         table(
-            ["COMMIT", "JOBS ADDED", "PLACED", "EVENTS", "SECONDS", "SOLVE S", "SOLVER", "GAP %"],
+            [
+                "COMMIT",
+                "JOBS ADDED",
+                "PLACED",
+                "MOVED",
+                "GPU-H LOST",
+                "EVENTS",
+                "SECONDS",
+                "SOLVE S",
+                "SOLVER",
+                "GAP %",
+            ],
             [
                 [
                     f"{p.commit} (restart)"
@@ -385,6 +407,8 @@ def command(
                     else str(p.commit),
                     str(p.jobs_added),
                     str(p.placed),
+                    str(p.moved),
+                    f"{p.lost_gpu_hours:g}",
                     str(p.events),
                     f"{p.seconds:.2f}",
                     f"{p.solve_seconds:.2f}",

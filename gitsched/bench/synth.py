@@ -109,6 +109,12 @@ def _side(instance: PlacementInstance, plan: PlacementPlan, seconds: float) -> d
             sum(r.gpu_milli * len(r.gpus) for o in plan.outcomes if o.running for r in o.replicas)
         ),
         "moves": counts[OutcomeStatus.MOVED],
+        # Of which the moves' own (engine/placement/moves.py).
+        "move_lost_gpu_hours": round(
+            sum(o.lost_gpu_seconds for o in plan.outcomes if o.status is OutcomeStatus.MOVED)
+            / 3600,
+            3,
+        ),
         # Work lost by the running jobs the plan moves or stops (since their last checkpoint).
         "lost_gpu_hours": round(
             sum(o.lost_gpu_seconds for o in plan.outcomes if o.status in _STOPS) / 3600, 3
@@ -137,6 +143,11 @@ def _side(instance: PlacementInstance, plan: PlacementPlan, seconds: float) -> d
     help="objective.fairnessWeight [default: the built-in policy's].",
 )
 @click.option(
+    "--max-moves",
+    type=click.IntRange(min=0),
+    help="preemption.maxMovesPerSolve [default: the built-in policy's].",
+)
+@click.option(
     "--seeds",
     type=click.IntRange(min=1),
     help="Run N seeds drawn reproducibly (synth_seeds) instead of --seed, and report the "
@@ -151,20 +162,21 @@ def command(
     time_limit: float | None,
     gap: float | None,
     fairness_weight: float | None,
+    max_moves: int | None,
     seeds: int | None,
     fmt: str,
 ) -> None:
     """The MILP against greedy on a seeded synthetic cluster: objective, GPUs, gap, time, moves."""
     if seeds is not None:
         runs = [
-            _run(size, s, solver, incremental, time_limit, gap, fairness_weight)
+            _run(size, s, solver, incremental, time_limit, gap, fairness_weight, max_moves)
             for s in synth_seeds(seeds)
         ]
         summary = distribution(size, solver, runs)
         click.echo(json.dumps(summary, indent=2) if fmt == "json" else _distribution_text(summary))
         _fail_unchecked(runs, incremental)
         return
-    result = _run(size, seed, solver, incremental, time_limit, gap, fairness_weight)
+    result = _run(size, seed, solver, incremental, time_limit, gap, fairness_weight, max_moves)
     if fmt == "json":
         click.echo(json.dumps(result, indent=2))
     else:
@@ -217,6 +229,7 @@ def distribution(size: str, solver: str, runs: list[dict[str, Any]]) -> dict[str
         "seconds": _quantiles([m["seconds"] for m in milp]),
         "moves": _quantiles([float(m["moves"]) for m in milp]),
         "lost_gpu_hours": _quantiles([m["lost_gpu_hours"] for m in milp]),
+        "move_lost_gpu_hours": _quantiles([m["move_lost_gpu_hours"] for m in milp]),
         "better_than_greedy_pct": _quantiles([r["better_by_pct"] for r in runs]),
         "time_limit_stops": sum(m["status"] == "time_limit" for m in milp),
         "runs": [
@@ -227,6 +240,7 @@ def distribution(size: str, solver: str, runs: list[dict[str, Any]]) -> dict[str
                 "seconds": r["milp"]["seconds"],
                 "moves": r["milp"]["moves"],
                 "lost_gpu_hours": r["milp"]["lost_gpu_hours"],
+                "move_lost_gpu_hours": r["milp"]["move_lost_gpu_hours"],
                 "greedy_moves": r["greedy"]["moves"],
                 "better_by_pct": r["better_by_pct"],
             }
@@ -253,6 +267,7 @@ def _distribution_text(d: dict[str, Any]) -> str:
             ("seconds", "seconds"),
             ("running jobs moved", "moves"),
             ("GPU-hours lost", "lost_gpu_hours"),
+            ("of which by moves", "move_lost_gpu_hours"),
             ("vs greedy %", "better_than_greedy_pct"),
         )
     ]
@@ -278,6 +293,7 @@ def _run(
     time_limit: float | None,
     gap: float | None,
     fairness_weight: float | None,
+    max_moves: int | None = None,
 ) -> dict[str, Any]:
     goal_gap, goal_time = GOALS[size]
     policy = Policy(
@@ -286,6 +302,8 @@ def _run(
         time_limit_s=goal_time if time_limit is None else time_limit,
         # The built-in policy's objective, fairness included: what a cluster runs by default.
         fairness_weight=BUILTIN.fairness_weight if fairness_weight is None else fairness_weight,
+        # The built-in cap on moves (moves.py) unless asked otherwise.
+        max_moves_per_solve=BUILTIN.max_moves_per_solve if max_moves is None else max_moves,
     )
     started = time.perf_counter()
     state = folded_state(synth_instance(size, seed, policy))
@@ -315,6 +333,7 @@ def _run(
             "fairness_weight": policy.fairness_weight,
             "gap_tolerance_pct": round(100 * policy.gap_tolerance, 6),
             "time_limit_s": policy.time_limit_s,
+            "max_moves_per_solve": policy.max_moves_per_solve,
         },
         "generate_seconds": round(built, 2),
         "milp": _side(instance, plan, milp_seconds),

@@ -35,6 +35,8 @@ def test_bench_kube_binds_every_pod_and_cleans_up(kube_api: KubeApi) -> None:
     assert 0 < result["commit_to_decided_s"] < result["commit_to_all_bound_s"]
     assert 0 < result["actuation_p50_s"] <= result["actuation_p99_s"]
     assert result["peak_rss_mib"] > 0
+    # Every job is new: nothing runs that could move, and nothing is lost.
+    assert (result["moved"], result["lost_gpu_hours"]) == (0, 0.0)
     assert {n["metadata"]["name"] for n in kube_api.list("nodes").items} == before
 
 

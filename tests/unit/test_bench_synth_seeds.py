@@ -17,6 +17,7 @@ def _run(
         "seconds": seconds,
         "moves": moves,
         "lost_gpu_hours": moves * 0.5,
+        "move_lost_gpu_hours": moves * 0.25,
     }
     return {"seed": seed, "milp": side, "greedy": {**side, "moves": 0}, "better_by_pct": 10.0}
 
@@ -41,4 +42,5 @@ def test_the_distribution_reports_median_p90_and_worst() -> None:
     assert d["gap_pct"]["median"] == 0.5
     assert d["seconds"] == {"median": 6.0, "p90": 10.0, "worst": 11.0}
     assert d["moves"]["worst"] == 11.0
+    assert d["move_lost_gpu_hours"]["worst"] == 2.75
     assert d["time_limit_stops"] == 1

@@ -215,3 +215,25 @@ def test_a_v1_job_end_reads_as_ending_at_an_unknown_time(
     event = codec.decode(stored(type_name, 1, data))
     assert type(event).__name__ == type_name and event.job == "q/a"  # type: ignore[attr-defined]
     assert event.at == ""  # type: ignore[attr-defined]
+
+
+def test_a_stored_v1_placement_decided_reads_as_v2_with_its_move_reason_unrecorded() -> None:
+    """v2 records why a running job moved and the work the move lost; a v1 move never knew
+    it (an admission has no move reason either way)."""
+    replica = {"node": "n1", "gpus": [0], "gpu_milli": 1000}
+    base = {
+        "job": "q/a",
+        "flavor": "h100",
+        "replicas": [replica],
+        "reason": "moved to make room for q/b",
+        "solve_id": "s1",
+        "at": "2026-01-01T00:00:00+00:00",
+    }
+    moved = codec.decode(stored("PlacementDecided", 1, {**base, "action": "moved"}))
+    assert isinstance(moved, ev.PlacementDecided)
+    assert moved.rule == "unrecorded" and moved.lost_gpu_seconds == 0.0
+    admitted = codec.decode(stored("PlacementDecided", 1, {**base, "action": "admitted"}))
+    assert isinstance(admitted, ev.PlacementDecided) and admitted.rule == ""
+    assert ev.PlacementDecided.schema_version == 2
+    new = codec.encode(moved, id="x/1", actor="solver", cause="c")
+    assert new.schema_version == 2 and new.data["rule"] == "unrecorded"
