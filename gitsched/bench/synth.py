@@ -123,7 +123,7 @@ def _side(instance: PlacementInstance, plan: PlacementPlan, seconds: float) -> d
 @click.command("synth")
 @click.option("--size", type=click.Choice(sorted(SIZES)), default="S", show_default=True)
 @click.option("--seed", default=1, show_default=True)
-@click.option("--solver", type=click.Choice(["highs", "cbc"]), default="highs", show_default=True)
+@click.option("--solver", type=click.Choice(["highs", "cbc", "cpsat"]), default="highs", show_default=True)
 @click.option(
     "--incremental", is_flag=True, help="Add 50 jobs to the solved cluster; re-solve what changed."
 )
