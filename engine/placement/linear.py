@@ -476,7 +476,7 @@ CPSAT_MAX_OBJECTIVE = 2**60  # the objective's largest activity, once scaled to 
 # The deterministic stop: CP-SAT's deterministic time (a count of its work, "as close as
 # possible to a second" on the machine it was calibrated on) per branch-and-bound node of
 # the Policy's nodeLimit, so one Policy field budgets every engine. Measured: docs/solver.md.
-CPSAT_WORK_PER_NODE = 0.05
+CPSAT_WORK_PER_NODE = 0.01
 # One worker, its subsolvers interleaved (`interleave_search`): the portfolio (LNS,
 # feasibility jump, the LP-based search) on one thread, deterministic by construction.
 # Two workers interleaved are deterministic too; measured against one in docs/solver.md.
@@ -549,8 +549,14 @@ def integer_model(model: LinearModel) -> IntegerModel:
             )
         )
     cost = [c / s for c, s in zip(model.col_cost, scale, strict=True)]
+    on_grid = _on_grid(model)
     grid = (
-        sum(abs(c) for c, s in zip(model.col_cost, scale, strict=True) if s > 1) / CPSAT_RESOLUTION
+        sum(
+            abs(c)
+            for j, (c, s) in enumerate(zip(model.col_cost, scale, strict=True))
+            if s > 1 and not on_grid[j]
+        )
+        / CPSAT_RESOLUTION
     )
     reach = [max(abs(lo), abs(hi)) for lo, hi in zip(lower, upper, strict=True)]
     activity = sum(abs(c) * r for c, r in zip(cost, reach, strict=True))
@@ -560,6 +566,41 @@ def integer_model(model: LinearModel) -> IntegerModel:
     return IntegerModel(
         scale, tuple(lower), tuple(upper), tuple(rows), objective, k, grid + rounding
     )
+
+
+def _lattice(value: float) -> bool:
+    """Whether `value` is a multiple of 1/CPSAT_RESOLUTION (a milli-GPU)."""
+    scaled = value * CPSAT_RESOLUTION
+    return not math.isfinite(value) or abs(scaled - round(scaled)) <= 1e-6 * max(1.0, abs(scaled))
+
+
+def _on_grid(model: LinearModel) -> list[bool]:
+    """The continuous columns the grid costs nothing: every row of the column bounds it alone
+    (coefficient +-1, the row's only continuous column) by a multiple of 1/1000 once the
+    integer columns are set (their coefficients and the row's bounds are such multiples), so
+    its best value, an end of the interval its rows and bounds leave, lies on the grid (the
+    nominal-quota and quota-excess columns: usage in milli-GPU)."""
+    ok = [
+        not integer and _lattice(lo) and _lattice(hi)
+        for integer, lo, hi in zip(model.col_integer, model.col_lower, model.col_upper, strict=True)
+    ]
+    for i, (idx, val) in enumerate(zip(model.row_index, model.row_value, strict=True)):
+        continuous = [j for j in idx if not model.col_integer[j]]
+        if not continuous:
+            continue
+        fits = (
+            len(continuous) == 1
+            and _lattice(model.row_lower[i])
+            and _lattice(model.row_upper[i])
+            and all(
+                abs(a) == 1.0 if j == continuous[0] else _lattice(a)
+                for j, a in zip(idx, val, strict=True)
+            )
+        )
+        if not fits:
+            for j in continuous:
+                ok[j] = False
+    return ok
 
 
 def _implied_upper(model: LinearModel) -> list[float]:
