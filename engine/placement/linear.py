@@ -463,10 +463,13 @@ def _run_cbc(
 # and nominal use land on the grid exactly; a fair-share shortfall may not, and is then
 # charged up to 1/1000 of a share more than it is).
 CPSAT_RESOLUTION = 1000
-# A row whose coefficients are all rationals of denominator <= this is multiplied by the
-# least common multiple of their denominators and taken exactly (milli-GPU, milli-CPU and
-# MiB-in-GiB coefficients are: 1/1000, 1/1024); any other is rounded outward.
-CPSAT_DENOMINATOR = 1_000_000
+# A row whose coefficients are all rationals of denominator <= CPSAT_DENOMINATOR, the least
+# common multiple of them at most CPSAT_MULTIPLIER, is multiplied by it and taken exactly
+# (milli-GPU, milli-CPU and MiB-in-GiB coefficients are: 1/1000, 1/1024; a fair share's
+# usage over the cluster's capacity has the capacity, in milli or MiB, as denominator);
+# any other is rounded outward.
+CPSAT_DENOMINATOR = 10**10
+CPSAT_MULTIPLIER = 10**12
 CPSAT_INEXACT_SCALE = 2**20  # an inexact row's largest coefficient, once scaled and rounded
 # An unbounded column: CP-SAT's domains are finite. Far above any count or GPU total here.
 CPSAT_UNBOUNDED = 10**9
@@ -512,6 +515,19 @@ class IntegerModel:
     # added to the bound CP-SAT proves on the integer model to give a bound of the linear
     # model.
     slack: float
+    # Columns fixed by their bounds (a neighbourhood fixes most), by value: they leave the
+    # rows (into the rows' bounds) and the objective (into `constant`), so a fixed value off
+    # the grid (an auxiliary column fixed where its terms put it) costs no precision.
+    fixed: tuple[float | None, ...] = ()
+    constant: float = 0.0
+    feasible: bool = True  # False: a row of fixed columns only breaks its bounds
+
+    def values(self, solution: Sequence[int]) -> tuple[float, ...]:
+        """The linear model's column values of an integer solution."""
+        return tuple(
+            f if f is not None else y / s
+            for y, s, f in zip(solution, self.scale, self.fixed, strict=True)
+        )
 
     @property
     def exact(self) -> bool:
@@ -525,36 +541,63 @@ def integer_model(model: LinearModel) -> IntegerModel:
     columns. A row it cannot take (outward rounding over a column that may go negative,
     an activity that may overflow) raises SolverFailed naming the row."""
     scale = tuple(1 if i else CPSAT_RESOLUTION for i in model.col_integer)
+    fixed = tuple(
+        lo if lo == hi and math.isfinite(lo) else None
+        for lo, hi in zip(model.col_lower, model.col_upper, strict=True)
+    )
     lower: list[int] = []
     upper: list[int] = []
     implied = _implied_upper(model)
     for j, (lo, hi) in enumerate(zip(model.col_lower, implied, strict=True)):
         s = scale[j]
+        if fixed[j] is not None:
+            lower.append(0)
+            upper.append(0)
+            continue
         lower.append(
             -CPSAT_UNBOUNDED if lo == -INF else math.ceil(lo * s - _TOL * max(1, abs(lo * s)))
         )
-        upper.append(
-            CPSAT_UNBOUNDED if hi == INF else math.floor(hi * s + _TOL * max(1, abs(hi * s)))
-        )
-    rows: list[IntegerRow] = []
-    for i, (idx, val) in enumerate(zip(model.row_index, model.row_value, strict=True)):
-        rows.extend(
-            _integer_rows(
-                model.row_names[i],
-                [(j, a / scale[j]) for j, a in zip(idx, val, strict=True)],
-                model.row_lower[i],
-                model.row_upper[i],
-                lower,
-                upper,
+        if hi == INF:
+            upper.append(CPSAT_UNBOUNDED)
+        elif hi != model.col_upper[j]:
+            # A bound the rows imply, not the column's own: up to the grid, so that it
+            # never cuts a value the rows allow.
+            upper.append(math.ceil(hi * s - _TOL * max(1, abs(hi * s))))
+        else:
+            upper.append(math.floor(hi * s + _TOL * max(1, abs(hi * s))))
+        if lower[-1] > upper[-1]:
+            raise SolverFailed(
+                f"cpsat cannot take column {model.col_names[j]}: [{lo}, {hi}] holds no "
+                f"multiple of 1/{s}"
             )
-        )
-    cost = [c / s for c, s in zip(model.col_cost, scale, strict=True)]
-    on_grid = _on_grid(model)
+    rows: list[IntegerRow] = []
+    feasible = True
+    for i, (idx, val) in enumerate(zip(model.row_index, model.row_value, strict=True)):
+        shift = 0.0
+        terms: list[tuple[int, float]] = []
+        for j, a in zip(idx, val, strict=True):
+            value = fixed[j]
+            if value is None:
+                terms.append((j, a / scale[j]))
+            else:
+                shift += a * value
+        lo, hi = model.row_lower[i] - shift, model.row_upper[i] - shift
+        if not terms:
+            tol = 1e-6 * max(1.0, abs(shift))
+            feasible = feasible and lo <= tol and hi >= -tol
+            continue
+        rows.extend(_integer_rows(model.row_names[i], terms, lo, hi, lower, upper))
+    cost = [
+        0.0 if f is not None else c / s
+        for c, s, f in zip(model.col_cost, scale, fixed, strict=True)
+    ]
+    constant = sum(c * f for c, f in zip(model.col_cost, fixed, strict=True) if f is not None and c)
+    on_grid = _on_grid(model, fixed)
     grid = (
         sum(
             abs(c)
             for j, (c, s) in enumerate(zip(model.col_cost, scale, strict=True))
-            if s > 1 and not on_grid[j]
+            if s > 1 and not on_grid[j] and fixed[j] is None
         )
         / CPSAT_RESOLUTION
     )
@@ -564,7 +607,16 @@ def integer_model(model: LinearModel) -> IntegerModel:
     objective = tuple(round(c * k) for c in cost)
     rounding = sum(abs(c - o / k) * r for c, o, r in zip(cost, objective, reach, strict=True) if c)
     return IntegerModel(
-        scale, tuple(lower), tuple(upper), tuple(rows), objective, k, grid + rounding
+        scale,
+        tuple(lower),
+        tuple(upper),
+        tuple(rows),
+        objective,
+        k,
+        grid + rounding,
+        fixed,
+        constant,
+        feasible,
     )
 
 
@@ -574,7 +626,7 @@ def _lattice(value: float) -> bool:
     return not math.isfinite(value) or abs(scaled - round(scaled)) <= 1e-6 * max(1.0, abs(scaled))
 
 
-def _on_grid(model: LinearModel) -> list[bool]:
+def _on_grid(model: LinearModel, fixed: Sequence[float | None]) -> list[bool]:
     """The continuous columns the grid costs nothing: every row of the column bounds it alone
     (coefficient +-1, the row's only continuous column) by a multiple of 1/1000 once the
     integer columns are set (their coefficients and the row's bounds are such multiples), so
@@ -585,7 +637,7 @@ def _on_grid(model: LinearModel) -> list[bool]:
         for integer, lo, hi in zip(model.col_integer, model.col_lower, model.col_upper, strict=True)
     ]
     for i, (idx, val) in enumerate(zip(model.row_index, model.row_value, strict=True)):
-        continuous = [j for j in idx if not model.col_integer[j]]
+        continuous = [j for j in idx if not model.col_integer[j] and fixed[j] is None]
         if not continuous:
             continue
         fits = (
@@ -593,7 +645,9 @@ def _on_grid(model: LinearModel) -> list[bool]:
             and _lattice(model.row_lower[i])
             and _lattice(model.row_upper[i])
             and all(
-                abs(a) == 1.0 if j == continuous[0] else _lattice(a)
+                abs(a) == 1.0
+                if j == continuous[0]
+                else _lattice(a if fixed[j] is None else a * (fixed[j] or 0.0))
                 for j, a in zip(idx, val, strict=True)
             )
         )
@@ -648,9 +702,9 @@ def _integer_rows(
     if exact:
         for f in fractions:
             multiplier = math.lcm(multiplier, f.denominator)
-        exact = multiplier <= CPSAT_DENOMINATOR
-    if exact:
-        coef = tuple(int(f * multiplier) for f in fractions)
+        exact = multiplier <= CPSAT_MULTIPLIER
+    coef = tuple(int(f * multiplier) for f in fractions) if exact else ()
+    if exact and _reach(index, coef, lower, upper) <= CPSAT_MAX_ACTIVITY:
         out = [_bounded(name, index, coef, lo, hi, float(multiplier), True, lower, upper)]
     else:
         # Outward: every integer solution of the rounded row satisfies the row. Over a
@@ -683,10 +737,7 @@ def _bounded(
     lower: list[int],
     upper: list[int],
 ) -> IntegerRow:
-    reach = sum(
-        abs(c) * max(abs(lower[j]), abs(upper[j])) for j, c in zip(index, coef, strict=True)
-    )
-    if reach > CPSAT_MAX_ACTIVITY:
+    if _reach(index, coef, lower, upper) > CPSAT_MAX_ACTIVITY:
         raise SolverFailed(f"cpsat cannot take row {name}: its activity may overflow 64 bits")
     # Integer activity: a bound a float sum misses by rounding noise is taken at its integer.
     lo_s, hi_s = lo * multiplier, hi * multiplier
@@ -698,6 +749,13 @@ def _bounded(
         None if hi == INF else math.floor(hi_s + 1e-6 * max(1.0, abs(hi_s))),
         exact,
     )
+
+
+def _reach(
+    index: tuple[int, ...], coef: tuple[int, ...], lower: list[int], upper: list[int]
+) -> int:
+    """The largest |activity| a row may take over its columns' domains."""
+    return sum(abs(c) * max(abs(lower[j]), abs(upper[j])) for j, c in zip(index, coef, strict=True))
 
 
 def cpsat_work(limits: SolveLimits) -> float:
@@ -718,7 +776,7 @@ def _solve_cpsat(model: LinearModel, limits: SolveLimits, warm: Sequence[float] 
         cp.new_int_var(lo, hi, f"x{j}")
         for j, (lo, hi) in enumerate(zip(im.lower, im.upper, strict=True))
     ]
-    if any(lo > hi for lo, hi in zip(im.lower, im.upper, strict=True)):
+    if not im.feasible:
         return "infeasible", None, None, None, False
     for row in im.rows:
         expr = cp_model.LinearExpr.weighted_sum([ys[j] for j in row.index], list(row.coef))
@@ -759,8 +817,7 @@ def _solve_cpsat(model: LinearModel, limits: SolveLimits, warm: Sequence[float] 
         raise SolverFailed(f"CP-SAT rejected the model: {cp.validate()[:300]}")
     values: tuple[float, ...] | None = None
     if status in ("OPTIMAL", "FEASIBLE"):
-        raw = solver.response_proto.solution
-        values = tuple(v / s for v, s in zip(raw, im.scale, strict=True))
+        values = im.values(solver.response_proto.solution)
     objective = model.objective(values) if values is not None else None
     # A stop short of a proof that did not spend its deterministic budget was the clock's.
     spent = float(solver.response_proto.deterministic_time)
@@ -770,9 +827,9 @@ def _solve_cpsat(model: LinearModel, limits: SolveLimits, warm: Sequence[float] 
     if priced and status in ("OPTIMAL", "FEASIBLE") and im.exact:
         raw_bound = float(solver.best_objective_bound)
         if math.isfinite(raw_bound):
-            bound = raw_bound / im.objective_scale + model.offset + im.slack
+            bound = raw_bound / im.objective_scale + im.constant + model.offset + im.slack
     elif not priced and status == "OPTIMAL":
-        bound = model.offset
+        bound = im.constant + model.offset
     if status == "OPTIMAL":
         state = "optimal"
     elif status == "FEASIBLE":
