@@ -694,10 +694,8 @@ def _integer_rows(
 ) -> list[IntegerRow]:
     index = tuple(j for j, _ in terms)
     fractions = [Fraction(a).limit_denominator(CPSAT_DENOMINATOR) for _, a in terms]
-    exact = all(
-        abs(float(f) - a) <= _TOL * max(1.0, abs(a))
-        for f, (_, a) in zip(fractions, terms, strict=True)
-    )
+    # The rational is the coefficient where it rounds to the same double.
+    exact = all(float(f) == a for f, (_, a) in zip(fractions, terms, strict=True))
     multiplier = 1
     if exact:
         for f in fractions:
