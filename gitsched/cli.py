@@ -196,7 +196,7 @@ def _stays_rejected(report: ReconcileReport) -> list[str]:
     help="When watching: seconds without news after which one line says it is still"
     " watching (0: never).",
 )
-@click.option("--solver", help="Override the Policy's solver (greedy, highs, cbc).")
+@click.option("--solver", help="Override the Policy's solver (greedy, highs, cbc, cpsat).")
 @click.option(
     "--snapshot-every",
     envvar="GITSCHED_SNAPSHOT_EVERY",

@@ -271,7 +271,7 @@ def _webhook(secret_file: str | None, branch: str) -> Webhook | None:
     is_flag=True,
     help="Create a team's namespace when missing (needs RBAC to create namespaces).",
 )
-@click.option("--solver", help="Override the Policy's solver (greedy, highs, cbc).")
+@click.option("--solver", help="Override the Policy's solver (greedy, highs, cbc, cpsat).")
 @click.option(
     "--webhook-secret-file",
     envvar="GITSCHED_WEBHOOK_SECRET_FILE",

@@ -1,8 +1,9 @@
-"""A solver-neutral mixed-integer linear model, and the two backends that solve it.
+"""A solver-neutral mixed-integer linear model, and the three backends that solve it.
 
 The placement model is built once, as plain rows and columns with names, and
-handed to HiGHS (through highspy) or CBC (through PuLP). Neither library is
-typed; everything untyped stays inside `_solve_highs` and `_solve_cbc`. What the libraries
+handed to HiGHS (through highspy), CBC (through PuLP) or OR-Tools CP-SAT (integer
+rows: `_solve_cpsat` scales them, docs/solver.md). No library is typed; everything
+untyped stays inside `_solve_highs`, `_solve_cbc` and `_solve_cpsat`. What the libraries
 raise when they fail is wrapped here, where they are called, as `SolverFailed`; a solve
 that ends without a plan is a status ("error", "infeasible"), not an exception.
 """
@@ -14,11 +15,14 @@ import time
 import warnings
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any
 
 from engine.errors import SolverFailed
 
 INF = math.inf
+# The engines `solve` knows. CP-SAT solves integer programs only: `_solve_cpsat` scales.
+BACKENDS = ("highs", "cbc", "cpsat")
 
 
 @dataclass(slots=True)
@@ -182,7 +186,8 @@ class SolveLimits:
 def solve(
     model: LinearModel, solver: str, limits: SolveLimits, warm: Sequence[float] | None = None
 ) -> LinearSolution:
-    """Solve with `solver` ('highs' or 'cbc'); `warm` is a feasible start (kept if nothing better)."""
+    """Solve with `solver` ('highs', 'cbc' or 'cpsat'); `warm` is a feasible start (kept if
+    nothing better)."""
     started = time.perf_counter()
     if model.num_cols == 0:  # nothing to decide: the constant is the optimum
         return LinearSolution("optimal", (), model.offset, model.offset, 0.0, solver)
@@ -190,6 +195,13 @@ def solve(
         result = _solve_highs(model, limits, warm)
     elif solver == "cbc":
         result = _solve_cbc(model, limits, warm)
+    elif solver == "cpsat":
+        # CP-SAT answers no LP relaxation (it has no continuous columns, and its own LP is
+        # internal): the relaxation a relax-and-fix solve starts from is HiGHS's, the
+        # integer solves CP-SAT's.
+        result = (
+            _solve_highs(model, limits, None) if limits.relax else _solve_cpsat(model, limits, warm)
+        )
     else:
         raise ValueError(f"unknown MILP backend {solver!r}")
     status, values, objective, bound, clock_stopped = result
@@ -442,3 +454,388 @@ def _run_cbc(
     if state == "optimal" and objective is not None:
         bound = objective + (0.0 if limits.relax else float(limits.gap) * abs(objective))
     return state, values, objective, bound, ran_out and state != "optimal"
+
+
+# -- CP-SAT ------------------------------------------------------------------------------
+# CP-SAT takes integer columns and integer rows only (docs/solver.md, "CP-SAT").
+# A continuous column x becomes an integer y = x * CPSAT_RESOLUTION: x on a grid of 1/1000
+# (a milli-GPU, the unit every GPU request is written in, so the auxiliary columns of quota
+# and nominal use land on the grid exactly; a fair-share shortfall may not, and is then
+# charged up to 1/1000 of a share more than it is).
+CPSAT_RESOLUTION = 1000
+# A row whose coefficients are all rationals of denominator <= CPSAT_DENOMINATOR, the least
+# common multiple of them at most CPSAT_MULTIPLIER, is multiplied by it and taken exactly
+# (milli-GPU, milli-CPU and MiB-in-GiB coefficients are: 1/1000, 1/1024; a fair share's
+# usage over the cluster's capacity has the capacity, in milli or MiB, as denominator);
+# any other is rounded outward.
+CPSAT_DENOMINATOR = 10**10
+CPSAT_MULTIPLIER = 10**12
+CPSAT_INEXACT_SCALE = 2**20  # an inexact row's largest coefficient, once scaled and rounded
+# An unbounded column: CP-SAT's domains are finite. Far above any count or GPU total here.
+CPSAT_UNBOUNDED = 10**9
+# CP-SAT rejects a row whose activity may overflow int64; ours stay far below this.
+CPSAT_MAX_ACTIVITY = 2**60
+CPSAT_MAX_OBJECTIVE = 2**60  # the objective's largest activity, once scaled to integers
+# The deterministic stop: CP-SAT's deterministic time (a count of its work, "as close as
+# possible to a second" on the machine it was calibrated on) per branch-and-bound node of
+# the Policy's nodeLimit, so one Policy field budgets every engine. Measured: docs/solver.md.
+CPSAT_WORK_PER_NODE = 0.01
+# One worker, its subsolvers interleaved (`interleave_search`): the portfolio (LNS,
+# feasibility jump, the LP-based search) on one thread, deterministic by construction.
+# Two workers interleaved are deterministic too; measured against one in docs/solver.md.
+CPSAT_WORKERS = 1
+CPSAT_SEED = 0
+_TOL = 1e-9
+
+
+@dataclass(frozen=True, slots=True)
+class IntegerRow:
+    """One row of the model over integer columns: lower <= sum(coef * y) <= upper."""
+
+    name: str
+    index: tuple[int, ...]
+    coef: tuple[int, ...]
+    lower: int | None
+    upper: int | None
+    exact: bool  # False: rounded outward (never admits what the row forbids)
+
+
+@dataclass(frozen=True, slots=True)
+class IntegerModel:
+    """`LinearModel` over integer columns, as CP-SAT takes it: y_j = x_j * scale_j."""
+
+    scale: tuple[int, ...]
+    lower: tuple[int, ...]
+    upper: tuple[int, ...]
+    rows: tuple[IntegerRow, ...]
+    # The objective in integers: c_j * objective_scale, rounded.
+    objective: tuple[int, ...]
+    objective_scale: float
+    # What the grid of the continuous columns and the rounded objective may cost, at most:
+    # added to the bound CP-SAT proves on the integer model to give a bound of the linear
+    # model.
+    slack: float
+    # Columns fixed by their bounds (a neighbourhood fixes most), by value: they leave the
+    # rows (into the rows' bounds) and the objective (into `constant`), so a fixed value off
+    # the grid (an auxiliary column fixed where its terms put it) costs no precision.
+    fixed: tuple[float | None, ...] = ()
+    constant: float = 0.0
+    feasible: bool = True  # False: a row of fixed columns only breaks its bounds
+
+    def values(self, solution: Sequence[int]) -> tuple[float, ...]:
+        """The linear model's column values of an integer solution."""
+        return tuple(
+            f if f is not None else y / s
+            for y, s, f in zip(solution, self.scale, self.fixed, strict=True)
+        )
+
+    @property
+    def exact(self) -> bool:
+        return all(r.exact for r in self.rows)
+
+
+def integer_model(model: LinearModel) -> IntegerModel:
+    """The model with every column integer and every row integral (docs/solver.md):
+    continuous columns on a grid of 1/CPSAT_RESOLUTION, rows of small-denominator
+    coefficients multiplied out exactly, other rows rounded outward over non-negative
+    columns. A row it cannot take (outward rounding over a column that may go negative,
+    an activity that may overflow) raises SolverFailed naming the row."""
+    scale = tuple(1 if i else CPSAT_RESOLUTION for i in model.col_integer)
+    fixed = tuple(
+        lo if lo == hi and math.isfinite(lo) else None
+        for lo, hi in zip(model.col_lower, model.col_upper, strict=True)
+    )
+    lower: list[int] = []
+    upper: list[int] = []
+    implied = _implied_upper(model)
+    for j, (lo, hi) in enumerate(zip(model.col_lower, implied, strict=True)):
+        s = scale[j]
+        if fixed[j] is not None:
+            lower.append(0)
+            upper.append(0)
+            continue
+        lower.append(
+            -CPSAT_UNBOUNDED if lo == -INF else math.ceil(lo * s - _TOL * max(1, abs(lo * s)))
+        )
+        if hi == INF:
+            upper.append(CPSAT_UNBOUNDED)
+        elif hi != model.col_upper[j]:
+            # A bound the rows imply, not the column's own: up to the grid, so that it
+            # never cuts a value the rows allow.
+            upper.append(math.ceil(hi * s - _TOL * max(1, abs(hi * s))))
+        else:
+            upper.append(math.floor(hi * s + _TOL * max(1, abs(hi * s))))
+        if lower[-1] > upper[-1]:
+            raise SolverFailed(
+                f"cpsat cannot take column {model.col_names[j]}: [{lo}, {hi}] holds no "
+                f"multiple of 1/{s}"
+            )
+    rows: list[IntegerRow] = []
+    feasible = True
+    for i, (idx, val) in enumerate(zip(model.row_index, model.row_value, strict=True)):
+        shift = 0.0
+        terms: list[tuple[int, float]] = []
+        for j, a in zip(idx, val, strict=True):
+            value = fixed[j]
+            if value is None:
+                terms.append((j, a / scale[j]))
+            else:
+                shift += a * value
+        lo, hi = model.row_lower[i] - shift, model.row_upper[i] - shift
+        if not terms:
+            tol = 1e-6 * max(1.0, abs(shift))
+            feasible = feasible and lo <= tol and hi >= -tol
+            continue
+        rows.extend(_integer_rows(model.row_names[i], terms, lo, hi, lower, upper))
+    cost = [
+        0.0 if f is not None else c / s
+        for c, s, f in zip(model.col_cost, scale, fixed, strict=True)
+    ]
+    constant = sum(c * f for c, f in zip(model.col_cost, fixed, strict=True) if f is not None and c)
+    on_grid = _on_grid(model, fixed)
+    grid = (
+        sum(
+            abs(c)
+            for j, (c, s) in enumerate(zip(model.col_cost, scale, strict=True))
+            if s > 1 and not on_grid[j] and fixed[j] is None
+        )
+        / CPSAT_RESOLUTION
+    )
+    reach = [max(abs(lo), abs(hi)) for lo, hi in zip(lower, upper, strict=True)]
+    activity = sum(abs(c) * r for c, r in zip(cost, reach, strict=True))
+    k = 2.0 ** math.floor(math.log2(CPSAT_MAX_OBJECTIVE / activity)) if activity > 0 else 1.0
+    objective = tuple(round(c * k) for c in cost)
+    rounding = sum(abs(c - o / k) * r for c, o, r in zip(cost, objective, reach, strict=True) if c)
+    return IntegerModel(
+        scale,
+        tuple(lower),
+        tuple(upper),
+        tuple(rows),
+        objective,
+        k,
+        grid + rounding,
+        fixed,
+        constant,
+        feasible,
+    )
+
+
+def _lattice(value: float) -> bool:
+    """Whether `value` is a multiple of 1/CPSAT_RESOLUTION (a milli-GPU)."""
+    scaled = value * CPSAT_RESOLUTION
+    return not math.isfinite(value) or abs(scaled - round(scaled)) <= 1e-6 * max(1.0, abs(scaled))
+
+
+def _on_grid(model: LinearModel, fixed: Sequence[float | None]) -> list[bool]:
+    """The continuous columns the grid costs nothing: every row of the column bounds it alone
+    (coefficient +-1, the row's only continuous column) by a multiple of 1/1000 once the
+    integer columns are set (their coefficients and the row's bounds are such multiples), so
+    its best value, an end of the interval its rows and bounds leave, lies on the grid (the
+    nominal-quota and quota-excess columns: usage in milli-GPU)."""
+    ok = [
+        not integer and _lattice(lo) and _lattice(hi)
+        for integer, lo, hi in zip(model.col_integer, model.col_lower, model.col_upper, strict=True)
+    ]
+    for i, (idx, val) in enumerate(zip(model.row_index, model.row_value, strict=True)):
+        continuous = [j for j in idx if not model.col_integer[j] and fixed[j] is None]
+        if not continuous:
+            continue
+        fits = (
+            len(continuous) == 1
+            and _lattice(model.row_lower[i])
+            and _lattice(model.row_upper[i])
+            and all(
+                abs(a) == 1.0
+                if j == continuous[0]
+                else _lattice(a if fixed[j] is None else a * (fixed[j] or 0.0))
+                for j, a in zip(idx, val, strict=True)
+            )
+        )
+        if not fits:
+            for j in continuous:
+                ok[j] = False
+    return ok
+
+
+def _implied_upper(model: LinearModel) -> list[float]:
+    """The columns' upper bounds, an unbounded one replaced where a row bounds it: a <= row
+    over columns otherwise bounded (what the cohort pool leaves a queue to borrow), or, for
+    a column of one row that costs (a shortfall below a fair share), the least value its
+    >= row asks of it, which some optimal solution takes."""
+    upper = list(model.col_upper)
+    lower = model.col_lower
+    rows_of = [0] * model.num_cols
+    for idx in model.row_index:
+        for j in idx:
+            rows_of[j] += 1
+    for i, (idx, val) in enumerate(zip(model.row_index, model.row_value, strict=True)):
+        unbounded = [(j, a) for j, a in zip(idx, val, strict=True) if upper[j] == INF and a > 0]
+        if len(unbounded) != 1:
+            continue
+        j, a = unbounded[0]
+        rest = [(k, b) for k, b in zip(idx, val, strict=True) if k != j]
+        if any(lower[k] == -INF or model.col_upper[k] == INF for k, _ in rest):
+            continue
+        low = sum(min(b * lower[k], b * model.col_upper[k]) for k, b in rest)
+        if model.row_upper[i] != INF:
+            upper[j] = min(upper[j], (model.row_upper[i] - low) / a)
+        elif rows_of[j] == 1 and model.col_cost[j] < 0 and model.row_lower[i] != -INF:
+            upper[j] = max(lower[j], (model.row_lower[i] - low) / a, 0.0)
+    return upper
+
+
+def _integer_rows(
+    name: str,
+    terms: list[tuple[int, float]],
+    lo: float,
+    hi: float,
+    lower: list[int],
+    upper: list[int],
+) -> list[IntegerRow]:
+    index = tuple(j for j, _ in terms)
+    fractions = [Fraction(a).limit_denominator(CPSAT_DENOMINATOR) for _, a in terms]
+    # The rational is the coefficient where it rounds to the same double.
+    exact = all(float(f) == a for f, (_, a) in zip(fractions, terms, strict=True))
+    multiplier = 1
+    if exact:
+        for f in fractions:
+            multiplier = math.lcm(multiplier, f.denominator)
+        exact = multiplier <= CPSAT_MULTIPLIER
+    coef = tuple(int(f * multiplier) for f in fractions) if exact else ()
+    if exact and _reach(index, coef, lower, upper) <= CPSAT_MAX_ACTIVITY:
+        out = [_bounded(name, index, coef, lo, hi, float(multiplier), True, lower, upper)]
+    else:
+        # Outward: every integer solution of the rounded row satisfies the row. Over a
+        # column >= 0, a <= row takes each coefficient rounded up, a >= row rounded down.
+        if any(lower[j] < 0 for j in index):
+            raise SolverFailed(
+                f"cpsat cannot take row {name}: fractional coefficients over a column that "
+                "may be negative cannot be rounded soundly"
+            )
+        top = max(abs(a) for _, a in terms)
+        m = float(2 ** max(0, math.floor(math.log2(CPSAT_INEXACT_SCALE / top))))
+        out = []
+        if hi != INF:
+            up = tuple(math.ceil(a * m) for _, a in terms)
+            out.append(_bounded(name, index, up, -INF, hi, m, False, lower, upper))
+        if lo != -INF:
+            down = tuple(math.floor(a * m) for _, a in terms)
+            out.append(_bounded(name, index, down, lo, INF, m, False, lower, upper))
+    return out
+
+
+def _bounded(
+    name: str,
+    index: tuple[int, ...],
+    coef: tuple[int, ...],
+    lo: float,
+    hi: float,
+    multiplier: float,
+    exact: bool,
+    lower: list[int],
+    upper: list[int],
+) -> IntegerRow:
+    if _reach(index, coef, lower, upper) > CPSAT_MAX_ACTIVITY:
+        raise SolverFailed(f"cpsat cannot take row {name}: its activity may overflow 64 bits")
+    # Integer activity: a bound a float sum misses by rounding noise is taken at its integer.
+    lo_s, hi_s = lo * multiplier, hi * multiplier
+    return IntegerRow(
+        name,
+        index,
+        coef,
+        None if lo == -INF else math.ceil(lo_s - 1e-6 * max(1.0, abs(lo_s))),
+        None if hi == INF else math.floor(hi_s + 1e-6 * max(1.0, abs(hi_s))),
+        exact,
+    )
+
+
+def _reach(
+    index: tuple[int, ...], coef: tuple[int, ...], lower: list[int], upper: list[int]
+) -> int:
+    """The largest |activity| a row may take over its columns' domains."""
+    return sum(abs(c) * max(abs(lower[j]), abs(upper[j])) for j, c in zip(index, coef, strict=True))
+
+
+def cpsat_work(limits: SolveLimits) -> float:
+    """The deterministic time a CP-SAT solve may spend: the node budget in CP-SAT's unit."""
+    nodes = 100_000 if limits.node_limit is None else max(1, int(limits.node_limit))
+    return nodes * CPSAT_WORK_PER_NODE
+
+
+def _solve_cpsat(model: LinearModel, limits: SolveLimits, warm: Sequence[float] | None) -> _Result:
+    try:
+        from ortools.sat.python import cp_model
+    except ImportError as e:
+        raise SolverFailed(f"ortools is not installed: {e}") from e
+
+    im = integer_model(model)
+    cp: Any = cp_model.CpModel()
+    ys = [
+        cp.new_int_var(lo, hi, f"x{j}")
+        for j, (lo, hi) in enumerate(zip(im.lower, im.upper, strict=True))
+    ]
+    if not im.feasible:
+        return "infeasible", None, None, None, False
+    for row in im.rows:
+        expr = cp_model.LinearExpr.weighted_sum([ys[j] for j in row.index], list(row.coef))
+        cp.add_linear_constraint(
+            expr,
+            -(2**62) if row.lower is None else row.lower,
+            2**62 if row.upper is None else row.upper,
+        )
+    priced = [j for j, c in enumerate(im.objective) if c]
+    if priced:
+        cp.maximize(
+            cp_model.LinearExpr.weighted_sum(
+                [ys[j] for j in priced], [im.objective[j] for j in priced]
+            )
+        )
+    if warm is not None:
+        for j, v in enumerate(warm):
+            cp.add_hint(ys[j], min(im.upper[j], max(im.lower[j], round(v * im.scale[j]))))
+    solver: Any = cp_model.CpSolver()
+    params = solver.parameters
+    work = cpsat_work(limits)
+    params.max_deterministic_time = work
+    params.max_time_in_seconds = max(0.05, float(limits.time_limit_s))  # the backstop
+    params.relative_gap_limit = float(limits.gap)
+    params.random_seed = CPSAT_SEED
+    params.num_workers = CPSAT_WORKERS
+    params.interleave_search = True
+    params.log_search_progress = bool(__import__("os").environ.get("CPSAT_LOG"))
+    for option, setting in limits.extra:
+        if option.startswith("cpsat_"):  # the other engines' options are theirs
+            setattr(params, option.removeprefix("cpsat_"), setting)
+    try:
+        code = solver.solve(cp)
+    except RuntimeError as e:
+        raise SolverFailed(f"CP-SAT failed: {e}") from e
+    status = solver.status_name(code)
+    if status == "MODEL_INVALID":
+        raise SolverFailed(f"CP-SAT rejected the model: {cp.validate()[:300]}")
+    values: tuple[float, ...] | None = None
+    if status in ("OPTIMAL", "FEASIBLE"):
+        values = im.values(solver.response_proto.solution)
+    objective = model.objective(values) if values is not None else None
+    # A stop short of a proof that did not spend its deterministic budget was the clock's.
+    spent = float(solver.response_proto.deterministic_time)
+    proved = status in ("OPTIMAL", "INFEASIBLE")
+    clock_stopped = not proved and spent < 0.99 * work
+    bound: float | None = None
+    if priced and status in ("OPTIMAL", "FEASIBLE") and im.exact:
+        raw_bound = float(solver.best_objective_bound)
+        if math.isfinite(raw_bound):
+            bound = raw_bound / im.objective_scale + im.constant + model.offset + im.slack
+    elif not priced and status == "OPTIMAL":
+        bound = im.constant + model.offset
+    if status == "OPTIMAL":
+        state = "optimal"
+    elif status == "FEASIBLE":
+        state = "feasible"
+    elif status == "INFEASIBLE":
+        state = "infeasible" if im.exact else "error"  # rounding outward may lose plans
+    elif status == "UNKNOWN":
+        state = "time-limit"
+    else:
+        state = "error"
+    return state, values, objective, bound, clock_stopped

@@ -24,16 +24,19 @@ SOLVERS: dict[str, Placer] = {
     "greedy": GreedyPlacer(),
     "highs": MilpPlacer("highs"),
     "cbc": MilpPlacer("cbc"),
+    "cpsat": MilpPlacer("cpsat"),
 }
 # The same MILP backends over parts, for instances above decompose.DECOMPOSE_NODES (kept
 # here, like SOLVERS, so a benchmark can read the last solve's report).
 DECOMPOSED: dict[str, DecomposedPlacer] = {
     "highs": DecomposedPlacer("highs"),
     "cbc": DecomposedPlacer("cbc"),
+    "cpsat": DecomposedPlacer("cpsat"),
 }
 
 # What a MILP solve may legitimately fail with. The libraries' own errors reach us as
-# SolverFailed (engine.placement.linear wraps them where it calls highspy and PuLP); a
+# SolverFailed (engine.placement.linear wraps them where it calls highspy, PuLP and
+# OR-Tools); a
 # MemoryError may come from the solver (pybind11's std::bad_alloc) or from building a
 # model too large; Permanent/TemporaryError are our typed errors, raised on purpose.
 SOLVER_FAILURES: tuple[type[Exception], ...] = (

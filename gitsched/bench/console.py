@@ -235,7 +235,7 @@ def _p99(values: list[float]) -> float:
     type=click.IntRange(min=1),
     help="Timed requests of each page kind (after one cold one).",
 )
-@click.option("--solver", type=click.Choice(["greedy", "highs", "cbc"]), default="greedy")
+@click.option("--solver", type=click.Choice(["greedy", "highs", "cbc", "cpsat"]), default="greedy")
 @click.option(
     "--work-dir",
     default=".cache/bench-console",

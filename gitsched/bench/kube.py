@@ -656,7 +656,7 @@ def _delete_pods(api: KubeApi, namespace: str, selector: str, timeout_s: float) 
 @click.option(
     "--solver",
     default=None,
-    help="Pin the Policy's solver (greedy, highs, cbc); default: no Policy, the product's default.",
+    help="Pin the Policy's solver (greedy, highs, cbc, cpsat); default: no Policy, the product's default.",
 )
 @click.option("--timeout", "timeout_s", default=600.0, show_default=True)
 @format_option("text", "json")

@@ -212,7 +212,7 @@ def scale_cpu(pods: list[TracePod], factor: float) -> list[TracePod]:
 )
 @click.option(
     "--solver",
-    type=click.Choice(["highs", "cbc", "greedy"]),
+    type=click.Choice(["highs", "cbc", "cpsat", "greedy"]),
     default=None,
     help="The Policy's solver for commits [default: greedy online (one solve per pod), "
     "highs for batch and re-optimise].",

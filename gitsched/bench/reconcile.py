@@ -327,7 +327,7 @@ def _percentile(values: Sequence[float], q: float) -> float:
 @click.option(
     "--jobs", default=50, show_default=True, type=click.IntRange(min=1), help="New jobs a commit."
 )
-@click.option("--solver", type=click.Choice(["highs", "cbc", "greedy"]), default="highs")
+@click.option("--solver", type=click.Choice(["highs", "cbc", "cpsat", "greedy"]), default="highs")
 @click.option(
     "--workdir",
     type=click.Path(file_okay=False, path_type=Path),

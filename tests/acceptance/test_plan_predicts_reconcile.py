@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 from unittest import mock
 
+import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
@@ -159,14 +160,16 @@ def test_plan_predicts_the_events_reconcile_appends(
     event(f"incremental solves: {'some' if incremental.call_count else 'none'}")
 
 
-def test_plan_predicts_an_incremental_solve_and_a_withdrawal(tmp_path: Path) -> None:
-    """The incremental path (HiGHS, one job of eight added) and a full re-solve after a
-    withdrawal, each planned first: the step the prediction runs is the one reconcile runs."""
+@pytest.mark.parametrize("solver", ["highs", "cpsat"])
+def test_plan_predicts_an_incremental_solve_and_a_withdrawal(tmp_path: Path, solver: str) -> None:
+    """The incremental path (one job of eight added) and a full re-solve after a withdrawal,
+    each planned first: the step the prediction runs is the one reconcile runs, with HiGHS
+    and with CP-SAT (whose deterministic-time stop must give reconcile the planned plan)."""
     initial = [("put", QUEUES[i % 2], NAMES[i % 6] + str(i), 1, 2, None, None) for i in range(8)]
     with _counting_incremental_solves() as incremental:
         check_plan_predicts_reconcile(
             tmp_path / "cluster",
-            "highs",
+            solver,
             initial,
             [
                 [("put", "ml", "late", 1, 4, "high", None)],

@@ -36,7 +36,7 @@ def cohort_queue(name: str, nominal: float, extra: str = "") -> str:
     )
 
 
-@pytest.mark.parametrize("solver", ["greedy", "highs", "cbc"])
+@pytest.mark.parametrize("solver", ["greedy", "highs", "cbc", "cpsat"])
 def test_a_raised_nominal_quota_reclaims_a_borrowing_gang(repo: ClusterRepo, solver: str) -> None:
     repo.write_all(
         {

@@ -2,7 +2,7 @@
 of priority classes (docs/quotas-and-preemption.md tells each scenario in words).
 
 Each scenario is a cluster with one big node per flavor, so only quota and priority decide;
-it runs under greedy, HiGHS and CBC with priority classes 1, 200 and 10,000 apart, and must
+it runs under greedy, HiGHS, CBC and CP-SAT with priority classes 1, 200 and 10,000 apart, and must
 give the same documented outcome. A property test then checks the rules themselves on small
 random instances: every stop is allowed by a rule, and nobody who could run by a rule waits
 for a lower-priority job of its own queue.
@@ -25,7 +25,7 @@ from engine.placement.solvers import placer
 from engine.units import GPU_MILLI
 from tests.support.factories import instance, job, node, queue
 
-SOLVERS = ["greedy", "highs", "cbc"]
+SOLVERS = ["greedy", "highs", "cbc", "cpsat"]
 SPACINGS = [1, 200, 10_000]
 NOW = "2026-11-22T12:00:00+00:00"
 P, K, R, W = (
@@ -393,7 +393,7 @@ def small_instances(draw: st.DrawFn) -> PlacementInstance:
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
-@given(small_instances(), st.sampled_from(SOLVERS[:2]))
+@given(small_instances(), st.sampled_from([SOLVERS[0], SOLVERS[1], SOLVERS[3]]))
 def test_every_solver_keeps_the_rules(inst: PlacementInstance, solver: str) -> None:
     plan = placer(solver).solve(inst)
     assert rules_problems(inst, plan) == []
@@ -500,7 +500,7 @@ RECLAIM_CASES = sorted(n for n in SCENARIOS if n.startswith("reclaim"))
 
 
 @pytest.mark.parametrize("spacing", SPACINGS)
-@pytest.mark.parametrize("backend", ["highs", "cbc"])
+@pytest.mark.parametrize("backend", ["highs", "cbc", "cpsat"])
 @pytest.mark.parametrize("name", RECLAIM_CASES)
 def test_an_incremental_solve_reclaims_as_a_full_one(name: str, backend: str, spacing: int) -> None:
     """The reconciler re-solves a new job incrementally: the same reclaims, by the same rule

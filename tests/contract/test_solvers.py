@@ -1,4 +1,4 @@
-"""The solver contract: one suite, run against every MILP backend (HiGHS and CBC).
+"""The solver contract: one suite, run against every MILP backend (HiGHS, CBC and CP-SAT).
 
 Hand-built instances whose optimum is known (and which the greedy baseline gets
 wrong) must be solved to that optimum; generated instances must give plans that
@@ -21,7 +21,7 @@ from engine.placement.plan import OutcomeStatus, PlacementInstance, PlacementPla
 from engine.units import GPU_MILLI
 from tests.support.factories import instance, instances, job, node, queue
 
-BACKENDS = ["highs", "cbc"]
+BACKENDS = ["highs", "cbc", "cpsat"]
 EXACT = Policy(gap_tolerance=0.0, fragmentation_weight=0.0, time_limit_s=60.0)
 
 

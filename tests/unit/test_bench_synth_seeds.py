@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from gitsched.bench.synth import distribution, synth_seeds
+from click.testing import CliRunner
+
+from gitsched.bench.synth import command, distribution, side_by_side, synth_seeds
 
 
 def _run(
@@ -44,3 +46,26 @@ def test_the_distribution_reports_median_p90_and_worst() -> None:
     assert d["moves"]["worst"] == 11.0
     assert d["move_lost_gpu_hours"]["worst"] == 2.75
     assert d["time_limit_stops"] == 1
+
+
+def test_engines_side_by_side_on_the_same_seeds_name_the_lowest_p90_gap() -> None:
+    seeds = [11, 12, 13]
+    highs = distribution("M", "highs", [_run(s, 0.5, 9.0, 2) for s in seeds])
+    cpsat = distribution("M", "cpsat", [_run(s, 0.2, 9.5, 1) for s in seeds])
+    cbc = distribution("M", "cbc", [_run(s, None, 10.0, 0, "time_limit") for s in seeds])
+    both = side_by_side("M", {"highs": highs, "cbc": cbc, "cpsat": cpsat})
+    assert both["seeds"] == seeds
+    assert list(both["engines"]) == ["highs", "cbc", "cpsat"]
+    assert both["lowest_p90_gap"] == "cpsat"
+    assert both["engines"]["cbc"]["time_limit_stops"] == 3
+    # Equal gaps: the faster engine at p90, then the order given.
+    tied = distribution("M", "cpsat", [_run(s, 0.5, 9.0, 2) for s in seeds])
+    assert side_by_side("M", {"highs": highs, "cpsat": tied})["lowest_p90_gap"] == "highs"
+
+
+def test_engines_needs_seeds_and_known_names() -> None:
+    runner = CliRunner()
+    unknown = runner.invoke(command, ["--size", "S", "--seeds", "2", "--engines", "highs,gurobi"])
+    assert unknown.exit_code != 0 and "unknown: gurobi" in unknown.output
+    no_seeds = runner.invoke(command, ["--size", "S", "--engines", "highs,cpsat"])
+    assert no_seeds.exit_code != 0 and "--engines takes --seeds N" in no_seeds.output

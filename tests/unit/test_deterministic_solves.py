@@ -47,14 +47,17 @@ def decided(plan: PlacementPlan) -> tuple[object, ...]:
     return (plan.outcomes, plan.stats.status, plan.stats.objective, plan.broken_soft)
 
 
-@pytest.mark.parametrize("mode", ["full", "incremental"])
+@pytest.mark.parametrize(
+    ("backend", "mode"),
+    [("highs", "full"), ("highs", "incremental"), ("cpsat", "incremental")],
+)
 def test_a_clock_that_runs_slow_or_fast_changes_no_plan(
-    monkeypatch: pytest.MonkeyPatch, mode: str
+    monkeypatch: pytest.MonkeyPatch, backend: str, mode: str
 ) -> None:
     inst, new = incremental_case()
 
     def run() -> PlacementPlan:
-        placer = MilpPlacer("highs")
+        placer = MilpPlacer(backend)
         return placer.solve_incremental(inst, new) if mode == "incremental" else placer.solve(inst)
 
     plans = []
@@ -89,7 +92,7 @@ def knapsacks(seed: int, items: int = 70, rows: int = 6) -> LinearModel:
     return m
 
 
-@pytest.mark.parametrize("backend", ["highs", "cbc"])
+@pytest.mark.parametrize("backend", ["highs", "cbc", "cpsat"])
 def test_a_node_limited_solve_is_the_same_every_run(backend: str) -> None:
     model = knapsacks(7)
     limits = SolveLimits(time_limit_s=600.0, gap=0.0, node_limit=3)

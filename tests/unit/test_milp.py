@@ -486,7 +486,7 @@ def test_an_incremental_start_keeps_every_running_job_and_preempts_nobody() -> N
     assert check_plan(later, plan) == [] and plan.stats.objective >= start.stats.objective - 1e-6
 
 
-@pytest.mark.parametrize("backend", ["highs", "cbc"])
+@pytest.mark.parametrize("backend", ["highs", "cbc", "cpsat"])
 def test_a_re_solve_never_stops_a_running_job_for_one_of_equal_priority(backend: str) -> None:
     # Found by hypothesis (tests/contract/test_solvers.py). The model ties stops to the
     # rules per queue: qa/j4 (priority 100) may be stopped by some job of qa, so once the

@@ -22,7 +22,7 @@ from tests.support.audit_log import LogBuilder, bootstrap, hours, placed, submit
 from tests.support.factories import CLUSTER, desired, job, node, queue
 from tests.support.time_steps import at, commit
 
-SOLVERS = ["greedy", "highs", "cbc"]
+SOLVERS = ["greedy", "highs", "cbc", "cpsat"]
 
 
 def protected_queue(minutes: int | None = 30):  # type: ignore[no-untyped-def]

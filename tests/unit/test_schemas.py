@@ -249,7 +249,9 @@ def test_enums() -> None:
         "$.spec.solver.name",
         "$.spec.preemption.reclaimWithinCohort",
     ]
-    assert errors[0].message == "must be one of 'greedy', 'highs', 'cbc' (found 'gurobi')"
+    assert errors[0].message == (
+        "must be one of 'greedy', 'highs', 'cbc', 'cpsat' (found 'gurobi')"
+    )
 
 
 def test_policy_limits_may_be_null_to_lift_them() -> None:

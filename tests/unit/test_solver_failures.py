@@ -30,7 +30,7 @@ def _formulation_bug(*args: object, **kwargs: object) -> None:
     raise KeyError("q/a")  # what a lookup mistake in our own model building raises
 
 
-@pytest.mark.parametrize("solver", ["highs", "cbc"])
+@pytest.mark.parametrize("solver", ["highs", "cbc", "cpsat"])
 def test_a_bug_in_our_formulation_propagates_from_a_full_solve(
     monkeypatch: pytest.MonkeyPatch, solver: str
 ) -> None:

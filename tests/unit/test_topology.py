@@ -103,7 +103,7 @@ def instance(*jobs: Job, drained: frozenset[str] = DRAINED) -> PlacementInstance
     return PlacementInstance(CLUSTER, nodes(drained), (QUEUE,), jobs, {}, Policy())
 
 
-@pytest.fixture(params=["greedy", "highs", "cbc", "highs-classes"])
+@pytest.fixture(params=["greedy", "highs", "cbc", "cpsat", "highs-classes"])
 def solver(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """Greedy, the MILP with each backend, and the MILP's class model of large instances."""
     name: str = request.param
