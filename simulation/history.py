@@ -641,6 +641,10 @@ class Simulation:
             "reason": reason,
             "solve_id": solve_id,
             "at": at,
+            # PlacementDecided v2: the simulated moves are a lost node's (place-gone); its
+            # jobs restart from their last checkpoint, which the simulation does not track.
+            "rule": "place-gone" if action == "moved" else "",
+            "lost_gpu_seconds": 0.0,
         }
 
 
