@@ -12,17 +12,17 @@ from pathlib import Path
 
 import click
 
-from engine.errors import TemporaryError
-from engine.placement.explain import NEVER_RUNS
-from eventlog import open_log
-from eventlog.base import LogCorrupted, LogUnavailable
-from eventlog.envelope import format_time
-from eventlog.replay import replay
-from findings import Finding
 from gitsched import __version__
 from gitsched.cli_audit import audit
 from gitsched.config import resolve_log_url, snapshot_dir
+from gitsched.engine.errors import TemporaryError
+from gitsched.engine.placement.explain import NEVER_RUNS
+from gitsched.eventlog import open_log
+from gitsched.eventlog.base import LogCorrupted, LogUnavailable
+from gitsched.eventlog.envelope import format_time
+from gitsched.eventlog.replay import replay
 from gitsched.exit_codes import EXIT_INVALID, EXIT_NOT_FOUND, EXIT_OK
+from gitsched.findings import Finding
 from gitsched.options import (
     LazyGroup,
     fail,
@@ -35,11 +35,11 @@ from gitsched.options import (
     repo_path,
     user_errors,
 )
+from gitsched.policies.approval import APPROVAL_CODE
+from gitsched.reconciler.git import GitRepo
+from gitsched.reconciler.loop import SNAPSHOT_EVERY, Reconciler, ReconcileReport
+from gitsched.reconciler.specs import load_commit, load_worktree
 from gitsched.render import printable, state_text, state_to_dict
-from policies.approval import APPROVAL_CODE
-from reconciler.git import GitRepo
-from reconciler.loop import SNAPSHOT_EVERY, Reconciler, ReconcileReport
-from reconciler.specs import load_commit, load_worktree
 
 
 @click.group(

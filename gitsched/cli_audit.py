@@ -18,27 +18,27 @@ from typing import Any
 
 import click
 
-from audit import changes as changes_query
-from audit import compliance as compliance_query
-from audit import fairshare as fairshare_query
-from audit import history as history_query
-from audit import pointintime
-from audit import solves as solves_query
-from audit import usage as usage_query
-from audit import waits as waits_query
-from audit.catchup import CatchUp, ChainBroken, Progress, open_view, verify_view
-from audit.catchup import rebuild as rebuild_view
-from audit.services import HEADERS as service_headers
-from audit.services import service_history
-from audit.store import AuditStore
-from audit.verify import Verification
-from audit.window import period, read_page, seqs_between
-from eventlog.base import EventLog
-from eventlog.codec import decode_all
-from eventlog.envelope import format_time
-from eventlog.sqlite import sqlite_path_from_url
+from gitsched.audit import changes as changes_query
+from gitsched.audit import compliance as compliance_query
+from gitsched.audit import fairshare as fairshare_query
+from gitsched.audit import history as history_query
+from gitsched.audit import pointintime
+from gitsched.audit import solves as solves_query
+from gitsched.audit import usage as usage_query
+from gitsched.audit import waits as waits_query
+from gitsched.audit.catchup import CatchUp, ChainBroken, Progress, open_view, verify_view
+from gitsched.audit.catchup import rebuild as rebuild_view
+from gitsched.audit.services import HEADERS as service_headers
+from gitsched.audit.services import service_history
+from gitsched.audit.store import AuditStore
+from gitsched.audit.verify import Verification
+from gitsched.audit.window import period, read_page, seqs_between
 from gitsched.cli_log import verify_command as log_verify
 from gitsched.config import DEFAULT_LOG_DIR, resolve_log_url
+from gitsched.eventlog.base import EventLog
+from gitsched.eventlog.codec import decode_all
+from gitsched.eventlog.envelope import format_time
+from gitsched.eventlog.sqlite import sqlite_path_from_url
 from gitsched.exit_codes import EXIT_ERROR, EXIT_INVALID, EXIT_NOT_FOUND, EXIT_OK
 from gitsched.options import (
     broken_chain_message,
@@ -408,7 +408,7 @@ def _at_rows(state: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def _period(store: AuditStore, since: str | None, until: str | None) -> tuple[float, float]:
-    """--since and --until, defaulted as `audit.window.period` says (usage and report alike)."""
+    """--since and --until, defaulted as `gitsched.audit.window.period` says (usage and report alike)."""
     start, end = period(
         store,
         parse_time(since, "--since").timestamp() if since else None,
@@ -847,7 +847,7 @@ def report(
     the log's first and last events, as for `audit usage` (one definition of the
     period), so the same log always gives the same report.
     """
-    from audit.report import render_report
+    from gitsched.audit.report import render_report
 
     # Evidence: a chain that breaks while the view catches up is a "no" (exit 1); one
     # that breaks in the tail the view has not checked yet is said on the page as well.

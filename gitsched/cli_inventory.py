@@ -14,8 +14,8 @@ from gitsched.options import (
     format_option,
     user_errors,
 )
-from reconciler.nvml import node_document, read_gpus
-from schemas import Document, validate_document
+from gitsched.reconciler.nvml import node_document, read_gpus
+from gitsched.schemas import Document, validate_document
 
 
 @click.group()

@@ -9,14 +9,14 @@ from typing import Any
 
 import click
 
-from audit.verify import verify_log
-from engine.errors import GitschedError
-from eventlog import open_log
-from eventlog.base import EventLog, EventLogError, LogCorrupted
-from eventlog.copy import CopyProgress, CopyRefused, copy_log
-from eventlog.replay import replay, snapshot
-from eventlog.snapshot import check_snapshot
+from gitsched.audit.verify import verify_log
 from gitsched.config import resolve_log_url
+from gitsched.engine.errors import GitschedError
+from gitsched.eventlog import open_log
+from gitsched.eventlog.base import EventLog, EventLogError, LogCorrupted
+from gitsched.eventlog.copy import CopyProgress, CopyRefused, copy_log
+from gitsched.eventlog.replay import replay, snapshot
+from gitsched.eventlog.snapshot import check_snapshot
 from gitsched.exit_codes import EXIT_INVALID, EXIT_OK
 from gitsched.options import (
     emit_rows,
@@ -282,10 +282,10 @@ def verify_command(log_url: str | None, repo: str, signatures: bool, fmt: str) -
 def _recheck_signatures(event_log: EventLog, repo: str) -> dict[str, Any]:
     """The log's signed approvals, verified again by git in `repo` (the CLI composes
     the log and git: audit never imports the reconciler)."""
-    from engine.events import ApprovalChecked
-    from eventlog.codec import decode
-    from reconciler.approval import recheck_signatures
-    from reconciler.git import GitRepo
+    from gitsched.engine.events import ApprovalChecked
+    from gitsched.eventlog.codec import decode
+    from gitsched.reconciler.approval import recheck_signatures
+    from gitsched.reconciler.git import GitRepo
 
     recorded = [
         (stored.seq, event)

@@ -11,15 +11,15 @@ from pathlib import Path
 
 import click
 
-from eventlog import open_log
-from eventlog.base import EventLog, LogConfigurationError
-from eventlog.sqlite import sqlite_path_from_url
 from gitsched.config import resolve_log_url
+from gitsched.eventlog import open_log
+from gitsched.eventlog.base import EventLog, LogConfigurationError
+from gitsched.eventlog.sqlite import sqlite_path_from_url
 from gitsched.exit_codes import PLAN_CHANGES, PLAN_INVALID, PLAN_NO_CHANGE, plan_exit_code
 from gitsched.options import fail, format_option, log_option, repo_of, user_errors
+from gitsched.reconciler.git import GitRepo
+from gitsched.reconciler.plan import parse_range, plan_change
 from gitsched.render_plan import RENDERERS, summary_line
-from reconciler.git import GitRepo
-from reconciler.plan import parse_range, plan_change
 
 
 def _open_for_reading(url: str, explicit: bool) -> EventLog | None:
@@ -32,7 +32,7 @@ def _open_for_reading(url: str, explicit: bool) -> EventLog | None:
             return None
         return open_log(url)
     if url.startswith("kafka:"):
-        from eventlog.kafka import KafkaEventLog
+        from gitsched.eventlog.kafka import KafkaEventLog
 
         try:
             return KafkaEventLog.from_url(url, create_topic=False)

@@ -14,16 +14,16 @@ from datetime import datetime
 
 import click
 
-from engine import events as ev
-from engine.core import ApplyTelemetry, decide
-from eventlog.codec import encode
-from eventlog.replay import replay
+from gitsched.engine import events as ev
+from gitsched.engine.core import ApplyTelemetry, decide
+from gitsched.eventlog.codec import encode
+from gitsched.eventlog.replay import replay
 from gitsched.exit_codes import EXIT_OK
 from gitsched.options import fail, format_option, log_option, open_event_log, user_errors
-from reconciler.git import GitRepo
-from reconciler.loop import Reconciler
-from reconciler.nvml import UtilizationReader
-from reconciler.telemetry import (
+from gitsched.reconciler.git import GitRepo
+from gitsched.reconciler.loop import Reconciler
+from gitsched.reconciler.nvml import UtilizationReader
+from gitsched.reconciler.telemetry import (
     TelemetryError,
     aggregate,
     parse_dcgm,

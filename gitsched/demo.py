@@ -23,18 +23,18 @@ from typing import Any
 
 import yaml
 
-from audit.history import build_history
-from audit.verify import verify_log
-from engine import events as ev
-from engine.units import gpus_text
-from eventlog import open_log
-from eventlog.codec import decode_all
+from gitsched.audit.history import build_history
+from gitsched.audit.verify import verify_log
 from gitsched.config import default_log_url
+from gitsched.engine import events as ev
+from gitsched.engine.units import gpus_text
+from gitsched.eventlog import open_log
+from gitsched.eventlog.codec import decode_all
+from gitsched.reconciler.git import GitRepo
+from gitsched.reconciler.loop import Reconciler
+from gitsched.reconciler.plan import plan_change
 from gitsched.render import state_text, table
 from gitsched.render_plan import plan_text
-from reconciler.git import GitRepo
-from reconciler.loop import Reconciler
-from reconciler.plan import plan_change
 
 # The demo repo is data: gitsched/demo_repo/ holds every file it commits (files/, and the
 # later versions of a few in variants/) and history.yaml the commits that write them.

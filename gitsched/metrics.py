@@ -11,14 +11,14 @@ from datetime import UTC, datetime
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from cluster.autoscaler import AutoscalerStatus
-from cluster.controller import ACTOR as CLUSTER_ACTOR
-from cluster.controller import StepReport
-from engine import events as ev
-from engine.model import Job
-from engine.state import ClusterState
-from eventlog.base import EventLog
-from eventlog.codec import decode
+from gitsched.cluster.autoscaler import AutoscalerStatus
+from gitsched.cluster.controller import ACTOR as CLUSTER_ACTOR
+from gitsched.cluster.controller import StepReport
+from gitsched.engine import events as ev
+from gitsched.engine.model import Job
+from gitsched.engine.state import ClusterState
+from gitsched.eventlog.base import EventLog
+from gitsched.eventlog.codec import decode
 from gitsched.render import services_view
 
 

@@ -13,10 +13,10 @@ from typing import Any, NoReturn
 
 import click
 
-from engine.errors import GitschedError
-from eventlog import open_log
-from eventlog.base import EventLog, EventLogError
 from gitsched.config import resolve_log_url, snapshot_dir
+from gitsched.engine.errors import GitschedError
+from gitsched.eventlog import open_log
+from gitsched.eventlog.base import EventLog, EventLogError
 from gitsched.exit_codes import EXIT_ERROR
 from gitsched.render import table
 

@@ -6,10 +6,10 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from engine.services import desired_replicas, replica_key
-from engine.state import ClusterState
-from engine.timelimits import limit_reached_at
-from engine.units import gpus_from_milli, gpus_or_none, gpus_text, milli_from_gpus
+from gitsched.engine.services import desired_replicas, replica_key
+from gitsched.engine.state import ClusterState
+from gitsched.engine.timelimits import limit_reached_at
+from gitsched.engine.units import gpus_from_milli, gpus_or_none, gpus_text, milli_from_gpus
 
 
 def table(headers: Sequence[str], rows: Iterable[Sequence[object]]) -> str:

@@ -11,16 +11,15 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from engine.fairshare import FairShareRow
-from engine.model import FlavorQuota, Queue, Reservation
-from engine.placement.plan import SolveStats
-from engine.placement.reservations import clock_text, when_text
-from engine.units import gpus_or_none, gpus_text
 from gitsched import __version__
+from gitsched.engine.fairshare import FairShareRow
+from gitsched.engine.model import FlavorQuota, Queue, Reservation
+from gitsched.engine.placement.plan import SolveStats
+from gitsched.engine.placement.reservations import clock_text, when_text
+from gitsched.engine.units import gpus_or_none, gpus_text
 from gitsched.exit_codes import plan_exit_code
-from gitsched.render import table
-from policies.approval import TeamApproval, owners_file
-from reconciler.plan import (
+from gitsched.policies.approval import TeamApproval, owners_file
+from gitsched.reconciler.plan import (
     TIME_LIMIT_WARNING,
     Action,
     Baseline,
@@ -31,7 +30,8 @@ from reconciler.plan import (
     QueueUsage,
     clock_stopped,
 )
-from reconciler.plan_fairness import FairShareView
+from gitsched.reconciler.plan_fairness import FairShareView
+from gitsched.render import table
 
 MARKER = "<!-- gitsched-plan -->"
 

@@ -24,24 +24,24 @@ import click
 from prometheus_client import CollectorRegistry, Counter
 from starlette.routing import Mount
 
-from cluster.api import KubeApi
-from cluster.autoscaler import Autoscaler, services_of
-from cluster.controller import Controller
-from cluster.inventory import InventoryConfig
-from cluster.lease import LeaderElector
-from cluster.prometheus import PrometheusClient
-from engine.errors import TemporaryError
-from eventlog import open_log
-from eventlog.base import EventLog, LogUnavailable
+from gitsched.cluster.api import KubeApi
+from gitsched.cluster.autoscaler import Autoscaler, services_of
+from gitsched.cluster.controller import Controller
+from gitsched.cluster.inventory import InventoryConfig
+from gitsched.cluster.lease import LeaderElector
+from gitsched.cluster.prometheus import PrometheusClient
 from gitsched.config import resolve_log_url
 from gitsched.console.app import console_app
 from gitsched.console.command import read_token
+from gitsched.engine.errors import TemporaryError
+from gitsched.eventlog import open_log
+from gitsched.eventlog.base import EventLog, LogUnavailable
 from gitsched.http import HttpServer, http_app
 from gitsched.metrics import Metrics
 from gitsched.options import log_option, repo_of, repo_path, user_errors
+from gitsched.reconciler.git import GitRepo
+from gitsched.reconciler.loop import Reconciler
 from gitsched.webhook import NO_COMMIT, Webhook, WebhookSecretMissing
-from reconciler.git import GitRepo
-from reconciler.loop import Reconciler
 
 log = logging.getLogger("gitsched.serve")
 

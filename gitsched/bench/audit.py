@@ -1,6 +1,6 @@
 """`gitsched bench audit`: projection rate and query latency on a synthetic log (BENCHMARKS.md §3).
 
-The log is `simulation.history`'s month of a 1,536-GPU cluster (longer for more
+The log is `gitsched.simulation.history`'s month of a 1,536-GPU cluster (longer for more
 events), appended through the real SQLite `EventLog` and cached under --work-dir
 by size and seed. Every query is timed as the CLI runs it: the view caught up
 first, and for evidence (changes, compliance) the chain verified from where the
@@ -23,26 +23,26 @@ from typing import Any
 
 import click
 
-from audit import changes as changes_query
-from audit import compliance as compliance_query
-from audit import fairshare, history, pointintime, solves, usage
-from audit import waits as waits_query
-from audit.catchup import catch_up, rebuild
-from audit.store import AuditStore, EventList, checked_meta
-from audit.verify import verify_log
-from audit.window import seqs_between
-from eventlog.codec import decode
-from eventlog.envelope import GENESIS_HASH
-from eventlog.sqlite import SQLiteEventLog
+from gitsched.audit import changes as changes_query
+from gitsched.audit import compliance as compliance_query
+from gitsched.audit import fairshare, history, pointintime, solves, usage
+from gitsched.audit import waits as waits_query
+from gitsched.audit.catchup import catch_up, rebuild
+from gitsched.audit.store import AuditStore, EventList, checked_meta
+from gitsched.audit.verify import verify_log
+from gitsched.audit.window import seqs_between
+from gitsched.eventlog.codec import decode
+from gitsched.eventlog.envelope import GENESIS_HASH
+from gitsched.eventlog.sqlite import SQLiteEventLog
 from gitsched.options import format_option
 from gitsched.render import table
-from simulation.history import SIMULATION_VERSION, synthetic_log
+from gitsched.simulation.history import SIMULATION_VERSION, synthetic_log
 
 # How many new events the tail-verification timing gives the view to verify.
 TAIL_EVENTS = 1000
 
 
-# Events whose decoding into `engine.events` classes is timed against the fold's own cost.
+# Events whose decoding into `gitsched.engine.events` classes is timed against the fold's own cost.
 DECODE_SAMPLE = 50_000
 
 
@@ -124,7 +124,7 @@ def command(events: int, seed: int, work_dir: str, samples: int, fmt: str) -> No
         "rebuild_s": round(built.seconds, 2),
         "rebuild_events_per_s": round(built.rate),
         # The machine may be shared: CPU time says what the rebuild itself costs, in this
-        # process and in the writer process a long rebuild starts (`audit.writer`).
+        # process and in the writer process a long rebuild starts (`gitsched.audit.writer`).
         "rebuild_cpu_s": round(cpu, 2),
         "rebuild_writer_cpu_s": round(writer_cpu, 2),
         "rebuild_events_per_cpu_s": round(head / (cpu + writer_cpu)) if cpu > 0 else None,

@@ -27,9 +27,6 @@ from typing import Any
 
 import click
 
-from engine.errors import GitschedError
-from eventlog import open_log
-from eventlog.base import EventLogError
 from gitsched.bench.reconcile import (
     _commit,
     _dump,
@@ -40,11 +37,14 @@ from gitsched.bench.reconcile import (
     policy_doc,
     queue_doc,
 )
+from gitsched.engine.errors import GitschedError
+from gitsched.eventlog import open_log
+from gitsched.eventlog.base import EventLogError
 from gitsched.options import fail, format_option
+from gitsched.reconciler.git import GitRepo
+from gitsched.reconciler.loop import Reconciler
 from gitsched.render import table
-from reconciler.git import GitRepo
-from reconciler.loop import Reconciler
-from simulation.synth import synth_jobs, synth_nodes, synth_queues
+from gitsched.simulation.synth import synth_jobs, synth_nodes, synth_queues
 
 GOAL_P99_MS = 200.0
 

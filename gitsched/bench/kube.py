@@ -42,12 +42,6 @@ from typing import Any
 
 import click
 
-from cluster.api import ClusterUnavailable, KubeApi, Obj, WatchExpired, release
-from cluster.controller import Controller
-from cluster.inventory import InventoryConfig
-from cluster.pods import SELECTOR
-from engine.placement.plan import OutcomeStatus
-from eventlog.sqlite import SQLiteEventLog
 from gitsched.bench import kube_scenarios
 from gitsched.bench.kube_scenarios import (
     GPUS_PER_NODE,
@@ -56,10 +50,16 @@ from gitsched.bench.kube_scenarios import (
     node_body,
     spec_doc,
 )
+from gitsched.cluster.api import ClusterUnavailable, KubeApi, Obj, WatchExpired, release
+from gitsched.cluster.controller import Controller
+from gitsched.cluster.inventory import InventoryConfig
+from gitsched.cluster.pods import SELECTOR
+from gitsched.engine.placement.plan import OutcomeStatus
+from gitsched.eventlog.sqlite import SQLiteEventLog
 from gitsched.options import fail, format_option, user_errors
+from gitsched.reconciler.git import GitRepo
+from gitsched.reconciler.loop import Reconciler
 from gitsched.render import table
-from reconciler.git import GitRepo
-from reconciler.loop import Reconciler
 
 # The actuator's own pool size: the kube-scheduler run creates its pods as fast.
 CREATE_WORKERS = 24

@@ -29,15 +29,15 @@ from typing import Any
 
 import yaml
 
-from cluster.api import ClusterUnavailable, KubeApi, Obj, WatchExpired, release
-from cluster.controller import Controller
-from cluster.inventory import InventoryConfig
-from cluster.pods import JOB_ANNOTATION, PLACEMENT_LABEL, SELECTOR
-from engine import events as ev
-from eventlog.codec import decode
-from eventlog.sqlite import SQLiteEventLog
-from reconciler.git import GitRepo
-from reconciler.loop import Reconciler
+from gitsched.cluster.api import ClusterUnavailable, KubeApi, Obj, WatchExpired, release
+from gitsched.cluster.controller import Controller
+from gitsched.cluster.inventory import InventoryConfig
+from gitsched.cluster.pods import JOB_ANNOTATION, PLACEMENT_LABEL, SELECTOR
+from gitsched.engine import events as ev
+from gitsched.eventlog.codec import decode
+from gitsched.eventlog.sqlite import SQLiteEventLog
+from gitsched.reconciler.git import GitRepo
+from gitsched.reconciler.loop import Reconciler
 
 SCENARIOS = ("gang-burst", "starvation")
 RUN_LABEL = "gitsched.io/bench-run"

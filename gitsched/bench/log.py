@@ -27,8 +27,8 @@ from pathlib import Path
 
 import click
 
-from engine.errors import GitschedError
-from engine.events import (
+from gitsched.engine.errors import GitschedError
+from gitsched.engine.events import (
     CommitApplied,
     Event,
     JobFinished,
@@ -36,16 +36,16 @@ from engine.events import (
     PlacementDecided,
     SolveCompleted,
 )
-from engine.model import CommitInfo, Job, ReplicaPlacement, Resources, TopologyRequirement
-from eventlog import open_log
-from eventlog.base import EventLog, EventLogError
-from eventlog.codec import decode, encode
-from eventlog.collector import collector_paused
-from eventlog.envelope import NewEvent
-from eventlog.replay import replay, snapshot
+from gitsched.engine.model import CommitInfo, Job, ReplicaPlacement, Resources, TopologyRequirement
+from gitsched.eventlog import open_log
+from gitsched.eventlog.base import EventLog, EventLogError
+from gitsched.eventlog.codec import decode, encode
+from gitsched.eventlog.collector import collector_paused
+from gitsched.eventlog.envelope import NewEvent
+from gitsched.eventlog.replay import replay, snapshot
 from gitsched.options import fail, format_option
+from gitsched.reconciler.loop import SNAPSHOT_EVERY
 from gitsched.render import table
-from reconciler.loop import SNAPSHOT_EVERY
 
 # The targets of issue #3, on one machine.
 APPEND_TARGET = {"kafka": 20_000}
@@ -276,7 +276,7 @@ def _replay(event_log: EventLog) -> int:
 
 def _delete_topic(url: str) -> None:
     """Best effort: the bench's own topic is litter once it is measured."""
-    from eventlog.kafka import delete_log_topic
+    from gitsched.eventlog.kafka import delete_log_topic
 
     try:
         delete_log_topic(url)

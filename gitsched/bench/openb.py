@@ -23,12 +23,12 @@ from typing import Any
 
 import click
 
-from engine.model import Node
-from engine.placement.check import check_plan
+from gitsched.engine.model import Node
+from gitsched.engine.placement.check import check_plan
 from gitsched.options import fail, format_option
 from gitsched.render import table
-from simulation.bound import allocation_bound
-from simulation.trace import (
+from gitsched.simulation.bound import allocation_bound
+from gitsched.simulation.trace import (
     TracePod,
     TraceRun,
     as_plan,

@@ -27,17 +27,17 @@ from typing import Any
 import click
 import yaml
 
-from engine.errors import GitschedError
-from engine.model import Isolation, Job, Node, Queue
-from engine.placement.plan import OutcomeStatus
-from engine.units import CPU_MILLI, MIB_PER_GIB, gpus_value
-from eventlog import open_log
-from eventlog.base import EventLogError
+from gitsched.engine.errors import GitschedError
+from gitsched.engine.model import Isolation, Job, Node, Queue
+from gitsched.engine.placement.plan import OutcomeStatus
+from gitsched.engine.units import CPU_MILLI, MIB_PER_GIB, gpus_value
+from gitsched.eventlog import open_log
+from gitsched.eventlog.base import EventLogError
 from gitsched.options import fail, format_option
+from gitsched.reconciler.git import GitRepo
+from gitsched.reconciler.loop import Reconciler
 from gitsched.render import table
-from reconciler.git import GitRepo
-from reconciler.loop import Reconciler
-from simulation.synth import CLUSTER, SIZES, synth_jobs, synth_nodes, synth_queues
+from gitsched.simulation.synth import CLUSTER, SIZES, synth_jobs, synth_nodes, synth_queues
 
 API = "gitsched.io/v1"
 # The size's solve time limit and gap, as in bench synth.

@@ -5,7 +5,7 @@ The Policy of each size asks for the goal's gap within the goal's time (S: gap 0
 The Policy of each size asks for the goal's gap within the goal's time (S: gap 0,
 M: 1% in 10 s, L: 2% in 30 s, XL: 2% in 60 s, XXL: 2% in 120 s); `--incremental`
 then adds 50 jobs to the solved cluster and re-solves only what changed. Every solve is
-the reconciler's own placement step (`reconciler.step.place`) on the state the instance
+the reconciler's own placement step (`gitsched.reconciler.step.place`) on the state the instance
 describes; XL and XXL are solved as the product solves them, in parts
 (engine.placement.decompose), and report the peak memory of the process and its workers.
 """
@@ -23,24 +23,29 @@ from typing import Any
 
 import click
 
-from engine.core import placement_instance
-from engine.model import Policy
-from engine.placement import solvers
-from engine.placement.check import check_plan
-from engine.placement.decompose import DecomposedPlacer, partition, should_decompose
-from engine.placement.greedy import GreedyPlacer
-from engine.placement.milp import MilpPlacer
-from engine.placement.objective import plan_objective
-from engine.placement.plan import OutcomeStatus, PlacementInstance, PlacementPlan, SolveStats
-from engine.placement.solvers import placer
-from engine.placement.topology import GangSpan, gang_spans
-from engine.units import gpus_from_milli
+from gitsched.engine.core import placement_instance
+from gitsched.engine.model import Policy
+from gitsched.engine.placement import solvers
+from gitsched.engine.placement.check import check_plan
+from gitsched.engine.placement.decompose import DecomposedPlacer, partition, should_decompose
+from gitsched.engine.placement.greedy import GreedyPlacer
+from gitsched.engine.placement.milp import MilpPlacer
+from gitsched.engine.placement.objective import plan_objective
+from gitsched.engine.placement.plan import (
+    OutcomeStatus,
+    PlacementInstance,
+    PlacementPlan,
+    SolveStats,
+)
+from gitsched.engine.placement.solvers import placer
+from gitsched.engine.placement.topology import GangSpan, gang_spans
+from gitsched.engine.units import gpus_from_milli
 from gitsched.options import fail, format_option
+from gitsched.policies.policy import default_policy
+from gitsched.reconciler.specs import policy_of
+from gitsched.reconciler.step import place
 from gitsched.render import table
-from policies.policy import default_policy
-from reconciler.specs import policy_of
-from reconciler.step import place
-from simulation.synth import NOW, SIZES, folded_state, synth_instance, with_new_jobs
+from gitsched.simulation.synth import NOW, SIZES, folded_state, synth_instance, with_new_jobs
 
 GOALS = {  # gap, time limit
     "S": (0.0, 60.0),

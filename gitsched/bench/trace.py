@@ -16,10 +16,10 @@ from typing import Any
 import click
 
 from gitsched.options import fail, format_option
+from gitsched.policies.policy import default_policy
+from gitsched.reconciler.specs import policy_of
 from gitsched.render import table
-from policies.policy import default_policy
-from reconciler.specs import policy_of
-from simulation.replay import (
+from gitsched.simulation.replay import (
     OVERESTIMATE,
     ReplayCluster,
     ReplayPolicy,

@@ -30,10 +30,10 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from engine.units import gpus_text
-from findings import Finding
 from gitsched.console import views
 from gitsched.console.source import ConsoleSource
+from gitsched.engine.units import gpus_text
+from gitsched.findings import Finding
 from gitsched.render_plan import plan_text, summary_text
 
 log = logging.getLogger(__name__)

@@ -1,12 +1,12 @@
 """What the console reads: the audit view, kept caught up with the log by one thread.
 
 Requests never read the log. A background thread brings the audit view up to date
-(`audit.catchup.catch_up`, the fold `gitsched audit` runs) whenever the log grows, and
+(`gitsched.audit.catchup.catch_up`, the fold `gitsched audit` runs) whenever the log grows, and
 then loads the view's saved fold (the engine's state and the audit fold's job records)
 as one immutable `Snapshot`; pages read that snapshot and the view's indexed queries.
 When the log cannot be reached the last snapshot stays, and `problem` says why.
 A second thread computes, for every branch not merged, the reconciler's own plan
-(`reconciler.plan.plan_change`, what `gitsched plan` runs), again only when the branch
+(`gitsched.reconciler.plan.plan_change`, what `gitsched plan` runs), again only when the branch
 or the log moved.
 """
 
@@ -22,17 +22,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from audit.catchup import catch_up, open_view
-from audit.projection.cluster_fold import ClusterFold
-from audit.projection.state import Account, JobInfo, Pool
-from audit.store import AuditStore
-from engine.errors import GitschedError
-from engine.state import ClusterState
-from eventlog.base import EventLog
+from gitsched.audit.catchup import catch_up, open_view
+from gitsched.audit.projection.cluster_fold import ClusterFold
+from gitsched.audit.projection.state import Account, JobInfo, Pool
+from gitsched.audit.store import AuditStore
 from gitsched.cli_audit import default_db_path
 from gitsched.cli_plan import _open_for_reading
-from reconciler.git import GitRepo
-from reconciler.plan import PullRequestPlan, plan_change
+from gitsched.engine.errors import GitschedError
+from gitsched.engine.state import ClusterState
+from gitsched.eventlog.base import EventLog
+from gitsched.reconciler.git import GitRepo
+from gitsched.reconciler.plan import PullRequestPlan, plan_change
 
 log = logging.getLogger(__name__)
 

@@ -15,14 +15,14 @@ from typing import Any, TypeVar
 
 from markupsafe import Markup, escape
 
-from audit import commits as commits_query
-from audit import compliance as compliance_query
-from audit import fairshare as fairshare_query
-from audit import history as history_query
-from audit.store import AuditStore
-from engine.model import Job, NodeState
-from engine.units import GPU_MILLI, gpus_text
+from gitsched.audit import commits as commits_query
+from gitsched.audit import compliance as compliance_query
+from gitsched.audit import fairshare as fairshare_query
+from gitsched.audit import history as history_query
+from gitsched.audit.store import AuditStore
 from gitsched.console.source import Snapshot
+from gitsched.engine.model import Job, NodeState
+from gitsched.engine.units import GPU_MILLI, gpus_text
 
 T = TypeVar("T")
 

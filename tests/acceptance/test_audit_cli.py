@@ -331,7 +331,7 @@ def test_a_row_that_is_not_json_stops_the_view_with_one_line(audited: Path) -> N
 def test_usage_and_the_report_cover_the_same_default_period(audited: Path) -> None:
     from datetime import datetime
 
-    from eventlog.timeline import Timeline
+    from gitsched.eventlog.timeline import Timeline
     from tests.support.cluster_repo import read_events
 
     # The log's first and last facts, dated as every audit answer dates them.

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import subprocess
 
-from reconciler.git import GitRepo
+from gitsched.reconciler.git import GitRepo
 from tests.support.cluster_repo import (
     EPOCH,
     ClusterRepo,

@@ -8,9 +8,9 @@ import time
 
 import pytest
 
-from reconciler.git import GitRepo
-from reconciler.specs import SpecCache, load_commit, load_worktree
-from schemas import Limits
+from gitsched.reconciler.git import GitRepo
+from gitsched.reconciler.specs import SpecCache, load_commit, load_worktree
+from gitsched.schemas import Limits
 from tests.support.cluster_repo import (
     ClusterRepo,
     git,

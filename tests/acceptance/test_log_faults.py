@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from eventlog.envelope import verify_chain
+from gitsched.eventlog.envelope import verify_chain
 from tests.support.cluster_repo import finish, gitsched, start_gitsched
 from tests.support.log_fixtures import (
     LogFactory,

@@ -19,11 +19,11 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from engine.placement.solvers import solve_changed
-from eventlog.sqlite import SQLiteEventLog
-from reconciler.git import GitRepo
-from reconciler.loop import Reconciler
-from reconciler.plan import plan_change
+from gitsched.engine.placement.solvers import solve_changed
+from gitsched.eventlog.sqlite import SQLiteEventLog
+from gitsched.reconciler.git import GitRepo
+from gitsched.reconciler.loop import Reconciler
+from gitsched.reconciler.plan import plan_change
 from tests.support.cluster_repo import (
     CLUSTER_YAML,
     POLICY_YAML,
@@ -183,4 +183,4 @@ def test_plan_predicts_an_incremental_solve_and_a_withdrawal(tmp_path: Path, sol
 
 def _counting_incremental_solves() -> Any:
     spy: Callable[..., Any] = solve_changed
-    return mock.patch("reconciler.step.solve_changed", wraps=spy)
+    return mock.patch("gitsched.reconciler.step.solve_changed", wraps=spy)

@@ -266,10 +266,10 @@ HIGHS_POLICY_YAML = (
 def test_a_watching_reconciler_reads_only_what_is_new_and_places_new_jobs_alone(
     bootstrapped: ClusterRepo,
 ) -> None:
-    from eventlog.replay import replay
-    from eventlog.sqlite import SQLiteEventLog
-    from reconciler.git import GitRepo
-    from reconciler.loop import Reconciler
+    from gitsched.eventlog.replay import replay
+    from gitsched.eventlog.sqlite import SQLiteEventLog
+    from gitsched.reconciler.git import GitRepo
+    from gitsched.reconciler.loop import Reconciler
 
     bootstrapped.write("policies/default.yaml", HIGHS_POLICY_YAML)
     for name in ("a", "b", "c"):
@@ -316,9 +316,9 @@ def test_a_watching_reconciler_reads_only_what_is_new_and_places_new_jobs_alone(
 def test_a_spec_cache_reads_only_changed_files_and_loads_what_a_fresh_read_loads(
     bootstrapped: ClusterRepo, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import schemas
-    from reconciler.git import GitRepo
-    from reconciler.specs import SpecCache, load_commit
+    from gitsched import schemas
+    from gitsched.reconciler.git import GitRepo
+    from gitsched.reconciler.specs import SpecCache, load_commit
 
     for name in ("a", "b", "c"):
         bootstrapped.write(f"teams/ml/jobs/{name}.yaml", job_yaml(name))
@@ -356,8 +356,8 @@ def test_a_spec_cache_reads_only_changed_files_and_loads_what_a_fresh_read_loads
 def test_a_spec_cache_keeps_the_models_of_unchanged_documents_and_rebuilds_the_rest(
     bootstrapped: ClusterRepo,
 ) -> None:
-    from reconciler.git import GitRepo
-    from reconciler.specs import SpecCache, load_commit
+    from gitsched.reconciler.git import GitRepo
+    from gitsched.reconciler.specs import SpecCache, load_commit
     from tests.support.cluster_repo import CLUSTER_YAML
 
     for name in ("a", "b"):
@@ -388,9 +388,9 @@ def test_a_spec_cache_keeps_the_models_of_unchanged_documents_and_rebuilds_the_r
 def test_a_spec_cache_reads_a_commit_as_the_difference_from_the_last_and_loads_what_a_fresh_read_loads(
     bootstrapped: ClusterRepo, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import schemas
-    from reconciler.git import GitRepo
-    from reconciler.specs import SpecCache, load_commit, read_commit
+    from gitsched import schemas
+    from gitsched.reconciler.git import GitRepo
+    from gitsched.reconciler.specs import SpecCache, load_commit, read_commit
 
     shas = [bootstrapped.head()]
     for name in ("a", "b", "c"):

@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from engine import events as ev
-from engine.retries import with_requeues
-from eventlog.codec import encode
-from eventlog.replay import replay
-from eventlog.sqlite import SQLiteEventLog
-from reconciler.git import GitRepo
-from reconciler.loop import Reconciler
-from reconciler.plan import plan_change
+from gitsched.engine import events as ev
+from gitsched.engine.retries import with_requeues
+from gitsched.eventlog.codec import encode
+from gitsched.eventlog.replay import replay
+from gitsched.eventlog.sqlite import SQLiteEventLog
+from gitsched.reconciler.git import GitRepo
+from gitsched.reconciler.loop import Reconciler
+from gitsched.reconciler.plan import plan_change
 from tests.support.cluster_repo import (
     CLUSTER_YAML,
     EPOCH,

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import pytest
 
-from eventlog.sqlite import SQLiteEventLog
-from reconciler.git import GitRepo
-from reconciler.plan import plan_change
+from gitsched.eventlog.sqlite import SQLiteEventLog
+from gitsched.reconciler.git import GitRepo
+from gitsched.reconciler.plan import plan_change
 from tests.support.cluster_repo import ANA, POLICY_YAML, ClusterRepo, H, git, gitsched, job_yaml
 from tests.support.plan import PR, open_pr, payload, predicted, reconcile
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine.model import utc_time
+from gitsched.engine.model import utc_time
 from tests.support.cluster_repo import ANA, ClusterRepo, gitsched, job_yaml, read_events
 
 

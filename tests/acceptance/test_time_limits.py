@@ -15,16 +15,16 @@ from typing import Any
 
 import pytest
 
-from engine import events as ev
-from engine.model import ReplicaPlacement
-from eventlog.base import EventLog
-from eventlog.codec import encode
-from eventlog.envelope import canonical_json
-from eventlog.sqlite import SQLiteEventLog
+from gitsched.engine import events as ev
+from gitsched.engine.model import ReplicaPlacement
+from gitsched.eventlog.base import EventLog
+from gitsched.eventlog.codec import encode
+from gitsched.eventlog.envelope import canonical_json
+from gitsched.eventlog.sqlite import SQLiteEventLog
 from gitsched.exit_codes import EXIT_INVALID
-from reconciler.git import GitRepo
-from reconciler.loop import Reconciler
-from reconciler.plan import PullRequestPlan, plan_change
+from gitsched.reconciler.git import GitRepo
+from gitsched.reconciler.loop import Reconciler
+from gitsched.reconciler.plan import PullRequestPlan, plan_change
 from tests.support.cluster_repo import (
     MINIMAL_CLUSTER,
     POLICY_YAML,

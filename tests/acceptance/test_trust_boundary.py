@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from eventlog.sqlite import SQLiteEventLog
-from reconciler.git import GitRepo
-from reconciler.loop import Reconciler
-from reconciler.plan import plan_change
+from gitsched.eventlog.sqlite import SQLiteEventLog
+from gitsched.reconciler.git import GitRepo
+from gitsched.reconciler.loop import Reconciler
+from gitsched.reconciler.plan import plan_change
 from tests.support.approvals import (
     MALLORY,
     SigningRepo,

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from eventlog.base import EventLog
-from eventlog.sqlite import SQLiteEventLog
-from reconciler.git import GitRepo
-from reconciler.loop import Reconciler
-from reconciler.plan import plan_change
+from gitsched.eventlog.base import EventLog
+from gitsched.eventlog.sqlite import SQLiteEventLog
+from gitsched.reconciler.git import GitRepo
+from gitsched.reconciler.loop import Reconciler
+from gitsched.reconciler.plan import plan_change
 from tests.support.cluster_repo import (
     ANA,
     EPOCH,

@@ -1,13 +1,13 @@
-"""audit.commits, the lookups the console reads the audit view with, on the demo's log:
+"""gitsched.audit.commits, the lookups the console reads the audit view with, on the demo's log:
 each answer checked against the log's own events."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from audit import commits
-from audit.catchup import open_view
-from eventlog import open_log
+from gitsched.audit import commits
+from gitsched.audit.catchup import open_view
+from gitsched.eventlog import open_log
 from tests.support.console import log_url
 
 

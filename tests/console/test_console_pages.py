@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from starlette.testclient import TestClient
 
-from audit.projection.vocabulary import CHECKS
+from gitsched.audit.projection.vocabulary import CHECKS
 from gitsched.console import ConsoleSource, console_app
 from gitsched.console.app import CSP, MAX_BODY_BYTES, MAX_TARGET_BYTES
 from tests.support.cluster_repo import gitsched

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from eventlog.base import (
+from gitsched.eventlog.base import (
     EventLog,
 )
 from tests.support.kafka_broker import bootstrap_from_env, check_broker, delete_topics

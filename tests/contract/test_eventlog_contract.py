@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from eventlog.base import ConcurrencyConflict, DuplicateEvent, EventLog
-from eventlog.envelope import (
+from gitsched.eventlog.base import ConcurrencyConflict, DuplicateEvent, EventLog
+from gitsched.eventlog.envelope import (
     GENESIS_HASH,
     NewEvent,
     StoredEvent,

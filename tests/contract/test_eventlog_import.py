@@ -12,10 +12,10 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from eventlog.base import ConcurrencyConflict, DuplicateEvent, EventLog, LogCorrupted
-from eventlog.copy import CopyRefused, copy_log
-from eventlog.envelope import StoredEvent, verify_chain
-from eventlog.sqlite import SQLiteEventLog
+from gitsched.eventlog.base import ConcurrencyConflict, DuplicateEvent, EventLog, LogCorrupted
+from gitsched.eventlog.copy import CopyRefused, copy_log
+from gitsched.eventlog.envelope import StoredEvent, verify_chain
+from gitsched.eventlog.sqlite import SQLiteEventLog
 from tests.support.logs import batch
 
 if TYPE_CHECKING:

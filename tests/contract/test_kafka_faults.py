@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from eventlog.base import LogConfigurationError, LogCorrupted, LogUnavailable, WriterFenced
-from eventlog.envelope import GENESIS_HASH, NewEvent, canonical_json, verify_chain
-from eventlog.kafka import KafkaEventLog, KafkaReader, KafkaWriter
+from gitsched.eventlog.base import LogConfigurationError, LogCorrupted, LogUnavailable, WriterFenced
+from gitsched.eventlog.envelope import GENESIS_HASH, NewEvent, canonical_json, verify_chain
+from gitsched.eventlog.kafka import KafkaEventLog, KafkaReader, KafkaWriter
 from tests.support.kafka_broker import (
     broker_is_managed,
     check_broker,
@@ -294,7 +294,7 @@ def test_first_event_of_a_topic_chains_from_genesis(topics: Topics) -> None:
 def small_windows(monkeypatch: pytest.MonkeyPatch) -> None:
     """A reader that holds a dozen events and finds the tail in eight offsets, so that
     a log of a few hundred events is read the way a log of millions is."""
-    import eventlog.kafka.reader
+    from gitsched import eventlog
 
     monkeypatch.setattr(eventlog.kafka.reader, "LOCATE_WINDOW", 8)
     monkeypatch.setattr(eventlog.kafka.reader, "RECENT_EVENTS", 12)
@@ -375,8 +375,8 @@ def test_any_range_is_read_from_its_own_offset_past_markers_and_aborted_batches(
 def test_a_restart_from_a_snapshot_reads_the_tail_not_the_topic(
     topics: Topics, tmp_path: Any, small_windows: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from eventlog.replay import replay, snapshot
-    from eventlog.snapshot import FileSnapshotStore
+    from gitsched.eventlog.replay import replay, snapshot
+    from gitsched.eventlog.snapshot import FileSnapshotStore
 
     topic = topics.new()
     writer = topics.open(topic)
@@ -411,10 +411,10 @@ def test_a_forged_tail_is_caught_by_a_verified_restart_from_a_snapshot(
 ) -> None:
     from kafka import KafkaProducer  # type: ignore[import-untyped,unused-ignore]
 
-    import eventlog.kafka.reader
-    from eventlog.envelope import event_hash
-    from eventlog.replay import replay, snapshot
-    from eventlog.snapshot import FileSnapshotStore
+    from gitsched import eventlog
+    from gitsched.eventlog.envelope import event_hash
+    from gitsched.eventlog.replay import replay, snapshot
+    from gitsched.eventlog.snapshot import FileSnapshotStore
 
     topic = topics.new()
     writer = topics.open(topic)

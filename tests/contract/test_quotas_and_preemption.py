@@ -16,13 +16,20 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from engine.model import Isolation, Job, Placement, Policy, PreemptionScope, ReplicaPlacement
-from engine.placement.check import check_plan
-from engine.placement.milp import MilpPlacer, attribution
-from engine.placement.plan import OutcomeStatus, PlacementInstance, PlacementPlan
-from engine.placement.preemption import start_ledger
-from engine.placement.solvers import placer
-from engine.units import GPU_MILLI
+from gitsched.engine.model import (
+    Isolation,
+    Job,
+    Placement,
+    Policy,
+    PreemptionScope,
+    ReplicaPlacement,
+)
+from gitsched.engine.placement.check import check_plan
+from gitsched.engine.placement.milp import MilpPlacer, attribution
+from gitsched.engine.placement.plan import OutcomeStatus, PlacementInstance, PlacementPlan
+from gitsched.engine.placement.preemption import start_ledger
+from gitsched.engine.placement.solvers import placer
+from gitsched.engine.units import GPU_MILLI
 from tests.support.factories import instance, job, node, queue
 
 SOLVERS = ["greedy", "highs", "cbc", "cpsat"]

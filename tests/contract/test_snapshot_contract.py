@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from engine.snapshot import STATE_FORMAT, encode_state
-from engine.state import ClusterState
-from eventlog.base import EventLog, SnapshotStore
-from eventlog.replay import Replayed, replay, snapshot
-from eventlog.snapshot import FileSnapshotStore
 from gitsched.bench.log import synthetic_commits
+from gitsched.engine.snapshot import STATE_FORMAT, encode_state
+from gitsched.engine.state import ClusterState
+from gitsched.eventlog.base import EventLog, SnapshotStore
+from gitsched.eventlog.replay import Replayed, replay, snapshot
+from gitsched.eventlog.snapshot import FileSnapshotStore
 from tests.support.logs import LogBackend
 
 
@@ -112,7 +112,7 @@ def test_a_snapshot_of_another_log_is_never_used(log_backend: LogBackend, tmp_pa
     # The same number of events, other contents: what a restored or replaced log looks like.
     other_dir = tmp_path / "other"
     other_dir.mkdir()
-    from eventlog.sqlite import SQLiteEventLog
+    from gitsched.eventlog.sqlite import SQLiteEventLog
 
     with SQLiteEventLog(other_dir / "other.db") as other:
         _fill(other, 300, run="theirs", seed=2)
@@ -151,8 +151,8 @@ def test_a_snapshot_beyond_the_log_or_of_another_format_is_never_used(
 
 
 def _info(replayed: Replayed, body: bytes):  # type: ignore[no-untyped-def]
-    from eventlog.base import SnapshotInfo
-    from eventlog.snapshot import snapshot_digest
+    from gitsched.eventlog.base import SnapshotInfo
+    from gitsched.eventlog.snapshot import snapshot_digest
 
     return SnapshotInfo(
         seq=replayed.last_seq,
@@ -172,8 +172,8 @@ def test_a_verified_restart_checks_every_event_after_the_snapshot(tmp_path: Path
     import orjson
     import pytest
 
-    from eventlog.base import LogCorrupted
-    from eventlog.sqlite import SQLiteEventLog
+    from gitsched.eventlog.base import LogCorrupted
+    from gitsched.eventlog.sqlite import SQLiteEventLog
 
     path = tmp_path / "log.db"
     with SQLiteEventLog(path) as event_log:

@@ -13,12 +13,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from engine.model import Isolation, Placement, Policy, ReplicaPlacement
-from engine.placement.check import check_plan
-from engine.placement.greedy import GreedyPlacer
-from engine.placement.milp import MilpPlacer
-from engine.placement.plan import OutcomeStatus, PlacementInstance, PlacementPlan
-from engine.units import GPU_MILLI
+from gitsched.engine.model import Isolation, Placement, Policy, ReplicaPlacement
+from gitsched.engine.placement.check import check_plan
+from gitsched.engine.placement.greedy import GreedyPlacer
+from gitsched.engine.placement.milp import MilpPlacer
+from gitsched.engine.placement.plan import OutcomeStatus, PlacementInstance, PlacementPlan
+from gitsched.engine.units import GPU_MILLI
 from tests.support.factories import instance, instances, job, node, queue
 
 BACKENDS = ["highs", "cbc", "cpsat"]

@@ -9,11 +9,11 @@ from collections import Counter
 
 import pytest
 
-from engine.model import Job, Placement, Policy, ReplicaPlacement, Spread
-from engine.placement.check import check_plan
-from engine.placement.greedy import GreedyPlacer
-from engine.placement.milp import MilpPlacer
-from engine.placement.plan import OutcomeStatus, PlacementInstance, PlacementPlan
+from gitsched.engine.model import Job, Placement, Policy, ReplicaPlacement, Spread
+from gitsched.engine.placement.check import check_plan
+from gitsched.engine.placement.greedy import GreedyPlacer
+from gitsched.engine.placement.milp import MilpPlacer
+from gitsched.engine.placement.plan import OutcomeStatus, PlacementInstance, PlacementPlan
 from tests.support.factories import instance, job, node, queue
 
 SOLVERS = ["greedy", "highs", "cbc"]

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from cluster.api import KubeApi
+from gitsched.cluster.api import KubeApi
 from tests.support.kube import (
     ENV_VAR,
     HOW_TO_START,

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from cluster.api import KubeApi
+from gitsched.cluster.api import KubeApi
 from tests.support.kube import ENV_VAR, KubeWorld
 
 pytestmark = pytest.mark.kube

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from cluster.api import KubeApi
-from policies.policy import default_policy
-from reconciler.specs import policy_of
+from gitsched.cluster.api import KubeApi
+from gitsched.policies.policy import default_policy
+from gitsched.reconciler.specs import policy_of
 from tests.support.cluster_repo import gitsched
 from tests.support.kube import ENV_VAR
 

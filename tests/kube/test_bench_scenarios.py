@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from cluster.api import KubeApi
-from policies.policy import default_policy
-from reconciler.specs import policy_of
+from gitsched.cluster.api import KubeApi
+from gitsched.policies.policy import default_policy
+from gitsched.reconciler.specs import policy_of
 from tests.support.kube import ENV_VAR, gitsched_for
 
 pytestmark = pytest.mark.kube

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from cluster.api import KubeApi, Obj
-from engine import events as ev
-from engine.model import NodeState
-from eventlog.envelope import StoredEvent
-from eventlog.sqlite import SQLiteEventLog
+from gitsched.cluster.api import KubeApi, Obj
+from gitsched.engine import events as ev
+from gitsched.engine.model import NodeState
+from gitsched.eventlog.envelope import StoredEvent
+from gitsched.eventlog.sqlite import SQLiteEventLog
 from tests.support.cluster_repo import gitsched
 from tests.support.kafka_broker import bootstrap_from_env, check_broker, delete_topics, unique_topic
 from tests.support.kube import KubeWorld, run_until

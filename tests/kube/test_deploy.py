@@ -14,7 +14,7 @@ import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from cluster.api import KubeApi, release
+from gitsched.cluster.api import KubeApi, release
 
 pytestmark = pytest.mark.kube
 

@@ -23,7 +23,7 @@ import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from cluster.api import KubeApi, release
+from gitsched.cluster.api import KubeApi, release
 from tests.support.deploy_tools import KAFKA_EXPOSED, built, render
 from tests.support.kube import ENV_VAR
 

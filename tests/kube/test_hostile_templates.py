@@ -16,8 +16,8 @@ from typing import IO
 import pytest
 import yaml
 
-from cluster.api import Obj
-from engine import events as ev
+from gitsched.cluster.api import Obj
+from gitsched.engine import events as ev
 from tests.support.cluster_repo import PROJECT_ROOT, gitsched_env
 from tests.support.hostile_templates import ESCAPES, escaped_template, job_doc
 from tests.support.kube import ENV_VAR, TEST_LABEL, KubeWorld, wait_for

@@ -14,8 +14,8 @@ import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from cluster.api import KubeApi
-from cluster.lease import LeaderElector
+from gitsched.cluster.api import KubeApi
+from gitsched.cluster.lease import LeaderElector
 from tests.support.kube import KubeWorld, run_until
 
 pytestmark = pytest.mark.kube

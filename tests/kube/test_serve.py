@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from cluster.api import Obj
-from engine import events as ev
-from eventlog import open_log
-from eventlog.codec import decode
-from eventlog.envelope import StoredEvent
+from gitsched.cluster.api import Obj
+from gitsched.engine import events as ev
+from gitsched.eventlog import open_log
+from gitsched.eventlog.codec import decode
+from gitsched.eventlog.envelope import StoredEvent
 from tests.support.cluster_repo import PRIYA, git, start_gitsched
 from tests.support.kube import ENV_VAR, TEST_LABEL, KubeWorld, job_yaml, wait_for
 

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from cluster.api import Obj
-from engine import events as ev
+from gitsched.cluster.api import Obj
+from gitsched.engine import events as ev
 from tests.support.cluster_repo import H
 from tests.support.kube import KubeWorld, run_until
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from engine import events as ev
-from engine.timelimits import plus_minutes
+from gitsched.engine import events as ev
+from gitsched.engine.timelimits import plus_minutes
 from tests.support.kube import KubeWorld, job_yaml, run_until
 
 pytestmark = pytest.mark.kube

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from engine import events as ev
-from engine.fairshare import moment
+from gitsched.engine import events as ev
+from gitsched.engine.fairshare import moment
 from tests.support.cluster_repo import ANA, LI, H, gitsched
 from tests.support.kube import KubeWorld, run_until
 from tests.support.telemetry import dcgm_series

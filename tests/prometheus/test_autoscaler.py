@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from cluster.autoscaler import Autoscaler, ScaledService
-from cluster.prometheus import PrometheusClient
-from engine import events as ev
-from engine.autoscaling import AutoscalingSpec, ScalingPolicy, ScalingRules, rejudge
-from eventlog.base import EventLog
-from eventlog.codec import decode
-from eventlog.sqlite import SQLiteEventLog
+from gitsched.cluster.autoscaler import Autoscaler, ScaledService
+from gitsched.cluster.prometheus import PrometheusClient
+from gitsched.engine import events as ev
+from gitsched.engine.autoscaling import AutoscalingSpec, ScalingPolicy, ScalingRules, rejudge
+from gitsched.eventlog.base import EventLog
+from gitsched.eventlog.codec import decode
+from gitsched.eventlog.sqlite import SQLiteEventLog
 from gitsched.metrics import Metrics
 from tests.support.prometheus import Exporter, wait_for, wait_for_series
 

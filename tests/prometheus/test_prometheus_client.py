@@ -1,4 +1,4 @@
-"""cluster/prometheus.py against a real Prometheus scraping an exporter the test
+"""gitsched/cluster/prometheus.py against a real Prometheus scraping an exporter the test
 controls: a value goes through; NaN and negative values are ignored with a warning; an
 empty answer, a bad expression or a range are typed failures; a server that is down is
 retried with backoff, then a typed failure."""
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from cluster.prometheus import (
+from gitsched.cluster.prometheus import (
     MetricMissing,
     PrometheusAnswerInvalid,
     PrometheusClient,

@@ -239,9 +239,9 @@ def init_repo(path: Path) -> Path:
 
 def build_audit_log(path: Path, steps: Sequence[Step] = HISTORY) -> Path:
     """Commit `steps` one by one, reconciling after each at commit time + 1 minute."""
-    from eventlog.sqlite import SQLiteEventLog
-    from reconciler.git import GitRepo
-    from reconciler.loop import Reconciler
+    from gitsched.eventlog.sqlite import SQLiteEventLog
+    from gitsched.reconciler.git import GitRepo
+    from gitsched.reconciler.loop import Reconciler
 
     repo = init_repo(path)
     log_path = repo / ".gitsched" / "log.db"

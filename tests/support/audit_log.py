@@ -8,13 +8,13 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from audit import compliance as compliance_query
-from audit.catchup import catch_up
-from audit.store import AuditStore, EventList
-from engine import events as ev
-from engine.model import CommitInfo, Isolation, Policy, ReplicaPlacement
-from eventlog.codec import encode
-from eventlog.envelope import GENESIS_HASH, StoredEvent, format_time, seal_batch
+from gitsched.audit import compliance as compliance_query
+from gitsched.audit.catchup import catch_up
+from gitsched.audit.store import AuditStore, EventList
+from gitsched.engine import events as ev
+from gitsched.engine.model import CommitInfo, Isolation, Policy, ReplicaPlacement
+from gitsched.eventlog.codec import encode
+from gitsched.eventlog.envelope import GENESIS_HASH, StoredEvent, format_time, seal_batch
 from tests.support.factories import CLUSTER, node, queue
 
 T0 = datetime(2025, 11, 16, 9, 0, tzinfo=UTC)

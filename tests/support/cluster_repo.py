@@ -19,9 +19,9 @@ from typing import Any
 
 import pytest
 
-from eventlog.envelope import StoredEvent, verify_chain
-from eventlog.replay import replay
-from eventlog.sqlite import SQLiteEventLog
+from gitsched.eventlog.envelope import StoredEvent, verify_chain
+from gitsched.eventlog.replay import replay
+from gitsched.eventlog.sqlite import SQLiteEventLog
 from gitsched.render import state_to_dict
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]

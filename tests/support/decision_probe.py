@@ -7,11 +7,11 @@ import dataclasses
 import json
 import sys
 
-from engine import events as ev
-from engine.codec import to_data
-from engine.core import ApplyPlan, decide, placement_instance
-from engine.placement.solvers import solve
-from simulation.synth import folded_state, synth_instance
+from gitsched.engine import events as ev
+from gitsched.engine.codec import to_data
+from gitsched.engine.core import ApplyPlan, decide, placement_instance
+from gitsched.engine.placement.solvers import solve
+from gitsched.simulation.synth import folded_state, synth_instance
 
 
 def main(solver: str) -> None:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
-from engine.core import (
+from gitsched.engine.core import (
     DesiredState,
 )
-from engine.model import (
+from gitsched.engine.model import (
     ClusterSpec,
     CommitInfo,
     FlavorQuota,
@@ -23,8 +23,8 @@ from engine.model import (
     TopologyMode,
     TopologyRequirement,
 )
-from engine.placement.plan import PlacementInstance
-from engine.units import GPU_MILLI
+from gitsched.engine.placement.plan import PlacementInstance
+from gitsched.engine.units import GPU_MILLI
 
 CLUSTER = ClusterSpec(
     name="test",

@@ -17,15 +17,15 @@ from typing import Any, TypeVar
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from cluster.api import KubeApi
-from cluster.controller import Controller, StepReport
-from cluster.inventory import InventoryConfig
-from cluster.pods import SELECTOR
-from eventlog import open_log
-from eventlog.base import EventLog
-from eventlog.codec import decode
-from reconciler.git import GitRepo
-from reconciler.loop import Reconciler
+from gitsched.cluster.api import KubeApi
+from gitsched.cluster.controller import Controller, StepReport
+from gitsched.cluster.inventory import InventoryConfig
+from gitsched.cluster.pods import SELECTOR
+from gitsched.eventlog import open_log
+from gitsched.eventlog.base import EventLog
+from gitsched.eventlog.codec import decode
+from gitsched.reconciler.git import GitRepo
+from gitsched.reconciler.loop import Reconciler
 from tests.support.cluster_repo import (
     CLUSTER_YAML,
     POLICY_YAML,

@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from eventlog.envelope import StoredEvent
+from gitsched.eventlog.envelope import StoredEvent
 from tests.support.cluster_repo import COMMAND_TIMEOUT_S, Run, finish, gitsched, start_gitsched
 from tests.support.kafka_broker import bootstrap_from_env, check_broker, delete_topics, unique_topic
 
@@ -133,7 +133,7 @@ class LogFactory:
                 return int(row[0] or 0)
 
             return sqlite_last
-        from eventlog.kafka import KafkaEventLog
+        from gitsched.eventlog.kafka import KafkaEventLog
 
         reader = KafkaEventLog.from_url(url, timeout_s=20)
         self._readers.append(reader)
@@ -193,7 +193,7 @@ def long_history(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def read_log(url: str) -> list[StoredEvent]:
-    from eventlog import open_log
+    from gitsched.eventlog import open_log
 
     with open_log(url, create=False) as event_log:
         return list(event_log.read(0))
@@ -301,8 +301,7 @@ def run_to_the_end(repo: Path, url: str) -> Run:
 
 def _die_at(when: str, n: int) -> None:
     """Patch the log backends so this process kills itself at its n-th write."""
-    import eventlog.kafka
-    import eventlog.sqlite
+    from gitsched import eventlog
 
     writes = 0
 
@@ -369,8 +368,7 @@ def _pace(ms: int, progress: Path) -> None:
     """Patch the log backends so every append notes its last seq in `progress` and
     pauses `ms` after it returns, as a reconciler waiting for the next commit would:
     a watcher gets to see each seq."""
-    import eventlog.kafka
-    import eventlog.sqlite
+    from gitsched import eventlog
 
     for backend in (eventlog.kafka.KafkaEventLog, eventlog.sqlite.SQLiteEventLog):
         real_append = backend.append

@@ -7,13 +7,13 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from eventlog.base import (
+from gitsched.eventlog.base import (
     ConcurrencyConflict,
     EventLog,
     EventLogError,
     WriterFenced,
 )
-from eventlog.envelope import (
+from gitsched.eventlog.envelope import (
     NewEvent,
 )
 from tests.support.kafka_broker import unique_topic
@@ -58,7 +58,7 @@ class LogBackend:
 
 
 def sqlite_backend(tmp_path: Path) -> LogBackend:
-    from eventlog.sqlite import SQLiteEventLog
+    from gitsched.eventlog.sqlite import SQLiteEventLog
 
     path = tmp_path / "log.db"
     return LogBackend(
@@ -70,7 +70,7 @@ def sqlite_backend(tmp_path: Path) -> LogBackend:
 
 
 def kafka_backend(bootstrap: str, topics: list[str]) -> LogBackend:
-    from eventlog.kafka import KafkaEventLog
+    from gitsched.eventlog.kafka import KafkaEventLog
 
     topic = unique_topic()
     topics.append(topic)

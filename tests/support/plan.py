@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from eventlog.codec import encode
-from eventlog.envelope import canonical_json
+from gitsched.eventlog.codec import encode
+from gitsched.eventlog.envelope import canonical_json
 from tests.support.cluster_repo import (
     PRIYA,
     ClusterRepo,

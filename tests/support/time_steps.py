@@ -1,13 +1,13 @@
-"""Decisions at chosen times through the reconciler's own step (`reconciler.step`): a
+"""Decisions at chosen times through the reconciler's own step (`gitsched.reconciler.step`): a
 commit decided at its committer date, then the solve it asks for, as `reconcile` and
 `plan` make them; for tests of rules that read the decision's time."""
 
 from __future__ import annotations
 
-from engine.core import ApplyCommit, DesiredState, decide, decision_time
-from engine.model import CommitInfo
-from engine.state import ClusterState, fold
-from reconciler.step import solve_step
+from gitsched.engine.core import ApplyCommit, DesiredState, decide, decision_time
+from gitsched.engine.model import CommitInfo
+from gitsched.engine.state import ClusterState, fold
+from gitsched.reconciler.step import solve_step
 
 
 def at(minute: int, second: int = 0) -> str:

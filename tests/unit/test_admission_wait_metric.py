@@ -7,13 +7,13 @@ from __future__ import annotations
 import dataclasses
 from datetime import UTC, datetime
 
-from cluster.controller import StepReport
-from engine import events as ev
-from engine.model import RetryPolicy
-from engine.retries import due_retries, with_requeues
-from engine.state import ClusterState, fold
+from gitsched.cluster.controller import StepReport
+from gitsched.engine import events as ev
+from gitsched.engine.model import RetryPolicy
+from gitsched.engine.retries import due_retries, with_requeues
+from gitsched.engine.state import ClusterState, fold
 from gitsched.metrics import Metrics
-from reconciler.step import solve_step
+from gitsched.reconciler.step import solve_step
 from tests.support.factories import desired, job, node
 from tests.support.time_steps import at, commit
 

@@ -6,8 +6,8 @@ import dataclasses
 
 import pytest
 
-from engine.model import Approval, FlavorQuota, Owner, Queue
-from policies.approval import (
+from gitsched.engine.model import Approval, FlavorQuota, Owner, Queue
+from gitsched.policies.approval import (
     PLATFORM,
     JobSubmission,
     Judgement,
@@ -30,8 +30,8 @@ from policies.approval import (
     submitter_findings,
     trailer_vouches,
 )
-from reconciler.plan import parse_range
-from schemas import Document, parse_documents
+from gitsched.reconciler.plan import parse_range
+from gitsched.schemas import Document, parse_documents
 
 VISION = Queue(
     name="vision",
@@ -190,7 +190,7 @@ def test_parse_range(text: str, expected: tuple[str | None, str]) -> None:
 
 @pytest.mark.parametrize("text", ["main...pr/x", "main.."])
 def test_parse_range_refuses_what_it_cannot_mean(text: str) -> None:
-    from engine.errors import UsageError
+    from gitsched.engine.errors import UsageError
 
     with pytest.raises(UsageError):
         parse_range(text)

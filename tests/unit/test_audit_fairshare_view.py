@@ -17,17 +17,17 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from audit import fairshare, solves
-from audit.catchup import catch_up, rebuild
-from audit.store import AuditStore, EventList
-from engine.events import SolveCompleted
-from engine.state import ClusterState, evolve
-from eventlog.codec import decode
-from eventlog.envelope import StoredEvent
-from eventlog.sqlite import SQLiteEventLog
 from gitsched import cli_audit
+from gitsched.audit import fairshare, solves
+from gitsched.audit.catchup import catch_up, rebuild
+from gitsched.audit.store import AuditStore, EventList
 from gitsched.cli import main
-from simulation.history import synthetic_events
+from gitsched.engine.events import SolveCompleted
+from gitsched.engine.state import ClusterState, evolve
+from gitsched.eventlog.codec import decode
+from gitsched.eventlog.envelope import StoredEvent
+from gitsched.eventlog.sqlite import SQLiteEventLog
+from gitsched.simulation.history import synthetic_events
 
 EVENTS = 3000
 

@@ -19,7 +19,7 @@ import pytest
 from click.testing import CliRunner
 
 from gitsched.cli import main
-from simulation.history import synthetic_log
+from gitsched.simulation.history import synthetic_log
 
 
 @cache

@@ -12,15 +12,15 @@ from pathlib import Path
 
 import pytest
 
-from audit import changes as changes_query
-from audit import compliance as compliance_query
-from audit import history, usage
-from audit.catchup import catch_up
-from audit.pointintime import cluster_at, seq_at_time
-from audit.projection.state import ProjectionState
-from audit.store import AuditError, AuditStore, EventList
-from engine import events as ev
-from engine.model import (
+from gitsched.audit import changes as changes_query
+from gitsched.audit import compliance as compliance_query
+from gitsched.audit import history, usage
+from gitsched.audit.catchup import catch_up
+from gitsched.audit.pointintime import cluster_at, seq_at_time
+from gitsched.audit.projection.state import ProjectionState
+from gitsched.audit.store import AuditError, AuditStore, EventList
+from gitsched.engine import events as ev
+from gitsched.engine.model import (
     CommitInfo,
     Isolation,
     NodeState,
@@ -28,8 +28,8 @@ from engine.model import (
     Policy,
     PreemptionScope,
 )
-from eventlog.codec import decode_all, encode
-from eventlog.envelope import StoredEvent, format_time, seal_batch
+from gitsched.eventlog.codec import decode_all, encode
+from gitsched.eventlog.envelope import StoredEvent, format_time, seal_batch
 from tests.support.audit_log import (
     ANA,
     LI,

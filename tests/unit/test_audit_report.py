@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from audit import history
-from audit.report import GANTT_ROW, gantt_figure, gantt_lanes
-from audit.store import AuditStore
-from audit.window import period
+from gitsched.audit import history
+from gitsched.audit.report import GANTT_ROW, gantt_figure, gantt_lanes
+from gitsched.audit.store import AuditStore
+from gitsched.audit.window import period
 
 T0 = datetime(2025, 11, 16, 9, tzinfo=UTC).timestamp()
 

@@ -17,11 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from audit.catchup import ChainBroken, catch_up, rebuild, verify_view
-from audit.store import AuditStore, EventList
-from audit.verify import verify_log
-from eventlog.envelope import StoredEvent
-from simulation.history import synthetic_events
+from gitsched.audit.catchup import ChainBroken, catch_up, rebuild, verify_view
+from gitsched.audit.store import AuditStore, EventList
+from gitsched.audit.verify import verify_log
+from gitsched.eventlog.envelope import StoredEvent
+from gitsched.simulation.history import synthetic_events
 
 
 @cache

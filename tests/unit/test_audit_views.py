@@ -1,6 +1,6 @@
 """Properties of the audit views on simulated logs.
 
-- `at` gives exactly the state `eventlog.replay` folds, at every seq;
+- `at` gives exactly the state `gitsched.eventlog.replay` folds, at every seq;
 - a view built in random increments equals one rebuilt from 0, row for row;
 - the simulated log the benchmark uses decodes with the real codec.
 """
@@ -20,16 +20,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from audit import history, usage
-from audit.catchup import catch_up, rebuild
-from audit.pointintime import cluster_at
-from audit.store import AuditStore, EventList
-from engine.codec import to_data
-from engine.state import ClusterState, evolve
-from engine.units import GPU_MILLI
-from eventlog.codec import decode
-from eventlog.envelope import StoredEvent, verify_chain
-from simulation.history import synthetic_events, synthetic_log
+from gitsched.audit import history, usage
+from gitsched.audit.catchup import catch_up, rebuild
+from gitsched.audit.pointintime import cluster_at
+from gitsched.audit.store import AuditStore, EventList
+from gitsched.engine.codec import to_data
+from gitsched.engine.state import ClusterState, evolve
+from gitsched.engine.units import GPU_MILLI
+from gitsched.eventlog.codec import decode
+from gitsched.eventlog.envelope import StoredEvent, verify_chain
+from gitsched.simulation.history import synthetic_events, synthetic_log
 
 
 @cache

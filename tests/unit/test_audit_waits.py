@@ -7,10 +7,10 @@ import dataclasses
 
 import pytest
 
-from audit import history
-from audit import waits as waits_query
-from engine import events as ev
-from engine.model import RetryPolicy
+from gitsched.audit import history
+from gitsched.audit import waits as waits_query
+from gitsched.engine import events as ev
+from gitsched.engine.model import RetryPolicy
 from tests.support.audit_log import LogBuilder, bootstrap, hours, placed, submit, ts
 from tests.support.factories import job
 

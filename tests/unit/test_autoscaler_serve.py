@@ -8,13 +8,13 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from cluster.autoscaler import Autoscaler, ScaledService
-from cluster.prometheus import MetricAnswer, PrometheusAnswerInvalid, PrometheusClient
-from engine import events as ev
-from engine.autoscaling import AutoscalingSpec, ScalingPolicy, ScalingRules
-from eventlog.codec import decode
-from eventlog.sqlite import SQLiteEventLog
 from gitsched.cli import main
+from gitsched.cluster.autoscaler import Autoscaler, ScaledService
+from gitsched.cluster.prometheus import MetricAnswer, PrometheusAnswerInvalid, PrometheusClient
+from gitsched.engine import events as ev
+from gitsched.engine.autoscaling import AutoscalingSpec, ScalingPolicy, ScalingRules
+from gitsched.eventlog.codec import decode
+from gitsched.eventlog.sqlite import SQLiteEventLog
 from gitsched.exit_codes import EXIT_ERROR
 
 

@@ -9,8 +9,8 @@ from datetime import UTC, datetime, timedelta
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine import events as ev
-from engine.autoscaling import (
+from gitsched.engine import events as ev
+from gitsched.engine.autoscaling import (
     DEFAULT_SCALE_DOWN,
     DEFAULT_SCALE_UP,
     AutoscalingSpec,
@@ -24,7 +24,7 @@ from engine.autoscaling import (
     prune,
     recommend,
 )
-from eventlog import codec
+from gitsched.eventlog import codec
 
 T0 = datetime(2026, 11, 28, 10, 0, tzinfo=UTC)
 SERVICE = "ml/chat"
@@ -296,7 +296,7 @@ def test_a_decision_is_an_event_the_log_can_store_and_read_back() -> None:
     got = run(2, [window(0, 0, 400, 2)], now=0)
     assert got is not None
     stored = codec.encode(got, id="autoscaler/1/0", actor="autoscaler", cause="autoscaler")
-    from eventlog.envelope import GENESIS_HASH, seal
+    from gitsched.eventlog.envelope import GENESIS_HASH, seal
 
     sealed = seal(stored, seq=1, time=at(0), prev_hash=GENESIS_HASH)
     assert codec.decode(sealed) == got

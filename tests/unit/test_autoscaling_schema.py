@@ -8,9 +8,9 @@ import textwrap
 import pytest
 from jsonschema import Draft202012Validator
 
-from engine.autoscaling import DEFAULT_TOLERANCE, parse_autoscaling
-from schemas.autoscaling import autoscaling_schema, validate_autoscaling
-from schemas.loader import parse_documents
+from gitsched.engine.autoscaling import DEFAULT_TOLERANCE, parse_autoscaling
+from gitsched.schemas.autoscaling import autoscaling_schema, validate_autoscaling
+from gitsched.schemas.loader import parse_documents
 
 GOOD = """\
 apiVersion: gitsched.io/v1
@@ -149,7 +149,7 @@ def test_the_embedded_block_schema_means_the_same_to_fastjsonschema() -> None:
     # compile for the validator's fast path too, and agree with jsonschema on every case.
     import fastjsonschema
 
-    from schemas.autoscaling import embedded_autoscaling_schema
+    from gitsched.schemas.autoscaling import embedded_autoscaling_schema
 
     embedded = embedded_autoscaling_schema()
     assert "$ref" not in str(embedded) and "$defs" not in embedded

@@ -5,17 +5,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from cluster.inventory import InventoryConfig, node_events, quantity, to_node
-from cluster.observer import job_events
-from cluster.pods import PLACEMENT_LABEL, desired_pods
-from engine import events as ev
-from engine.codec import from_data, to_data
-from engine.core import ApplyCommit, ApplyPlan, decide, placement_instance
-from engine.model import Isolation, NodeState
-from engine.placement.greedy import GreedyPlacer
-from engine.state import ClusterState, fold
-from eventlog.codec import decode
-from eventlog.envelope import StoredEvent
+from gitsched.cluster.inventory import InventoryConfig, node_events, quantity, to_node
+from gitsched.cluster.observer import job_events
+from gitsched.cluster.pods import PLACEMENT_LABEL, desired_pods
+from gitsched.engine import events as ev
+from gitsched.engine.codec import from_data, to_data
+from gitsched.engine.core import ApplyCommit, ApplyPlan, decide, placement_instance
+from gitsched.engine.model import Isolation, NodeState
+from gitsched.engine.placement.greedy import GreedyPlacer
+from gitsched.engine.state import ClusterState, fold
+from gitsched.eventlog.codec import decode
+from gitsched.eventlog.envelope import StoredEvent
 from tests.support.factories import CLUSTER, commit, desired, job, queue
 
 NOW = "2026-11-20T10:00:00+00:00"

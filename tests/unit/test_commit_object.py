@@ -3,7 +3,7 @@ by name, a signature's continuation lines skipped, every byte of the message dat
 
 from __future__ import annotations
 
-from reconciler.git import parse_commit_object
+from gitsched.reconciler.git import parse_commit_object
 
 TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
 PARENT = "a" * 40

@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine import events as ev
-from engine.codec import from_data, to_data
-from engine.core import (
+from gitsched.engine import events as ev
+from gitsched.engine.codec import from_data, to_data
+from gitsched.engine.core import (
     ApplyCommit,
     ApplyPlan,
     RejectCommit,
@@ -18,12 +18,12 @@ from engine.core import (
     keep_waiting_reasons,
     placement_instance,
 )
-from engine.model import Approval, NodeState, Owner, Policy
-from engine.placement.greedy import GreedyPlacer
-from engine.placement.plan import JobOutcome, OutcomeStatus
-from engine.placement.solvers import solve
-from engine.state import ClusterState, fold
-from findings import Finding
+from gitsched.engine.model import Approval, NodeState, Owner, Policy
+from gitsched.engine.placement.greedy import GreedyPlacer
+from gitsched.engine.placement.plan import JobOutcome, OutcomeStatus
+from gitsched.engine.placement.solvers import solve
+from gitsched.engine.state import ClusterState, fold
+from gitsched.findings import Finding
 from tests.support.factories import commit, desired, job, node
 
 
@@ -231,8 +231,8 @@ def test_owners_are_recorded_when_they_change_and_approvals_before_commit_applie
 
 
 def builtin_policy() -> Policy:
-    from policies.policy import default_policy
-    from reconciler.specs import policy_of
+    from gitsched.policies.policy import default_policy
+    from gitsched.reconciler.specs import policy_of
 
     return policy_of(default_policy())
 
@@ -252,8 +252,8 @@ def test_the_builtin_policy_places_with_the_milp_and_fairness_on() -> None:
 def test_a_failing_milp_falls_back_to_greedy_and_the_solve_event_says_why(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from engine.errors import SolverFailed
-    from engine.placement import solvers
+    from gitsched.engine.errors import SolverFailed
+    from gitsched.engine.placement import solvers
 
     def broken(self: object, instance: object) -> None:
         raise SolverFailed("HiGHS crashed")

@@ -11,8 +11,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from engine.errors import SolverFailed
-from engine.placement.linear import (
+from gitsched.engine.errors import SolverFailed
+from gitsched.engine.placement.linear import (
     CPSAT_RESOLUTION,
     INF,
     LinearModel,

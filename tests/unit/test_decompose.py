@@ -7,21 +7,21 @@ from dataclasses import replace
 
 import pytest
 
-from engine.model import Job, Node, NodeState, Placement, Policy, Queue
-from engine.placement import decompose, solvers
-from engine.placement.check import check_plan
-from engine.placement.decompose import (
+from gitsched.engine.model import Job, Node, NodeState, Placement, Policy, Queue
+from gitsched.engine.placement import decompose, solvers
+from gitsched.engine.placement.check import check_plan
+from gitsched.engine.placement.decompose import (
     DecomposedPlacer,
     _split,
     fluid_bound,
     partition,
     quota_violations,
 )
-from engine.placement.greedy import GreedyPlacer
-from engine.placement.milp import MilpPlacer
-from engine.placement.objective import weights
-from engine.placement.plan import JobOutcome, OutcomeStatus, PlacementInstance
-from simulation.synth import CLUSTER, NOW, synth_jobs, synth_nodes, synth_queues
+from gitsched.engine.placement.greedy import GreedyPlacer
+from gitsched.engine.placement.milp import MilpPlacer
+from gitsched.engine.placement.objective import weights
+from gitsched.engine.placement.plan import JobOutcome, OutcomeStatus, PlacementInstance
+from gitsched.simulation.synth import CLUSTER, NOW, synth_jobs, synth_nodes, synth_queues
 from tests.support.factories import instance as factory_instance
 from tests.support.factories import job, node, queue
 

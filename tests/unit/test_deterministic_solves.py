@@ -1,7 +1,7 @@
 """No wall clock reaches a decision: the node budget stops a solve, the clock is a backstop
 whose stop the plan reports (docs/placement.md, "Deterministic solves").
 
-The clock is faked in our own placement modules only (`engine.placement.milp`, which sizes
+The clock is faked in our own placement modules only (`gitsched.engine.placement.milp`, which sizes
 every solve and guards every step); the solver library keeps its own clock."""
 
 from __future__ import annotations
@@ -11,14 +11,14 @@ from dataclasses import replace
 
 import pytest
 
-from engine.model import Policy
-from engine.placement.greedy import GreedyPlacer
-from engine.placement.linear import LinearModel, SolveLimits, solve
-from engine.placement.milp import TIME_LIMIT_STATUS, MilpPlacer
-from engine.placement.plan import PlacementInstance, PlacementPlan, SolveStats
+from gitsched.engine.model import Policy
+from gitsched.engine.placement.greedy import GreedyPlacer
+from gitsched.engine.placement.linear import LinearModel, SolveLimits, solve
+from gitsched.engine.placement.milp import TIME_LIMIT_STATUS, MilpPlacer
+from gitsched.engine.placement.plan import PlacementInstance, PlacementPlan, SolveStats
+from gitsched.reconciler.plan import TIME_LIMIT_WARNING, clock_stopped
 from gitsched.render_plan import solve_text
-from reconciler.plan import TIME_LIMIT_WARNING, clock_stopped
-from simulation.synth import synth_instance, with_new_jobs
+from gitsched.simulation.synth import synth_instance, with_new_jobs
 
 
 class FakeTime:
@@ -62,7 +62,7 @@ def test_a_clock_that_runs_slow_or_fast_changes_no_plan(
 
     plans = []
     for step in (1e-9, 0.5):  # a machine that looks idle; one loaded a million times as much
-        monkeypatch.setattr("engine.placement.milp.time", FakeTime(step))
+        monkeypatch.setattr("gitsched.engine.placement.milp.time", FakeTime(step))
         plans.append(run())
     monkeypatch.undo()
     plans.append(run())  # and the real clock
@@ -75,7 +75,7 @@ def test_a_solve_the_clock_stops_says_time_limit(monkeypatch: pytest.MonkeyPatch
     """A clock past the time limit at every reading: the backstop skips what it guards, and
     the plan says it is not reproducible (it is still a checked plan: greedy's at worst)."""
     inst, new = incremental_case()
-    monkeypatch.setattr("engine.placement.milp.time", FakeTime(10_000.0))
+    monkeypatch.setattr("gitsched.engine.placement.milp.time", FakeTime(10_000.0))
     plan = MilpPlacer("highs").solve_incremental(inst, new)
     assert plan.stats.status == TIME_LIMIT_STATUS
     assert clock_stopped(plan.stats)

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from eventlog.envelope import (
+from gitsched.eventlog.envelope import (
     GENESIS_HASH,
     NewEvent,
     StoredEvent,

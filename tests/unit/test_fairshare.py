@@ -6,13 +6,20 @@ import math
 
 import pytest
 
-from engine import events as ev
-from engine.core import ApplyCommit, ApplyPlan, DesiredState, decide, fair_usage, placement_instance
-from engine.fairshare import QueueUsage, advance, decay_window_s, fair_share_rows, runs
-from engine.model import CommitInfo, Job, Policy
-from engine.placement.objective import instance_fair_targets, usage_weights
-from engine.placement.solvers import solve
-from engine.state import ClusterState, fold
+from gitsched.engine import events as ev
+from gitsched.engine.core import (
+    ApplyCommit,
+    ApplyPlan,
+    DesiredState,
+    decide,
+    fair_usage,
+    placement_instance,
+)
+from gitsched.engine.fairshare import QueueUsage, advance, decay_window_s, fair_share_rows, runs
+from gitsched.engine.model import CommitInfo, Job, Policy
+from gitsched.engine.placement.objective import instance_fair_targets, usage_weights
+from gitsched.engine.placement.solvers import solve
+from gitsched.engine.state import ClusterState, fold
 from tests.support.factories import CLUSTER, job, node, queue
 
 POLICY = Policy(solver="highs", fairness_weight=1.0, usage_half_life_hours=24.0, gap_tolerance=0.0)

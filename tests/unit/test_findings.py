@@ -7,12 +7,12 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from engine import events as ev
-from engine.codec import from_data, to_data
-from engine.core import RejectCommit, decide
-from engine.state import ClusterState, fold
-from findings import Finding
-from schemas import parse_documents
+from gitsched.engine import events as ev
+from gitsched.engine.codec import from_data, to_data
+from gitsched.engine.core import RejectCommit, decide
+from gitsched.engine.state import ClusterState, fold
+from gitsched.findings import Finding
+from gitsched.schemas import parse_documents
 from tests.support.factories import commit
 
 findings_ = st.builds(

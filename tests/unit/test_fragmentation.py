@@ -8,15 +8,15 @@ import dataclasses
 
 from immutables import Map
 
-from engine import events as ev
-from engine.core import placement_instance
-from engine.model import Job, Placement, ReplicaPlacement
-from engine.placement.constraints import NodeFree
-from engine.placement.fragmentation import NodeScorer
-from engine.placement.greedy import GreedyPlacer
-from engine.placement.objective import workload_fragmentation
-from engine.placement.plan import PlacementInstance, PlacementPlan
-from engine.shapes import (
+from gitsched.engine import events as ev
+from gitsched.engine.core import placement_instance
+from gitsched.engine.model import Job, Placement, ReplicaPlacement
+from gitsched.engine.placement.constraints import NodeFree
+from gitsched.engine.placement.fragmentation import NodeScorer
+from gitsched.engine.placement.greedy import GreedyPlacer
+from gitsched.engine.placement.objective import workload_fragmentation
+from gitsched.engine.placement.plan import PlacementInstance, PlacementPlan
+from gitsched.engine.shapes import (
     SHAPE_LIMIT,
     SHAPE_UNIT,
     SHAPE_WINDOW_JOBS,
@@ -26,7 +26,7 @@ from engine.shapes import (
     remember_shape,
     shape_key,
 )
-from engine.state import fold
+from gitsched.engine.state import fold
 from tests.support.factories import CLUSTER, instance, job, node, queue
 
 

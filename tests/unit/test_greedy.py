@@ -5,10 +5,10 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from engine.model import Isolation, Placement, Policy, TopologyMode
-from engine.placement.check import check_plan
-from engine.placement.greedy import GreedyPlacer
-from engine.placement.plan import OutcomeStatus, PlacementPlan
+from gitsched.engine.model import Isolation, Placement, Policy, TopologyMode
+from gitsched.engine.placement.check import check_plan
+from gitsched.engine.placement.greedy import GreedyPlacer
+from gitsched.engine.placement.plan import OutcomeStatus, PlacementPlan
 from tests.support.factories import instance, instances, job, node, queue
 
 GREEDY = GreedyPlacer()
@@ -218,7 +218,7 @@ def test_residency_is_a_hard_rule() -> None:
 def test_a_running_job_on_a_failed_node_moves() -> None:
     from dataclasses import replace
 
-    from engine.model import NodeState
+    from gitsched.engine.model import NodeState
 
     nodes = [node("n1"), node("n2")]
     plan0 = GREEDY.solve(instance(nodes, [queue("q")], [job("x", gpu=8)]))
@@ -277,8 +277,8 @@ def test_greedy_plans_always_pass_the_checker_across_re_solves(inst, drop) -> No
 
 
 def test_checker_catches_an_over_committed_gpu() -> None:
-    from engine.model import ReplicaPlacement
-    from engine.placement.plan import JobOutcome, SolveStats
+    from gitsched.engine.model import ReplicaPlacement
+    from gitsched.engine.placement.plan import JobOutcome, SolveStats
 
     inst = instance([node("n1", gpus=1)], [queue("q")], [job("a"), job("b")])
     bad = PlacementPlan(
@@ -292,8 +292,8 @@ def test_checker_catches_an_over_committed_gpu() -> None:
 
 
 def test_checker_catches_a_split_gang_and_a_broken_domain() -> None:
-    from engine.model import ReplicaPlacement
-    from engine.placement.plan import JobOutcome, SolveStats
+    from gitsched.engine.model import ReplicaPlacement
+    from gitsched.engine.placement.plan import JobOutcome, SolveStats
 
     inst = instance(
         [node("n1", nvlink="d1"), node("n2", nvlink="d2")],

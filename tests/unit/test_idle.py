@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from engine import events as ev
-from engine.core import (
+from gitsched.engine import events as ev
+from gitsched.engine.core import (
     ApplyCommit,
     ApplyPlan,
     ApplyTelemetry,
@@ -18,11 +18,11 @@ from engine.core import (
     decide,
     placement_instance,
 )
-from engine.model import CommitInfo, IdleAction, IdlePolicy, Policy, ReplicaPlacement
-from engine.placement.plan import OutcomeStatus
-from engine.placement.solvers import solve
-from engine.state import ClusterState, fold
-from reconciler.telemetry import aggregate, parse_dcgm, parse_nvml_record, sample_nvml
+from gitsched.engine.model import CommitInfo, IdleAction, IdlePolicy, Policy, ReplicaPlacement
+from gitsched.engine.placement.plan import OutcomeStatus
+from gitsched.engine.placement.solvers import solve
+from gitsched.engine.state import ClusterState, fold
+from gitsched.reconciler.telemetry import aggregate, parse_dcgm, parse_nvml_record, sample_nvml
 from tests.support.factories import CLUSTER, job, node, queue
 
 DATA = Path(__file__).parent / "telemetry"

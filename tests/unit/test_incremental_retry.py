@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import dataclasses
 
-from engine.core import ApplyCommit, decide
-from engine.model import Job, Placement, Policy, ReplicaPlacement
-from engine.placement.incremental import waiting_to_retry
-from engine.placement.plan import PlacementInstance
-from engine.state import ClusterState, fold
-from reconciler.step import _changed_jobs, solve_step
+from gitsched.engine.core import ApplyCommit, decide
+from gitsched.engine.model import Job, Placement, Policy, ReplicaPlacement
+from gitsched.engine.placement.incremental import waiting_to_retry
+from gitsched.engine.placement.plan import PlacementInstance
+from gitsched.engine.state import ClusterState, fold
+from gitsched.reconciler.step import _changed_jobs, solve_step
 from tests.support.factories import commit, desired, instance, job, node, queue
 
 NOW = "2026-11-20T10:00:00+00:00"

@@ -9,11 +9,11 @@ import pickle
 
 import msgspec
 
-from engine import events as ev
-from engine.codec import from_data, to_data
-from engine.model import Job, job_key
-from engine.snapshot import decode_state, encode_state
-from engine.state import ClusterState
+from gitsched.engine import events as ev
+from gitsched.engine.codec import from_data, to_data
+from gitsched.engine.model import Job, job_key
+from gitsched.engine.snapshot import decode_state, encode_state
+from gitsched.engine.state import ClusterState
 from tests.support.factories import job
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from confluent_kafka import KafkaError, KafkaException
 
-from eventlog.base import EventLogError, LogUnavailable, WriterFenced
-from eventlog.kafka import _translate
+from gitsched.eventlog.base import EventLogError, LogUnavailable, WriterFenced
+from gitsched.eventlog.kafka import _translate
 
 
 def _system_error_over(cause: BaseException) -> SystemError:

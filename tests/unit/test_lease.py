@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from cluster.lease import LeaderElector
+from gitsched.cluster.lease import LeaderElector
 
 
 @dataclass

@@ -9,24 +9,24 @@ from dataclasses import replace
 
 import pytest
 
-from engine.model import Placement, Policy, PreemptionScope, ReplicaPlacement, TopologyMode
-from engine.placement.check import check_plan
-from engine.placement.formulation import BuildOptions, Formulation, build
-from engine.placement.greedy import GreedyPlacer
-from engine.placement.linear import LinearModel, SolveLimits, solve
-from engine.placement.milp import (
+from gitsched.engine.model import Placement, Policy, PreemptionScope, ReplicaPlacement, TopologyMode
+from gitsched.engine.placement.check import check_plan
+from gitsched.engine.placement.formulation import BuildOptions, Formulation, build
+from gitsched.engine.placement.greedy import GreedyPlacer
+from gitsched.engine.placement.linear import LinearModel, SolveLimits, solve
+from gitsched.engine.placement.milp import (
     MilpPlacer,
     _short_of_nominal,
     incremental_start,
     realise,
     reclaims,
 )
-from engine.placement.objective import fair_targets, objective_terms, plan_objective
-from engine.placement.plan import OutcomeStatus, PlacementInstance, PlacementPlan
-from engine.placement.preemption import Rights
-from engine.placement.solvers import placer
-from engine.placement.warmstart import warm_values
-from simulation.synth import SIZES, synth_instance, with_new_jobs
+from gitsched.engine.placement.objective import fair_targets, objective_terms, plan_objective
+from gitsched.engine.placement.plan import OutcomeStatus, PlacementInstance, PlacementPlan
+from gitsched.engine.placement.preemption import Rights
+from gitsched.engine.placement.solvers import placer
+from gitsched.engine.placement.warmstart import warm_values
+from gitsched.simulation.synth import SIZES, synth_instance, with_new_jobs
 from tests.support.factories import instance, job, node, queue
 
 HIGHS = MilpPlacer("highs")
@@ -282,7 +282,7 @@ def test_an_incremental_solve_keeps_a_job_no_admitted_job_may_preempt() -> None:
 
 
 def test_a_running_job_on_a_failed_node_moves_at_its_cost() -> None:
-    from engine.model import NodeState
+    from gitsched.engine.model import NodeState
 
     nodes = [node("n1"), node("n2")]
     x = job("x", gpu=8)

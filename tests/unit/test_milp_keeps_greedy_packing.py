@@ -7,13 +7,13 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from engine.model import ReplicaPlacement
-from engine.placement.formulation import BuildOptions, build
-from engine.placement.greedy import GreedyPlacer
-from engine.placement.milp import _less_fragmented
-from engine.placement.plan import JobOutcome, JobShape, OutcomeStatus
-from engine.placement.realise import pack_solution
-from engine.placement.warmstart import warm_values
+from gitsched.engine.model import ReplicaPlacement
+from gitsched.engine.placement.formulation import BuildOptions, build
+from gitsched.engine.placement.greedy import GreedyPlacer
+from gitsched.engine.placement.milp import _less_fragmented
+from gitsched.engine.placement.plan import JobOutcome, JobShape, OutcomeStatus
+from gitsched.engine.placement.realise import pack_solution
+from gitsched.engine.placement.warmstart import warm_values
 from tests.support.factories import instance, job, node, queue
 
 

@@ -10,14 +10,14 @@ from typing import Any
 
 import pytest
 
-from audit import compliance as compliance_query
-from engine import events as ev
-from engine.core import DesiredState
-from engine.model import NodeState, Policy, PriorityClass
-from engine.placement.preemption import min_runtime_minutes, too_young
-from engine.state import ClusterState, fold
-from eventlog.envelope import format_time
-from reconciler.step import solve_step
+from gitsched.audit import compliance as compliance_query
+from gitsched.engine import events as ev
+from gitsched.engine.core import DesiredState
+from gitsched.engine.model import NodeState, Policy, PriorityClass
+from gitsched.engine.placement.preemption import min_runtime_minutes, too_young
+from gitsched.engine.state import ClusterState, fold
+from gitsched.eventlog.envelope import format_time
+from gitsched.reconciler.step import solve_step
 from tests.support.audit_log import LogBuilder, bootstrap, hours, placed, submit, violations
 from tests.support.factories import CLUSTER, desired, job, node, queue
 from tests.support.time_steps import at, commit

@@ -7,13 +7,19 @@ from dataclasses import replace
 
 import pytest
 
-from engine.model import NodeState, Placement, Policy, ReplicaPlacement
-from engine.placement.check import check_plan
-from engine.placement.greedy import GreedyPlacer
-from engine.placement.milp import MilpPlacer
-from engine.placement.moves import MoveReason, move_reasons, settle_moves
-from engine.placement.objective import move_penalty
-from engine.placement.plan import JobOutcome, OutcomeStatus, PlacementPlan, Placer, SolveStats
+from gitsched.engine.model import NodeState, Placement, Policy, ReplicaPlacement
+from gitsched.engine.placement.check import check_plan
+from gitsched.engine.placement.greedy import GreedyPlacer
+from gitsched.engine.placement.milp import MilpPlacer
+from gitsched.engine.placement.moves import MoveReason, move_reasons, settle_moves
+from gitsched.engine.placement.objective import move_penalty
+from gitsched.engine.placement.plan import (
+    JobOutcome,
+    OutcomeStatus,
+    PlacementPlan,
+    Placer,
+    SolveStats,
+)
 from tests.support.factories import instance, job, node, queue
 
 STARTED = "2026-11-22T10:00:00+00:00"  # two hours before the factories' "now"
@@ -184,8 +190,8 @@ def test_a_move_whose_cpu_went_to_an_admitted_job_made_room() -> None:
 
 
 def test_plan_says_why_a_job_moved_and_what_it_loses() -> None:
+    from gitsched.reconciler.plan import Action, JobEffect
     from gitsched.render_plan import effect_detail
-    from reconciler.plan import Action, JobEffect
 
     move = JobEffect(
         "q/a",
@@ -231,7 +237,7 @@ def test_past_the_cap_a_job_that_made_room_stops_instead_where_the_rules_allow()
 
 
 def test_a_solve_in_parts_shares_the_cap_so_the_whole_plan_keeps_it() -> None:
-    from engine.placement.decompose import _move_share
+    from gitsched.engine.placement.decompose import _move_share
 
     def shares(cap: int | None, parts: int) -> list[int | None]:
         return [_move_share(Policy(max_moves_per_solve=cap), parts, i) for i in range(parts)]

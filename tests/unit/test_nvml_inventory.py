@@ -9,7 +9,7 @@ import sys
 import pytest
 import yaml
 
-from reconciler.nvml import (
+from gitsched.reconciler.nvml import (
     GIB,
     GpuInfo,
     InventoryUnavailable,
@@ -17,7 +17,7 @@ from reconciler.nvml import (
     gpu_model,
     node_document,
 )
-from schemas import Document, validate_document
+from gitsched.schemas import Document, validate_document
 
 
 def gpu(
@@ -105,7 +105,7 @@ def test_the_command_reports_this_host_or_says_why_it_cannot() -> None:
 
 def test_the_utilisation_reader_reads_every_gpu_or_says_why_it_cannot() -> None:
     """On a GPU host: one reading per GPU, 0-100 %; elsewhere a clear InventoryUnavailable."""
-    from reconciler.nvml import UtilizationReader
+    from gitsched.reconciler.nvml import UtilizationReader
 
     try:
         with UtilizationReader() as reader:

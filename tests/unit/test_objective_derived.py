@@ -8,15 +8,15 @@ import pickle
 
 from hypothesis import given, settings
 
-from engine.model import Placement, Policy, ReplicaPlacement
-from engine.placement.greedy import GreedyPlacer
-from engine.placement.objective import (
+from gitsched.engine.model import Placement, Policy, ReplicaPlacement
+from gitsched.engine.placement.greedy import GreedyPlacer
+from gitsched.engine.placement.objective import (
     instance_fair_targets,
     objective_terms,
     plan_objective,
     weights,
 )
-from engine.placement.plan import PlacementInstance
+from gitsched.engine.placement.plan import PlacementInstance
 from tests.support.factories import instance, instances, job, node, queue
 
 

@@ -11,12 +11,12 @@ from typing import Any, cast
 
 import pytest
 
-from cluster.actuator import Actuator
-from cluster.api import KubeApi
-from cluster.informer import Informer
-from cluster.pods import DEFAULT_CONTAINER, desired_pods
-from engine import events as ev
-from engine.model import (
+from gitsched.cluster.actuator import Actuator
+from gitsched.cluster.api import KubeApi
+from gitsched.cluster.informer import Informer
+from gitsched.cluster.pods import DEFAULT_CONTAINER, desired_pods
+from gitsched.engine import events as ev
+from gitsched.engine.model import (
     Job,
     Placement,
     PodSecurityPolicy,
@@ -25,16 +25,16 @@ from engine.model import (
     ReplicaPlacement,
     Resources,
 )
-from engine.state import ClusterState
-from eventlog import codec
-from eventlog.envelope import GENESIS_HASH, NewEvent, seal
-from policies import check_repository, merge_policies
-from policies.pod_security import (
+from gitsched.engine.state import ClusterState
+from gitsched.eventlog import codec
+from gitsched.eventlog.envelope import GENESIS_HASH, NewEvent, seal
+from gitsched.policies import check_repository, merge_policies
+from gitsched.policies.pod_security import (
     pod_security_policy,
     quantity,
     template_problems,
 )
-from schemas import Document, parse_documents, validate_document
+from gitsched.schemas import Document, parse_documents, validate_document
 
 H = "apiVersion: gitsched.io/v1\n"
 CLUSTER = (

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from findings import Finding
-from policies import check_repository, default_policy, merge_policies, place_of
-from schemas import Document, parse_documents, validate_document
+from gitsched.findings import Finding
+from gitsched.policies import check_repository, default_policy, merge_policies, place_of
+from gitsched.schemas import Document, parse_documents, validate_document
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "cluster-repo.md"
 

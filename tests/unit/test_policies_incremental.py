@@ -6,9 +6,9 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from findings import Finding
-from policies import RepositoryCheck, check_repository, merge_policies
-from schemas import Document, parse_documents, validate_document
+from gitsched.findings import Finding
+from gitsched.policies import RepositoryCheck, check_repository, merge_policies
+from gitsched.schemas import Document, parse_documents, validate_document
 
 CLUSTER = """\
 apiVersion: gitsched.io/v1

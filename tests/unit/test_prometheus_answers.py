@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from cluster.prometheus import (
+from gitsched.cluster.prometheus import (
     MetricMissing,
     PrometheusAnswerInvalid,
     PrometheusClient,

@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from engine.model import Policy
-from engine.units import GPU_MILLI
 from gitsched.cli import main
-from policies.policy import default_policy
-from reconciler.specs import policy_of
-from simulation.replay import (
+from gitsched.engine.model import Policy
+from gitsched.engine.units import GPU_MILLI
+from gitsched.policies.policy import default_policy
+from gitsched.reconciler.specs import policy_of
+from gitsched.simulation.replay import (
     OVERESTIMATE,
     ReplayPolicy,
     TraceError,

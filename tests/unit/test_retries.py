@@ -8,11 +8,11 @@ import dataclasses
 
 import pytest
 
-from engine import events as ev
-from engine.model import NodeState, Policy, RequeueTimestamp, RetryPolicy
-from engine.retries import backoff_seconds, due_retries, held_back, next_due, with_requeues
-from engine.state import ClusterState, fold
-from reconciler.step import solve_step
+from gitsched.engine import events as ev
+from gitsched.engine.model import NodeState, Policy, RequeueTimestamp, RetryPolicy
+from gitsched.engine.retries import backoff_seconds, due_retries, held_back, next_due, with_requeues
+from gitsched.engine.state import ClusterState, fold
+from gitsched.reconciler.step import solve_step
 from tests.support.factories import desired, job, node, queue
 from tests.support.time_steps import at, commit
 

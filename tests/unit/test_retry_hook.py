@@ -11,16 +11,16 @@ from typing import Any
 
 import pytest
 
-from cluster import controller as controller_module
-from cluster.controller import Controller
-from cluster.pods import desired_pods
-from engine.core import ApplyCommit, ApplyPlan, decide, placement_instance
-from engine.model import RetryPolicy
-from engine.placement.greedy import GreedyPlacer
-from engine.state import ClusterState, fold
-from eventlog.codec import encode
-from eventlog.replay import replay
-from eventlog.sqlite import SQLiteEventLog
+from gitsched.cluster import controller as controller_module
+from gitsched.cluster.controller import Controller
+from gitsched.cluster.pods import desired_pods
+from gitsched.engine.core import ApplyCommit, ApplyPlan, decide, placement_instance
+from gitsched.engine.model import RetryPolicy
+from gitsched.engine.placement.greedy import GreedyPlacer
+from gitsched.engine.state import ClusterState, fold
+from gitsched.eventlog.codec import encode
+from gitsched.eventlog.replay import replay
+from gitsched.eventlog.sqlite import SQLiteEventLog
 from tests.support.factories import commit, desired, job, node
 
 NOW = "2026-11-20T10:00:00.000000Z"

@@ -13,8 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 
-from findings import Finding
-from schemas import (
+from gitsched.findings import Finding
+from gitsched.schemas import (
     KINDS,
     Document,
     parse_documents,
@@ -59,7 +59,7 @@ def test_schema_files_are_valid_draft_2020_12(kind: str) -> None:
 
 
 def test_schema_files_are_named_after_their_kind() -> None:
-    names = sorted(p.name for p in files("schemas").iterdir() if p.name.endswith(".json"))
+    names = sorted(p.name for p in files("gitsched.schemas").iterdir() if p.name.endswith(".json"))
     # Besides the kinds: the `autoscaling` block an InferenceService embeds (schemas/autoscaling.py).
     expected = sorted(f"{k.lower()}.schema.json" for k in [*KINDS, "Envelope", "Autoscaling"])
     assert names == expected
@@ -406,7 +406,7 @@ def mutated_documents(draw: st.DrawFn) -> dict[str, Any]:
 @settings(max_examples=1500, deadline=None)
 @given(mutated_documents())
 def test_the_fast_check_never_passes_a_document_jsonschema_fails(data: dict[str, Any]) -> None:
-    from schemas.validator import _passes_fast_check, _validator
+    from gitsched.schemas.validator import _passes_fast_check, _validator
 
     kind = data.get("kind")
     if not isinstance(kind, str) or kind not in KINDS:
@@ -416,7 +416,7 @@ def test_the_fast_check_never_passes_a_document_jsonschema_fails(data: dict[str,
 
 
 def test_the_fast_check_passes_valid_documents_and_fails_the_classic_mistakes() -> None:
-    from schemas.validator import _passes_fast_check
+    from gitsched.schemas.validator import _passes_fast_check
 
     assert len(VALID) >= 15
     assert all(_passes_fast_check(d["kind"], d) for d in VALID)
@@ -469,8 +469,8 @@ def test_fair_share_and_idle_reclamation_keys() -> None:
 
 def test_a_queue_sets_its_own_reclaim_within_cohort() -> None:
     """Kueue's ClusterQueue spec.preemption.reclaimWithinCohort, per queue (issue 31)."""
-    from engine.model import PreemptionScope
-    from reconciler.specs import _queue
+    from gitsched.engine.model import PreemptionScope
+    from gitsched.reconciler.specs import _queue
 
     head = "apiVersion: gitsched.io/v1\nkind: Queue\nmetadata: {name: q}\nspec:\n"
     assert check(head + "  preemption: {reclaimWithinCohort: LowerPriority}\n") == []

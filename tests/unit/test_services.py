@@ -10,10 +10,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cluster.controller import StepReport
-from engine import events as ev
-from engine.model import CommitInfo, Resources
-from engine.services import (
+from gitsched.cluster.controller import StepReport
+from gitsched.engine import events as ev
+from gitsched.engine.model import CommitInfo, Resources
+from gitsched.engine.services import (
     InferenceService,
     Replica,
     RollingUpdate,
@@ -23,11 +23,11 @@ from engine.services import (
     rollout_bounds,
     surplus,
 )
-from engine.state import ClusterState, fold
+from gitsched.engine.state import ClusterState, fold
 from gitsched.metrics import Metrics
-from reconciler.approval import CommitApproval
-from reconciler.specs import LoadedSpecs, SourceFile, parse_files
-from reconciler.step import Step, commit_step, solve_step
+from gitsched.reconciler.approval import CommitApproval
+from gitsched.reconciler.specs import LoadedSpecs, SourceFile, parse_files
+from gitsched.reconciler.step import Step, commit_step, solve_step
 from tests.support.cluster_repo import MINIMAL_CLUSTER, H, job_yaml, queue_yaml
 
 SERVICE = "teams/ml/services/chat.yaml"
@@ -347,7 +347,7 @@ def test_a_rolling_update_never_runs_fewer_than_its_floor_nor_more_than_the_surg
 
 
 def test_serve_scales_the_services_with_an_autoscaling_block_at_the_folds_count() -> None:
-    from cluster.autoscaler import services_of
+    from gitsched.cluster.autoscaler import services_of
 
     block = "  autoscaling:\n    metric: {query: 'sum(vllm:num_requests_waiting)'}\n    target: 5\n"
     files = {**MINIMAL_CLUSTER, SERVICE: service_yaml(extra=block)}

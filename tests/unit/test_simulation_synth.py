@@ -1,4 +1,4 @@
-"""simulation.synth.folded_state: the one way a synthetic instance becomes the folded state
+"""gitsched.simulation.synth.folded_state: the one way a synthetic instance becomes the folded state
 that the bench (gitsched bench synth) and the determinism probe decide on (issue #13)."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ import dataclasses
 
 import pytest
 
-from engine.core import placement_instance
-from engine.model import Policy
-from simulation.synth import folded_state, synth_instance, with_new_jobs
+from gitsched.engine.core import placement_instance
+from gitsched.engine.model import Policy
+from gitsched.simulation.synth import folded_state, synth_instance, with_new_jobs
 
 
 @pytest.mark.parametrize("seed", [1, 2])

@@ -8,13 +8,13 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.model import Node
-from engine.placement.check import check_plan
-from engine.placement.greedy import GreedyPlacer
-from engine.placement.plan import OutcomeStatus
-from engine.shapes import SHAPE_WINDOW_JOBS
-from simulation.bound import allocation_bound, gpu_configurations, packing_functions
-from simulation.trace import (
+from gitsched.engine.model import Node
+from gitsched.engine.placement.check import check_plan
+from gitsched.engine.placement.greedy import GreedyPlacer
+from gitsched.engine.placement.plan import OutcomeStatus
+from gitsched.engine.shapes import SHAPE_WINDOW_JOBS
+from gitsched.simulation.bound import allocation_bound, gpu_configurations, packing_functions
+from gitsched.simulation.trace import (
     TraceLog,
     TracePod,
     as_plan,

@@ -6,8 +6,8 @@ import os
 import subprocess
 import sys
 
-from engine.snapshot import STATE_FORMAT, decode_state, encode_state
-from engine.state import ClusterState
+from gitsched.engine.snapshot import STATE_FORMAT, decode_state, encode_state
+from gitsched.engine.state import ClusterState
 
 
 def test_the_format_is_the_same_in_every_process() -> None:
@@ -15,7 +15,11 @@ def test_the_format_is_the_same_in_every_process() -> None:
     for seed in ("0", "1", "12345"):
         env = {**os.environ, "PYTHONHASHSEED": seed}
         out = subprocess.run(
-            [sys.executable, "-c", "from engine.snapshot import STATE_FORMAT; print(STATE_FORMAT)"],
+            [
+                sys.executable,
+                "-c",
+                "from gitsched.engine.snapshot import STATE_FORMAT; print(STATE_FORMAT)",
+            ],
             env=env,
             capture_output=True,
             text=True,

@@ -8,12 +8,12 @@ from typing import Any
 
 import pytest
 
-from engine import events as ev
-from engine.core import ApplyPlan, decide
-from engine.model import Policy
-from engine.placement import linear, milp, solvers
-from engine.placement.plan import OutcomeStatus
-from engine.state import ClusterState
+from gitsched.engine import events as ev
+from gitsched.engine.core import ApplyPlan, decide
+from gitsched.engine.model import Policy
+from gitsched.engine.placement import linear, milp, solvers
+from gitsched.engine.placement.plan import OutcomeStatus
+from gitsched.engine.state import ClusterState
 from tests.support.factories import instance, job, node, queue
 
 

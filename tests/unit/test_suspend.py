@@ -7,11 +7,11 @@ import dataclasses
 
 import pytest
 
-from engine import events as ev
-from engine.codec import from_data, to_data
-from engine.core import ApplyCommit, ApplyTelemetry, decide, placement_instance
-from engine.idle import suspend_rule
-from engine.model import (
+from gitsched.engine import events as ev
+from gitsched.engine.codec import from_data, to_data
+from gitsched.engine.core import ApplyCommit, ApplyTelemetry, decide, placement_instance
+from gitsched.engine.idle import suspend_rule
+from gitsched.engine.model import (
     WORKSPACE,
     CommitInfo,
     IdlePolicy,
@@ -19,10 +19,10 @@ from engine.model import (
     Policy,
     ReplicaPlacement,
 )
-from engine.placement.objective import lost_gpu_seconds
-from engine.state import ClusterState, fold
-from engine.suspension import BY_COMMIT, BY_IDLE, SUSPENDED
-from reconciler.step import solve_step
+from gitsched.engine.placement.objective import lost_gpu_seconds
+from gitsched.engine.state import ClusterState, fold
+from gitsched.engine.suspension import BY_COMMIT, BY_IDLE, SUSPENDED
+from gitsched.reconciler.step import solve_step
 from tests.support.factories import desired, job, node
 
 SOLVERS = ("greedy", "highs")

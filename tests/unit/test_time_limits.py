@@ -15,10 +15,10 @@ import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from audit.projection.diffs import queue_diff
-from engine import events as ev
-from engine.core import ApplyCommit, DesiredState, decide, placement_instance
-from engine.model import (
+from gitsched.audit.projection.diffs import queue_diff
+from gitsched.engine import events as ev
+from gitsched.engine.core import ApplyCommit, DesiredState, decide, placement_instance
+from gitsched.engine.model import (
     BackfillPolicy,
     CommitInfo,
     Job,
@@ -27,17 +27,17 @@ from engine.model import (
     QueueTimeLimits,
     ReplicaPlacement,
 )
-from engine.placement.check import check_plan
-from engine.placement.greedy import priority_key
-from engine.placement.plan import OutcomeStatus, PlacementInstance
-from engine.placement.reservations import HELD, RESERVED, reserve
-from engine.placement.solvers import solve
-from engine.state import ClusterState, fold
-from engine.timelimits import due_events, next_due, plus_minutes
-from eventlog import codec
-from eventlog.envelope import GENESIS_HASH, NewEvent, StoredEvent, seal
-from policies.approval import describe_queue_change
-from reconciler.step import due_step
+from gitsched.engine.placement.check import check_plan
+from gitsched.engine.placement.greedy import priority_key
+from gitsched.engine.placement.plan import OutcomeStatus, PlacementInstance
+from gitsched.engine.placement.reservations import HELD, RESERVED, reserve
+from gitsched.engine.placement.solvers import solve
+from gitsched.engine.state import ClusterState, fold
+from gitsched.engine.timelimits import due_events, next_due, plus_minutes
+from gitsched.eventlog import codec
+from gitsched.eventlog.envelope import GENESIS_HASH, NewEvent, StoredEvent, seal
+from gitsched.policies.approval import describe_queue_change
+from gitsched.reconciler.step import due_step
 from tests.support.factories import CLUSTER, job, node, queue
 
 NOW = "2026-11-22T12:00:00.000000Z"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from eventlog.timeline import Timeline, stated_time
+from gitsched.eventlog.timeline import Timeline, stated_time
 
 SHA = "a" * 40
 LATER_SHA = "b" * 40

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.model import (
+from gitsched.engine.model import (
     ClusterSpec,
     FlavorQuota,
     GpuFlavor,
@@ -26,19 +26,19 @@ from engine.model import (
     TopologyMode,
     TopologyRequirement,
 )
-from engine.placement import milp
-from engine.placement.check import check_plan
-from engine.placement.greedy import GreedyPlacer
-from engine.placement.milp import MilpPlacer
-from engine.placement.objective import instance_tree
-from engine.placement.plan import (
+from gitsched.engine.placement import milp
+from gitsched.engine.placement.check import check_plan
+from gitsched.engine.placement.greedy import GreedyPlacer
+from gitsched.engine.placement.milp import MilpPlacer
+from gitsched.engine.placement.objective import instance_tree
+from gitsched.engine.placement.plan import (
     JobOutcome,
     OutcomeStatus,
     PlacementInstance,
     PlacementPlan,
     Placer,
 )
-from engine.placement.topology import (
+from gitsched.engine.placement.topology import (
     CLUSTER_LEVEL,
     NODE_LEVEL,
     Tree,

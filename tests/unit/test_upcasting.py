@@ -6,10 +6,10 @@ from typing import Any
 
 import pytest
 
-from engine import events as ev
-from eventlog import codec
-from eventlog.base import LogCorrupted
-from eventlog.envelope import GENESIS_HASH, NewEvent, seal
+from gitsched.engine import events as ev
+from gitsched.eventlog import codec
+from gitsched.eventlog.base import LogCorrupted
+from gitsched.eventlog.envelope import GENESIS_HASH, NewEvent, seal
 
 
 def stored(type_name: str, version: int, data: dict[str, Any]):  # type: ignore[no-untyped-def]
@@ -87,7 +87,7 @@ def test_a_payload_of_the_wrong_shape_is_refused_with_the_path_to_the_bad_value(
 
 def test_a_job_stored_before_slices_reads_with_no_slices() -> None:
     """JobSubmitted v1 written before topology had sliceSize/sliceLevel (and mode unconstrained)."""
-    from engine.model import Resources, TopologyMode, TopologyRequirement
+    from gitsched.engine.model import Resources, TopologyMode, TopologyRequirement
 
     old = stored(
         "JobSubmitted",

@@ -12,9 +12,9 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import schemas.loader
-from findings import Finding
-from schemas import Document, Limits, format_json_path, parse_documents
+from gitsched import schemas
+from gitsched.findings import Finding
+from gitsched.schemas import Document, Limits, format_json_path, parse_documents
 
 FILE = "teams/vision/jobs/train.yaml"
 
