@@ -218,7 +218,7 @@ def test_the_overview_shows_the_kwok_nodes_and_a_job_appears_live(
     # the job's page: where each replica runs, and its history
     page.goto(serve.console + f"/jobs/{world.team}/trainer")
     assert page.page.inner_text("b.state") == "running"
-    placement = page.page.locator("section", has_text="Placement")
+    placement = page.page.locator("section:has(h2:text-is('Placement'))")
     node = placement.locator("table.grid tbody td").nth(1).inner_text()
     assert node in nodes
     pods = [
