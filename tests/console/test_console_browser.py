@@ -21,25 +21,14 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.browser import WAIT_MS, Page, chromium
 from tests.support.cluster_repo import git, start_gitsched
 from tests.support.console import HOSTILE_NAME, hostile_commit, probe_job
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 # A busy 2-core CI machine: generous deadlines, always waiting on a condition.
 START_TIMEOUT_S = 120.0
-WAIT_MS = 90_000
 SCREENSHOT_MAX_BYTES = 190_000  # docs/console/ keeps each PNG small
 
 
@@ -102,46 +91,8 @@ def console(demo: Path) -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[object]:
-    if not Path(CHROMIUM).exists():
-        pytest.fail(
-            "Debian's chromium is not installed, and the console's browser tests drive it: "
-            "run scripts/chromium (apt-get install -y chromium), then rerun the tests"
-        )
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        launched = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+    with chromium() as launched:
         yield launched
-        launched.close()
-
-
-class Page:
-    """A browser page that records every console error and uncaught exception."""
-
-    def __init__(self, browser: object) -> None:
-        self.page = browser.new_page(viewport={"width": 1280, "height": 860})  # type: ignore[attr-defined]
-        self.problems: list[str] = []
-        self.page.on(
-            "console",
-            lambda m: (
-                self.problems.append(f"console.{m.type}: {m.text}")
-                if m.type in ("error", "warning")
-                else None
-            ),
-        )
-        self.page.on("pageerror", lambda e: self.problems.append(f"pageerror: {e}"))
-
-    def goto(self, url: str) -> None:
-        response = self.page.goto(url, wait_until="load")
-        assert response is not None and response.status == 200, url
-        # the live stream is open: the status says "live" once the first event arrived
-        self.page.wait_for_function(
-            "document.getElementById('live') && document.getElementById('live').className === 'live'",
-            timeout=WAIT_MS,
-        )
-
-    def close(self) -> None:
-        self.page.close()
 
 
 @pytest.fixture

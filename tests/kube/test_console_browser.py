@@ -19,31 +19,19 @@ import subprocess
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import pytest
 
 from gitsched.engine import events as ev
+from tests.support.browser import Page, chromium
 from tests.support.cluster_repo import H, start_gitsched
 from tests.support.console import HOSTILE, HOSTILE_NAME
 from tests.support.kube import ENV_VAR, TEST_LABEL, KubeWorld, wait_for
 
 pytestmark = [pytest.mark.kube, pytest.mark.browser, pytest.mark.slow]
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 # A busy 2-core CI machine: generous deadlines, always waiting on a condition.
 START_TIMEOUT_S = 120.0
-WAIT_MS = 90_000
 
 
 def _free_port() -> int:
@@ -117,55 +105,15 @@ class Serve:
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[object]:
-    if not Path(CHROMIUM).exists():
-        pytest.fail(
-            "Debian's chromium is not installed, and the console's browser tests drive it: "
-            "run scripts/chromium (apt-get install -y chromium), then rerun the tests"
-        )
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        launched = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+    with chromium() as launched:
         yield launched
-        launched.close()
-
-
-class Page:
-    """A browser page that records every console error and uncaught exception."""
-
-    def __init__(self, browser: object) -> None:
-        self.page = browser.new_page(viewport={"width": 1280, "height": 860})  # type: ignore[attr-defined]
-        self.problems: list[str] = []
-        self.page.on(
-            "console",
-            lambda m: (
-                self.problems.append(f"console.{m.type}: {m.text}")
-                if m.type in ("error", "warning")
-                else None
-            ),
-        )
-        self.page.on("pageerror", lambda e: self.problems.append(f"pageerror: {e}"))
-
-    def goto(self, url: str) -> None:
-        response = self.page.goto(url, wait_until="load")
-        assert response is not None and response.status == 200, url
-        # the live stream is open: the status says "live" once the first event arrived
-        self.page.wait_for_function(
-            "document.getElementById('live') && document.getElementById('live').className === 'live'",
-            timeout=WAIT_MS,
-        )
-
-    def wait_for_text(self, selector: str, text: str) -> str:
-        """Until the element `selector` holds `text` (the page follows the log live)."""
-        self.page.locator(selector, has_text=text).first.wait_for(timeout=WAIT_MS)
-        return str(self.page.inner_text(selector))
 
 
 @pytest.fixture
 def page(browser: object) -> Iterator[Page]:
     opened = Page(browser)
     yield opened
-    opened.page.close()
+    opened.close()
 
 
 @pytest.fixture
