@@ -36,6 +36,7 @@ from engine.model import (
     Policy,
     PriorityClass,
     Queue,
+    QueueingStrategy,
     Resources,
 )
 from engine.state import ClusterState, fold
@@ -266,6 +267,8 @@ class ReplayPolicy:
     name: str
     policy: Policy
     oracle_sjf: bool = False
+    # every queue's spec.queueingStrategy under this policy
+    queueing: QueueingStrategy = QueueingStrategy.BEST_EFFORT_FIFO
 
 
 def job_of(t: TraceJob, priority: int, limit_minutes: int | None) -> Job:
@@ -365,7 +368,10 @@ def replay(
         ev.ClusterConfigured(cluster=cluster_spec(priorities.values())),
         ev.PolicyChanged(policy=rp.policy),
         *(ev.NodeRegistered(node=n) for n in cluster.nodes),
-        *(ev.QueueConfigured(queue=q) for q in cluster.queues),
+        *(
+            ev.QueueConfigured(queue=replace(q, queueing_strategy=rp.queueing))
+            for q in cluster.queues
+        ),
     ]
     state: ClusterState = fold(setup)
     runs = {j.index: _Run(j, f"{j.team}/j{j.index:06d}") for j in trace}
@@ -576,12 +582,13 @@ def wait_cdf(result: ReplayResult) -> list[float]:
 
 def policies(builtin: Policy) -> list[ReplayPolicy]:
     """The policies BENCHMARKS.md §5 compares, each a configuration of the product:
-    gitsched's built-in Policy (the MILP, fair share, preemption, EASY backfill); best-effort
-    FIFO (Kueue's default: priority, then submission order, a head that does not fit does
-    not block, no preemption, no reservation); EASY backfill as Slurm does it (the same
-    order, one reservation for the top job, no preemption); and shortest-job-first with the
-    true run times known (an oracle: priorities by run time, no reservation).
-    Kueue's StrictFIFO is not a configuration gitsched has yet, so it is not compared."""
+    gitsched's built-in Policy (the MILP, fair share, preemption, EASY backfill); Kueue's
+    two queueing strategies with no preemption and no reservation, `strict-fifo` (every
+    queue StrictFIFO: a head that does not fit blocks its queue) and `best-effort-fifo`
+    (Kueue's default BestEffortFIFO: it does not); EASY backfill as Slurm does it (priority
+    then submission order, one reservation for the top job, no preemption); and
+    shortest-job-first with the true run times known (an oracle: priorities by run time,
+    no reservation)."""
     fifo = Policy(
         solver="greedy",
         preemption_enabled=False,
@@ -591,7 +598,8 @@ def policies(builtin: Policy) -> list[ReplayPolicy]:
     easy = replace(fifo, backfill=BackfillPolicy(reservations=1))
     return [
         ReplayPolicy("gitsched", builtin),
-        ReplayPolicy("fifo", fifo),
+        ReplayPolicy("strict-fifo", fifo, queueing=QueueingStrategy.STRICT_FIFO),
+        ReplayPolicy("best-effort-fifo", fifo),
         ReplayPolicy("easy-backfill", easy),
         ReplayPolicy("sjf-oracle", fifo, oracle_sjf=True),
     ]

@@ -29,7 +29,7 @@ from simulation.replay import (
 )
 
 HEADER = "timestamp,duration,num_gpus,gpu_time,cluster\n"
-FIFO = ReplayPolicy("fifo", Policy(solver="greedy", preemption_enabled=False))
+FIFO = ReplayPolicy("best-effort-fifo", Policy(solver="greedy", preemption_enabled=False))
 BUILTIN = ReplayPolicy("gitsched", policy_of(default_policy()))
 
 
@@ -145,7 +145,7 @@ def test_bench_trace_prints_one_json_document_per_run(tmp_path: Path) -> None:
             "--days",
             "1",
             "--policy",
-            "fifo",
+            "best-effort-fifo",
             "--policy",
             "sjf-oracle",
             "--format",
@@ -154,7 +154,7 @@ def test_bench_trace_prints_one_json_document_per_run(tmp_path: Path) -> None:
     )
     assert result.exit_code == 0, result.output
     doc = json.loads(result.output)
-    assert [p["policy"] for p in doc["policies"]] == ["fifo", "sjf-oracle"] * 2
+    assert [p["policy"] for p in doc["policies"]] == ["best-effort-fifo", "sjf-oracle"] * 2
     assert [p["limits_known"] for p in doc["policies"]] == [True, True, False, False]
     for p in doc["policies"]:
         assert p["jobs"] == 4 and p["jobs_never_started"] == 0
@@ -189,9 +189,32 @@ def test_easy_backfill_holds_the_job_that_would_delay_the_gangs_reservation() ->
         result = replay(jobs, cluster, by_name[name], limits)
         return {r.trace.index: r.first_start for r in result.jobs}
 
-    assert starts("fifo") == {0: 0.0, 1: 5002.0, 2: 2.0}
+    assert starts("best-effort-fifo") == {0: 0.0, 1: 5002.0, 2: 2.0}
     assert starts("easy-backfill") == {0: 0.0, 1: 1000.0, 2: 1100.0}
     assert starts("gitsched") == {0: 0.0, 1: 1000.0, 2: 1100.0}
+
+
+def test_strict_fifo_holds_a_queue_behind_its_head_other_queues_go_on() -> None:
+    """Two 8-GPU nodes, no limits known. a/0 (8 GPUs) runs 0-1,000; a/1 asks 16 at t=1;
+    a/2 asks 8 at t=2 for 5,000 s; b/3 asks 8 at t=3 for 50 s. Best-effort FIFO starts a/2
+    at once, and a/1 waits for it; strict FIFO holds a/2 behind a/1, lets b/3 (another
+    queue) start, and starts a/1 when a/0 ends, then a/2."""
+    jobs = [
+        TraceJob(0, 0.0, 1000.0, 8 * GPU_MILLI, "a"),
+        TraceJob(1, 1.0, 100.0, 16 * GPU_MILLI, "a"),
+        TraceJob(2, 2.0, 5000.0, 8 * GPU_MILLI, "a"),
+        TraceJob(3, 3.0, 50.0, 8 * GPU_MILLI, "b"),
+    ]
+    cluster = size_cluster(jobs, load=1000.0)
+    assert cluster.gpus == 16
+    by_name = {rp.name: rp for rp in policies(policy_of(default_policy()))}
+
+    def starts(name: str) -> dict[int, float | None]:
+        result = replay(jobs, cluster, by_name[name], None)
+        return {r.trace.index: r.first_start for r in result.jobs}
+
+    assert starts("best-effort-fifo") == {0: 0.0, 1: 5002.0, 2: 2.0, 3: 1000.0}
+    assert starts("strict-fifo") == {0: 0.0, 1: 1000.0, 2: 1100.0, 3: 3.0}
 
 
 def test_bench_trace_draws_utilisation_and_the_wait_cdf(tmp_path: Path) -> None:
@@ -208,7 +231,7 @@ def test_bench_trace_draws_utilisation_and_the_wait_cdf(tmp_path: Path) -> None:
             "--trace",
             str(path),
             "--policy",
-            "fifo",
+            "best-effort-fifo",
             "--limits",
             "unknown",
             "--plot",
