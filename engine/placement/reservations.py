@@ -42,6 +42,9 @@ class Book:
     order: dict[str, int] = dataclasses.field(default_factory=dict)
     # a top job that got no reservation -> the running jobs without a limit that block it
     unbounded: dict[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
+    # now + a limit in minutes -> that moment's text: every waiting job asks, and most ask
+    # one of a few limits (a cache, not data)
+    _ends: dict[int, str] = dataclasses.field(default_factory=dict, compare=False, repr=False)
 
     def constraining(self, job: Job) -> tuple[Reservation, ...]:
         """The reservations `job` could delay if it started now: those of jobs ahead of it
@@ -49,11 +52,10 @@ class Book:
         mine = self.order.get(job.key)
         if mine is None:
             return ()
-        ends = (
-            None
-            if job.time_limit_minutes is None
-            else plus_minutes(self.now, job.time_limit_minutes)
-        )
+        minutes = job.time_limit_minutes
+        ends = None if minutes is None else self._ends.get(minutes)
+        if minutes is not None and ends is None:
+            ends = self._ends[minutes] = plus_minutes(self.now, minutes)
         return tuple(
             r
             for r in self.reservations
