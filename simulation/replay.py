@@ -149,10 +149,16 @@ def read_philly(path: Path, start: str | None = None, days: float | None = None)
     return [replace(j, index=i) for i, j in enumerate(jobs)]
 
 
-def read_openb_lifetimes(path: Path) -> list[TraceJob]:
+def read_openb_lifetimes(
+    path: Path, start_day: float | None = None, days: float | None = None
+) -> list[TraceJob]:
     """An openb pod list's pods with their creation and deletion times (seconds from the
     trace's start) as jobs: the time between them is the run; the team is the pod's QoS
-    class (openb records no tenant). Pods without both times are left out."""
+    class (openb records no tenant). Pods without both times are left out; with
+    `start_day`, only the pods created in [start_day, start_day + days) days from the
+    trace's start."""
+    begin = None if start_day is None else start_day * 86400
+    end = None if begin is None or days is None else begin + days * 86400
     jobs: list[TraceJob] = []
     required = ("num_gpu", "gpu_milli", "qos", "creation_time", "deletion_time")
     for line, row in _rows(path, required):
@@ -163,6 +169,8 @@ def read_openb_lifetimes(path: Path) -> list[TraceJob]:
         gpus = int(_number(row, "num_gpu", path, line))
         milli = int(_number(row, "gpu_milli", path, line))
         if gpus == 0 or milli == 0 or deleted <= created:
+            continue
+        if (begin is not None and created < begin) or (end is not None and created >= end):
             continue
         jobs.append(
             TraceJob(len(jobs), created, deleted - created, gpus * milli, row["qos"] or "none")

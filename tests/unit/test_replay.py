@@ -245,3 +245,35 @@ def test_bench_trace_draws_utilisation_and_the_wait_cdf(tmp_path: Path) -> None:
     assert sorted(Path(p).name for p in doc["plots"]) == ["utilisation.png", "wait-cdf.png"]
     for name in ("utilisation.png", "wait-cdf.png"):
         assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+OPENB_HEADER = (
+    "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,"
+    "creation_time,deletion_time,scheduled_time\n"
+)
+
+
+def test_an_openb_window_replays_the_gpu_pods_created_in_it(tmp_path: Path) -> None:
+    path = tmp_path / "openb.csv"
+    day = 86400
+    path.write_text(
+        OPENB_HEADER
+        + f"p0,8000,1024,1,1000,,LS,Running,{day - 1},{day + 600},0\n"  # before the window
+        + f"p1,8000,1024,1,500,,LS,Running,{day},{day + 600},0\n"  # half a GPU, 600 s
+        + f"p2,8000,1024,2,1000,,BE,Running,{day + 60},{day + 3660},0\n"
+        + f"p3,8000,1024,0,0,,BE,Running,{day + 90},{day + 900},0\n"  # no GPU
+        + f"p4,8000,1024,1,1000,,BE,Running,{day + 120},,0\n"  # never deleted
+        + f"p5,8000,1024,1,1000,,LS,Running,{2 * day},{2 * day + 60},0\n"  # after it
+    )
+    args = ["bench", "trace", "--trace", str(path), "--start", "1", "--days", "1"]
+    result = CliRunner().invoke(
+        main, [*args, "--policy", "best-effort-fifo", "--limits", "unknown", "--format", "json"]
+    )
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.output)
+    [p] = doc["policies"]
+    assert (doc["jobs"], p["jobs_never_started"]) == (2, 0)
+    assert sorted(p["queues"]) == ["BE", "LS"]
+    bad = CliRunner().invoke(main, [*args[:4], "--start", "2017-10-09"])
+    assert bad.exit_code == 2
+    assert "an openb window starts at a number of days" in bad.output
