@@ -73,11 +73,11 @@ def _one(
     help="A Philly CSV (timestamp,duration,num_gpus,...,cluster) or an openb pod list.",
 )
 @click.option(
-    "--start", default=None, help="The window's start (UTC, ISO date or time); Philly only."
+    "--start",
+    default=None,
+    help="The window's start: Philly, a UTC ISO date or time; openb, days from the trace's start.",
 )
-@click.option(
-    "--days", default=2.0, show_default=True, help="The window's length in days; Philly only."
-)
+@click.option("--days", default=2.0, show_default=True, help="The window's length in days.")
 @click.option(
     "--load",
     default=1.0,
@@ -122,7 +122,11 @@ def command(
         fail("--days, --load and --jobs must be positive")
     try:
         if "creation_time" in trace_path.open(encoding="utf-8").readline():
-            jobs = read_openb_lifetimes(trace_path)
+            try:
+                start_day = None if start is None else float(start)
+            except ValueError:
+                fail(f"--start: an openb window starts at a number of days, not {start!r}")
+            jobs = read_openb_lifetimes(trace_path, start_day, days if start else None)
         else:
             jobs = read_philly(trace_path, start, days if start else None)
         cluster = size_cluster(jobs, load)

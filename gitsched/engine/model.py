@@ -110,6 +110,17 @@ class FlavorQuota:
         return self.nominal + self.borrowing_limit
 
 
+class QueueingStrategy(StrEnum):
+    """How a queue's waiting jobs are admitted (Kueue's ClusterQueue queueingStrategy);
+    either way they are ordered by priority, then submission time."""
+
+    # A head that cannot start does not block the jobs behind it that can (Kueue's default).
+    BEST_EFFORT_FIFO = "BestEffortFIFO"
+    # A head that cannot start blocks every job behind it in the same queue, even one that
+    # would fit (engine/placement/strict_fifo.py).
+    STRICT_FIFO = "StrictFIFO"
+
+
 @dataclass(frozen=True, slots=True)
 class QueueTimeLimits:
     """A queue's time limits (Queue.spec.timeLimits): the limit a job that names none gets,
@@ -137,6 +148,8 @@ class Queue:
     reclaim_within_cohort: PreemptionScope | None = None
     # -- time limits (docs/time.md) --
     time_limits: QueueTimeLimits = field(default_factory=lambda: QueueTimeLimits())
+    # spec.queueingStrategy (docs/time.md, Queueing strategy)
+    queueing_strategy: QueueingStrategy = QueueingStrategy.BEST_EFFORT_FIFO
 
     def quota(self, flavor: str) -> FlavorQuota | None:
         for q in self.quotas:

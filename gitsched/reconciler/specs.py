@@ -34,6 +34,7 @@ from gitsched.engine.model import (
     PreemptionScope,
     PriorityClass,
     Queue,
+    QueueingStrategy,
     QueueTimeLimits,
     RequeueTimestamp,
     Resources,
@@ -827,6 +828,7 @@ def _queue(name: str, spec: Mapping[str, Any], team: str) -> Queue:
         ),
         retry=retry_of(spec.get("retry")),
         min_runtime_minutes=(spec.get("preemption") or {}).get("minRuntimeMinutes"),
+        queueing_strategy=QueueingStrategy(spec.get("queueingStrategy", "BestEffortFIFO")),
         time_limits=QueueTimeLimits(
             default_minutes=spec.get("timeLimits", {}).get("defaultMinutes"),
             max_minutes=spec.get("timeLimits", {}).get("maxMinutes"),

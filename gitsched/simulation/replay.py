@@ -36,6 +36,7 @@ from gitsched.engine.model import (
     Policy,
     PriorityClass,
     Queue,
+    QueueingStrategy,
     Resources,
 )
 from gitsched.engine.state import ClusterState, fold
@@ -148,10 +149,16 @@ def read_philly(path: Path, start: str | None = None, days: float | None = None)
     return [replace(j, index=i) for i, j in enumerate(jobs)]
 
 
-def read_openb_lifetimes(path: Path) -> list[TraceJob]:
+def read_openb_lifetimes(
+    path: Path, start_day: float | None = None, days: float | None = None
+) -> list[TraceJob]:
     """An openb pod list's pods with their creation and deletion times (seconds from the
     trace's start) as jobs: the time between them is the run; the team is the pod's QoS
-    class (openb records no tenant). Pods without both times are left out."""
+    class (openb records no tenant). Pods without both times are left out; with
+    `start_day`, only the pods created in [start_day, start_day + days) days from the
+    trace's start."""
+    begin = None if start_day is None else start_day * 86400
+    end = None if begin is None or days is None else begin + days * 86400
     jobs: list[TraceJob] = []
     required = ("num_gpu", "gpu_milli", "qos", "creation_time", "deletion_time")
     for line, row in _rows(path, required):
@@ -162,6 +169,8 @@ def read_openb_lifetimes(path: Path) -> list[TraceJob]:
         gpus = int(_number(row, "num_gpu", path, line))
         milli = int(_number(row, "gpu_milli", path, line))
         if gpus == 0 or milli == 0 or deleted <= created:
+            continue
+        if (begin is not None and created < begin) or (end is not None and created >= end):
             continue
         jobs.append(
             TraceJob(len(jobs), created, deleted - created, gpus * milli, row["qos"] or "none")
@@ -266,6 +275,8 @@ class ReplayPolicy:
     name: str
     policy: Policy
     oracle_sjf: bool = False
+    # every queue's spec.queueingStrategy under this policy
+    queueing: QueueingStrategy = QueueingStrategy.BEST_EFFORT_FIFO
 
 
 def job_of(t: TraceJob, priority: int, limit_minutes: int | None) -> Job:
@@ -365,7 +376,10 @@ def replay(
         ev.ClusterConfigured(cluster=cluster_spec(priorities.values())),
         ev.PolicyChanged(policy=rp.policy),
         *(ev.NodeRegistered(node=n) for n in cluster.nodes),
-        *(ev.QueueConfigured(queue=q) for q in cluster.queues),
+        *(
+            ev.QueueConfigured(queue=replace(q, queueing_strategy=rp.queueing))
+            for q in cluster.queues
+        ),
     ]
     state: ClusterState = fold(setup)
     runs = {j.index: _Run(j, f"{j.team}/j{j.index:06d}") for j in trace}
@@ -576,12 +590,13 @@ def wait_cdf(result: ReplayResult) -> list[float]:
 
 def policies(builtin: Policy) -> list[ReplayPolicy]:
     """The policies BENCHMARKS.md §5 compares, each a configuration of the product:
-    gitsched's built-in Policy (the MILP, fair share, preemption, EASY backfill); best-effort
-    FIFO (Kueue's default: priority, then submission order, a head that does not fit does
-    not block, no preemption, no reservation); EASY backfill as Slurm does it (the same
-    order, one reservation for the top job, no preemption); and shortest-job-first with the
-    true run times known (an oracle: priorities by run time, no reservation).
-    Kueue's StrictFIFO is not a configuration gitsched has yet, so it is not compared."""
+    gitsched's built-in Policy (the MILP, fair share, preemption, EASY backfill); Kueue's
+    two queueing strategies with no preemption and no reservation, `strict-fifo` (every
+    queue StrictFIFO: a head that does not fit blocks its queue) and `best-effort-fifo`
+    (Kueue's default BestEffortFIFO: it does not); EASY backfill as Slurm does it (priority
+    then submission order, one reservation for the top job, no preemption); and
+    shortest-job-first with the true run times known (an oracle: priorities by run time,
+    no reservation)."""
     fifo = Policy(
         solver="greedy",
         preemption_enabled=False,
@@ -591,7 +606,8 @@ def policies(builtin: Policy) -> list[ReplayPolicy]:
     easy = replace(fifo, backfill=BackfillPolicy(reservations=1))
     return [
         ReplayPolicy("gitsched", builtin),
-        ReplayPolicy("fifo", fifo),
+        ReplayPolicy("strict-fifo", fifo, queueing=QueueingStrategy.STRICT_FIFO),
+        ReplayPolicy("best-effort-fifo", fifo),
         ReplayPolicy("easy-backfill", easy),
         ReplayPolicy("sjf-oracle", fifo, oracle_sjf=True),
     ]

@@ -102,7 +102,16 @@ CASES: dict[str, tuple[tuple[str, ...], tuple[int, ...]]] = {
         (0,),
     ),
     "bench trace": (
-        ("bench", "trace", "--trace", "{dir}/philly.csv", "--policy", "fifo", "--limits", "known"),
+        (
+            "bench",
+            "trace",
+            "--trace",
+            "{dir}/philly.csv",
+            "--policy",
+            "best-effort-fifo",
+            "--limits",
+            "known",
+        ),
         (0,),
     ),
     "bench console": (

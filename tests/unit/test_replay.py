@@ -29,7 +29,7 @@ from gitsched.simulation.replay import (
 )
 
 HEADER = "timestamp,duration,num_gpus,gpu_time,cluster\n"
-FIFO = ReplayPolicy("fifo", Policy(solver="greedy", preemption_enabled=False))
+FIFO = ReplayPolicy("best-effort-fifo", Policy(solver="greedy", preemption_enabled=False))
 BUILTIN = ReplayPolicy("gitsched", policy_of(default_policy()))
 
 
@@ -145,7 +145,7 @@ def test_bench_trace_prints_one_json_document_per_run(tmp_path: Path) -> None:
             "--days",
             "1",
             "--policy",
-            "fifo",
+            "best-effort-fifo",
             "--policy",
             "sjf-oracle",
             "--format",
@@ -154,7 +154,7 @@ def test_bench_trace_prints_one_json_document_per_run(tmp_path: Path) -> None:
     )
     assert result.exit_code == 0, result.output
     doc = json.loads(result.output)
-    assert [p["policy"] for p in doc["policies"]] == ["fifo", "sjf-oracle"] * 2
+    assert [p["policy"] for p in doc["policies"]] == ["best-effort-fifo", "sjf-oracle"] * 2
     assert [p["limits_known"] for p in doc["policies"]] == [True, True, False, False]
     for p in doc["policies"]:
         assert p["jobs"] == 4 and p["jobs_never_started"] == 0
@@ -189,9 +189,32 @@ def test_easy_backfill_holds_the_job_that_would_delay_the_gangs_reservation() ->
         result = replay(jobs, cluster, by_name[name], limits)
         return {r.trace.index: r.first_start for r in result.jobs}
 
-    assert starts("fifo") == {0: 0.0, 1: 5002.0, 2: 2.0}
+    assert starts("best-effort-fifo") == {0: 0.0, 1: 5002.0, 2: 2.0}
     assert starts("easy-backfill") == {0: 0.0, 1: 1000.0, 2: 1100.0}
     assert starts("gitsched") == {0: 0.0, 1: 1000.0, 2: 1100.0}
+
+
+def test_strict_fifo_holds_a_queue_behind_its_head_other_queues_go_on() -> None:
+    """Two 8-GPU nodes, no limits known. a/0 (8 GPUs) runs 0-1,000; a/1 asks 16 at t=1;
+    a/2 asks 8 at t=2 for 5,000 s; b/3 asks 8 at t=3 for 50 s. Best-effort FIFO starts a/2
+    at once, and a/1 waits for it; strict FIFO holds a/2 behind a/1, lets b/3 (another
+    queue) start, and starts a/1 when a/0 ends, then a/2."""
+    jobs = [
+        TraceJob(0, 0.0, 1000.0, 8 * GPU_MILLI, "a"),
+        TraceJob(1, 1.0, 100.0, 16 * GPU_MILLI, "a"),
+        TraceJob(2, 2.0, 5000.0, 8 * GPU_MILLI, "a"),
+        TraceJob(3, 3.0, 50.0, 8 * GPU_MILLI, "b"),
+    ]
+    cluster = size_cluster(jobs, load=1000.0)
+    assert cluster.gpus == 16
+    by_name = {rp.name: rp for rp in policies(policy_of(default_policy()))}
+
+    def starts(name: str) -> dict[int, float | None]:
+        result = replay(jobs, cluster, by_name[name], None)
+        return {r.trace.index: r.first_start for r in result.jobs}
+
+    assert starts("best-effort-fifo") == {0: 0.0, 1: 5002.0, 2: 2.0, 3: 1000.0}
+    assert starts("strict-fifo") == {0: 0.0, 1: 1000.0, 2: 1100.0, 3: 3.0}
 
 
 def test_bench_trace_draws_utilisation_and_the_wait_cdf(tmp_path: Path) -> None:
@@ -208,7 +231,7 @@ def test_bench_trace_draws_utilisation_and_the_wait_cdf(tmp_path: Path) -> None:
             "--trace",
             str(path),
             "--policy",
-            "fifo",
+            "best-effort-fifo",
             "--limits",
             "unknown",
             "--plot",
@@ -222,3 +245,35 @@ def test_bench_trace_draws_utilisation_and_the_wait_cdf(tmp_path: Path) -> None:
     assert sorted(Path(p).name for p in doc["plots"]) == ["utilisation.png", "wait-cdf.png"]
     for name in ("utilisation.png", "wait-cdf.png"):
         assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+OPENB_HEADER = (
+    "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,"
+    "creation_time,deletion_time,scheduled_time\n"
+)
+
+
+def test_an_openb_window_replays_the_gpu_pods_created_in_it(tmp_path: Path) -> None:
+    path = tmp_path / "openb.csv"
+    day = 86400
+    path.write_text(
+        OPENB_HEADER
+        + f"p0,8000,1024,1,1000,,LS,Running,{day - 1},{day + 600},0\n"  # before the window
+        + f"p1,8000,1024,1,500,,LS,Running,{day},{day + 600},0\n"  # half a GPU, 600 s
+        + f"p2,8000,1024,2,1000,,BE,Running,{day + 60},{day + 3660},0\n"
+        + f"p3,8000,1024,0,0,,BE,Running,{day + 90},{day + 900},0\n"  # no GPU
+        + f"p4,8000,1024,1,1000,,BE,Running,{day + 120},,0\n"  # never deleted
+        + f"p5,8000,1024,1,1000,,LS,Running,{2 * day},{2 * day + 60},0\n"  # after it
+    )
+    args = ["bench", "trace", "--trace", str(path), "--start", "1", "--days", "1"]
+    result = CliRunner().invoke(
+        main, [*args, "--policy", "best-effort-fifo", "--limits", "unknown", "--format", "json"]
+    )
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.output)
+    [p] = doc["policies"]
+    assert (doc["jobs"], p["jobs_never_started"]) == (2, 0)
+    assert sorted(p["queues"]) == ["BE", "LS"]
+    bad = CliRunner().invoke(main, [*args[:4], "--start", "2017-10-09"])
+    assert bad.exit_code == 2
+    assert "an openb window starts at a number of days" in bad.output

@@ -50,7 +50,7 @@ def queue_diff(old: dict[str, Any] | None, new: dict[str, Any] | None) -> str:
                 out.append(
                     f"{flavor} {label} {limit_text(before[flavor][i])} -> {limit_text(after[flavor][i])}"
                 )
-    for key in ("cohort", "weight", "max_priority_class", "team", "owners"):
+    for key in ("cohort", "weight", "max_priority_class", "team", "owners", "queueing_strategy"):
         if old.get(key) != new.get(key):
             out.append(f"{key.replace('_', ' ')} {old.get(key)} -> {new.get(key)}")
     none = {"default_minutes": None, "max_minutes": None}  # a queue logged before limits

@@ -31,10 +31,13 @@ def quota_charge(job: Job, replicas: Iterable[ReplicaPlacement], nodes: Mapping[
     `isolation: dedicated` holds every node it runs on alone, so it is charged each node's
     GPUs, whatever share it asks (0.25 GPU x 2 on one 8-GPU node: 8 GPUs); any other job
     its replicas' GPUs. Greedy, the MILP, check.py and `audit compliance` all charge this."""
-    held = list(replicas)
+    held = replicas if isinstance(replicas, tuple | list) else list(replicas)
+    dedicated = job.isolation is Isolation.DEDICATED and job.resources.gpu_milli > 0
+    if not dedicated:  # asked for every placement a step looks at: no node list needed
+        return held_gpu_milli(False, len(held) * job.resources.gpu_milli, ())
     names = sorted({r.node for r in held})
     return held_gpu_milli(
-        job.isolation is Isolation.DEDICATED and job.resources.gpu_milli > 0,
+        dedicated,
         len(held) * job.resources.gpu_milli,
         [nodes[n].gpus for n in names if n in nodes],
     )

@@ -141,10 +141,17 @@ def tell_never_runs(instance: PlacementInstance, plan: PlacementPlan) -> Placeme
     jobs, queues = instance.derived(_jobs), instance.derived(_queues)
     capacity = instance.derived(_capacity)
     outcomes = list(plan.outcomes)
+    # A backlog is mostly alike: `never_runs` reads only the queue and the placement fields.
+    known: dict[tuple[object, ...], tuple[tuple[str, ...], str] | None] = {}
     for i in pending:
         o = outcomes[i]
         job = jobs.get(o.job)
-        never = never_runs(job, queues.get(job.queue), capacity) if job is not None else None
+        never = None
+        if job is not None:
+            shape = (job.queue, *job.placement_fields())
+            if shape not in known:
+                known[shape] = never_runs(job, queues.get(job.queue), capacity)
+            never = known[shape]
         if never is not None:
             outcomes[i] = replace(
                 o, reason=f"can never run: {never[1]}", constraint=f"{NEVER_RUNS}__{o.job}"

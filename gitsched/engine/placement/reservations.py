@@ -20,15 +20,10 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from gitsched.engine.model import Job, Reservation
+from gitsched.engine.model import Isolation, Job, Reservation
 from gitsched.engine.placement.constraints import NodeFree, eligible_flavors
 from gitsched.engine.placement.greedy import Fit, Miss, Packing, priority_key
-from gitsched.engine.placement.plan import (
-    JobOutcome,
-    OutcomeStatus,
-    PlacementInstance,
-    PlacementPlan,
-)
+from gitsched.engine.placement.plan import JobOutcome, OutcomeStatus, PlacementInstance, PlacementPlan
 from gitsched.engine.timelimits import limit_reached_at, parse_time, plus_minutes
 from gitsched.engine.units import gpus_text
 
@@ -47,6 +42,9 @@ class Book:
     order: dict[str, int] = dataclasses.field(default_factory=dict)
     # a top job that got no reservation -> the running jobs without a limit that block it
     unbounded: dict[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
+    # now + a limit in minutes -> that moment's text: every waiting job asks, and most ask
+    # one of a few limits (a cache, not data)
+    _ends: dict[int, str] = dataclasses.field(default_factory=dict, compare=False, repr=False)
 
     def constraining(self, job: Job) -> tuple[Reservation, ...]:
         """The reservations `job` could delay if it started now: those of jobs ahead of it
@@ -54,11 +52,10 @@ class Book:
         mine = self.order.get(job.key)
         if mine is None:
             return ()
-        ends = (
-            None
-            if job.time_limit_minutes is None
-            else plus_minutes(self.now, job.time_limit_minutes)
-        )
+        minutes = job.time_limit_minutes
+        ends = None if minutes is None else self._ends.get(minutes)
+        if minutes is not None and ends is None:
+            ends = self._ends[minutes] = plus_minutes(self.now, minutes)
         return tuple(
             r
             for r in self.reservations
@@ -210,11 +207,18 @@ def backfill(
                     before[0].commit(jobs[key], Fit(placement.flavor, placement.replicas))
         return before[0]
 
+    # Held jobs are mostly alike (a queue's stream of 1-GPU jobs): a miss is remembered per
+    # shape, for as long as nothing is committed (misses on `base()` for good, nothing is
+    # ever committed there), so a backlog of hundreds costs a few looks, not thousands.
+    misses = _Misses()
     for job in sorted(held, key=priority_key):
         around = book.constraining(job)
-        with _kept_off(packing, around, jobs):
-            found = packing.find(job)
+        found: Fit | Miss | None = misses.get(job, around, "off")
+        if found is None:
+            with _kept_off(packing, around, jobs):
+                found = misses.put(job, around, "off", packing.find(job))
         if isinstance(found, Fit):
+            misses.forget()
             packing.commit(job, found)
             extra[job.key] = JobOutcome(
                 job.key,
@@ -224,8 +228,8 @@ def backfill(
                 reason="admitted (backfilled)",
             )
             continue
-        free = packing.find(job)
-        if isinstance(free, Miss) and not _held_back(base(), job, around, jobs):
+        free = misses.get(job, (), "free") or misses.put(job, (), "free", packing.find(job))
+        if isinstance(free, Miss) and not misses.held_back(job, around, base, jobs):
             extra[job.key] = JobOutcome(
                 job.key, OutcomeStatus.PENDING, reason=free.reason, constraint=free.constraint
             )
@@ -264,6 +268,61 @@ def backfill(
         )
     )
     return dataclasses.replace(plan, outcomes=ordered, reservations=live)
+
+
+class _Misses:
+    """What `Packing.find` answered for a job of the same shape (its queue and what
+    placement reads of it), while the packing it asked is unchanged: only misses that do
+    not name the job, of jobs no rule tells apart by name (preemptible, shared)."""
+
+    def __init__(self) -> None:
+        self.found: dict[tuple[object, ...], Miss] = {}
+        self.held: dict[tuple[object, ...], bool] = {}
+
+    @staticmethod
+    def shape(job: Job) -> tuple[object, ...] | None:
+        if not job.preemptible or job.isolation is not Isolation.SHARED:
+            return None
+        return (job.queue, *job.placement_fields())
+
+    def get(self, job: Job, around: tuple[Reservation, ...], look: str) -> Miss | None:
+        shape = self.shape(job)
+        if shape is None:
+            return None
+        return self.found.get((look, shape, tuple(r.job for r in around)))
+
+    def put(
+        self, job: Job, around: tuple[Reservation, ...], look: str, found: Fit | Miss
+    ) -> Fit | Miss:
+        shape = self.shape(job)
+        if (
+            shape is not None
+            and isinstance(found, Miss)
+            and job.key not in found.reason
+            and job.key not in found.constraint
+        ):
+            self.found[(look, shape, tuple(r.job for r in around))] = found
+        return found
+
+    def forget(self) -> None:
+        """The packing changed: what was asked of it before holds no more."""
+        self.found.clear()
+
+    def held_back(
+        self,
+        job: Job,
+        around: tuple[Reservation, ...],
+        base: Callable[[], Packing],
+        jobs: dict[str, Job],
+    ) -> bool:
+        shape = self.shape(job)
+        key = (shape, tuple(r.job for r in around))
+        if shape is not None and key in self.held:
+            return self.held[key]
+        answer = _held_back(base(), job, around, jobs)
+        if shape is not None:
+            self.held[key] = answer
+        return answer
 
 
 def _held_back(

@@ -19,6 +19,7 @@ from gitsched.engine.placement.milp import MilpPlacer
 from gitsched.engine.placement.plan import PlacementInstance, PlacementPlan, Placer
 from gitsched.engine.placement.preemption import borrowing_reclaimable
 from gitsched.engine.placement.reservations import with_reservations
+from gitsched.engine.placement.strict_fifo import with_strict_fifo
 
 SOLVERS: dict[str, Placer] = {
     "greedy": GreedyPlacer(),
@@ -57,9 +58,12 @@ def placer(name: str) -> Placer:
 def solve(instance: PlacementInstance, solver: str | None = None) -> PlacementPlan:
     """The plan of the instance; a MILP solver on a very large instance solves it in parts
     (engine.placement.decompose). A MILP that fails falls back to greedy's plan. Every
-    solver decides under the Policy's reservations (engine.placement.reservations), and a
-    job that can never run says so (explain.tell_never_runs)."""
-    plan = with_reservations(instance, lambda part: _solve(part, solver))
+    solver decides under the Policy's reservations (engine.placement.reservations) and the
+    queues' StrictFIFO (engine.placement.strict_fifo), and a job that can never run says so
+    (explain.tell_never_runs)."""
+    plan = with_strict_fifo(
+        instance, lambda part: with_reservations(part, lambda p: _solve(p, solver))
+    )
     assert plan is not None
     return tell_never_runs(instance, plan)
 
@@ -85,15 +89,14 @@ def solve_changed(
     re-places everything, and costs little doing it)."""
     if not isinstance(placer(solver or instance.policy.solver), MilpPlacer):
         return None  # before the reservations are worked out: `solve` works them out
-    if instance.policy.backfill.reservations <= 0:
-        plan = _solve_changed(instance, changed, solver)
-    else:
 
-        def part_solve(part: PlacementInstance) -> PlacementPlan | None:
-            kept = {j.key for j in part.jobs}
-            return _solve_changed(part, [k for k in changed if k in kept], solver)
+    def part_solve(part: PlacementInstance) -> PlacementPlan | None:
+        if part is instance:
+            return _solve_changed(part, changed, solver)
+        kept = {j.key for j in part.jobs}
+        return _solve_changed(part, [k for k in changed if k in kept], solver)
 
-        plan = with_reservations(instance, part_solve)
+    plan = with_strict_fifo(instance, lambda part: with_reservations(part, part_solve))
     return tell_never_runs(instance, plan) if plan is not None else None
 
 
