@@ -15,7 +15,6 @@ from gitsched.eventlog.sqlite import SQLiteEventLog
 from gitsched.exit_codes import EXIT_INVALID
 from gitsched.reconciler.git import GitRepo
 from gitsched.reconciler.loop import Reconciler
-from tests.acceptance.test_time_limits import of, planned_then_reconciled
 from tests.support.cluster_repo import (
     MINIMAL_CLUSTER,
     POLICY_YAML,
@@ -26,6 +25,7 @@ from tests.support.cluster_repo import (
     queue_yaml,
     read_events,
 )
+from tests.support.plan import of, planned_then_reconciled
 
 
 @pytest.mark.parametrize("solver", ["greedy", "highs"])

@@ -9,7 +9,6 @@ events exactly, with the solver greedy and HiGHS; bad limits are rejected, locat
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -17,14 +16,11 @@ import pytest
 
 from gitsched.engine import events as ev
 from gitsched.engine.model import ReplicaPlacement
-from gitsched.eventlog.base import EventLog
 from gitsched.eventlog.codec import encode
-from gitsched.eventlog.envelope import canonical_json
 from gitsched.eventlog.sqlite import SQLiteEventLog
 from gitsched.exit_codes import EXIT_INVALID
 from gitsched.reconciler.git import GitRepo
 from gitsched.reconciler.loop import Reconciler
-from gitsched.reconciler.plan import PullRequestPlan, plan_change
 from tests.support.cluster_repo import (
     MINIMAL_CLUSTER,
     POLICY_YAML,
@@ -35,6 +31,7 @@ from tests.support.cluster_repo import (
     queue_yaml,
     read_events,
 )
+from tests.support.plan import of, planned_then_reconciled
 
 Event = tuple[str, str, str, str, bytes]
 
@@ -42,37 +39,6 @@ Event = tuple[str, str, str, str, bytes]
 def limited(name: str, minutes: int | None, **kw: Any) -> str:
     text = job_yaml(name, **kw)
     return text + (f"  timeLimitMinutes: {minutes}\n" if minutes is not None else "")
-
-
-def _payload(kind: str, data: dict[str, Any]) -> bytes:
-    if kind == "SolveCompleted":
-        data = {**data, "seconds": 0.0}  # the solve's own wall time, measured twice
-    return canonical_json(data)
-
-
-def planned_then_reconciled(
-    repo: ClusterRepo, event_log: EventLog, reconciler: Reconciler, message: str
-) -> tuple[list[Event], PullRequestPlan]:
-    """Commit, plan it, reconcile it: the events, once the plan predicted them exactly, and
-    the plan."""
-    sha = repo.commit(message, allow_empty=True)
-    plan = plan_change(GitRepo(repo.path), event_log, None, sha)
-    seq = event_log.last_seq()
-    reconciler.run_once()
-    appended = [
-        (s.id, s.type, s.actor, s.cause, _payload(s.type, s.data)) for s in event_log.read(seq)
-    ]
-    predicted = []
-    for group in plan.groups:
-        for event_id, e in zip(group.ids(), group.events, strict=True):
-            new = encode(e, id=event_id, actor=group.actor, cause=group.cause)
-            predicted.append((new.id, new.type, new.actor, new.cause, _payload(new.type, new.data)))
-    assert predicted == appended, message
-    return appended, plan
-
-
-def of(events: list[Event], kind: str) -> list[dict[str, Any]]:
-    return [json.loads(e[4]) for e in events if e[1] == kind]
 
 
 @pytest.mark.parametrize("solver", ["greedy", "highs"])

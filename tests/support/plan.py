@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
+from gitsched.eventlog.base import EventLog
 from gitsched.eventlog.codec import encode
 from gitsched.eventlog.envelope import canonical_json
+from gitsched.reconciler.git import GitRepo
+from gitsched.reconciler.loop import Reconciler
+from gitsched.reconciler.plan import PullRequestPlan, plan_change
 from tests.support.cluster_repo import (
     PRIYA,
     ClusterRepo,
@@ -61,3 +66,24 @@ def payload(kind: str, data: dict[str, Any]) -> bytes:
     if kind == "SolveCompleted":
         data = {**data, "seconds": 0.0}  # the solve's own wall time, measured twice
     return canonical_json(data)
+
+
+def planned_then_reconciled(
+    repo: ClusterRepo, event_log: EventLog, reconciler: Reconciler, message: str
+) -> tuple[list[tuple[Any, ...]], PullRequestPlan]:
+    """Commit, plan it, reconcile it: the events, once the plan predicted them exactly, and
+    the plan."""
+    sha = repo.commit(message, allow_empty=True)
+    plan = plan_change(GitRepo(repo.path), event_log, None, sha)
+    seq = event_log.last_seq()
+    reconciler.run_once()
+    appended = [
+        (s.id, s.type, s.actor, s.cause, payload(s.type, s.data)) for s in event_log.read(seq)
+    ]
+    assert predicted(plan.groups) == appended, message
+    return appended, plan
+
+
+def of(events: list[tuple[Any, ...]], kind: str) -> list[dict[str, Any]]:
+    """The payloads of the events of type `kind`."""
+    return [json.loads(e[4]) for e in events if e[1] == kind]

@@ -13,7 +13,14 @@ import dataclasses
 
 import pytest
 
-from gitsched.engine.model import BackfillPolicy, Job, Placement, Policy, QueueingStrategy, ReplicaPlacement
+from gitsched.engine.model import (
+    BackfillPolicy,
+    Job,
+    Placement,
+    Policy,
+    QueueingStrategy,
+    ReplicaPlacement,
+)
 from gitsched.engine.placement.check import check_plan
 from gitsched.engine.placement.plan import OutcomeStatus, PlacementInstance
 from gitsched.engine.placement.solvers import solve, solve_changed

@@ -23,7 +23,12 @@ from dataclasses import dataclass
 from gitsched.engine.model import Isolation, Job, Reservation
 from gitsched.engine.placement.constraints import NodeFree, eligible_flavors
 from gitsched.engine.placement.greedy import Fit, Miss, Packing, priority_key
-from gitsched.engine.placement.plan import JobOutcome, OutcomeStatus, PlacementInstance, PlacementPlan
+from gitsched.engine.placement.plan import (
+    JobOutcome,
+    OutcomeStatus,
+    PlacementInstance,
+    PlacementPlan,
+)
 from gitsched.engine.timelimits import limit_reached_at, parse_time, plus_minutes
 from gitsched.engine.units import gpus_text
 

@@ -16,7 +16,12 @@ from collections.abc import Callable
 
 from gitsched.engine.model import Job, QueueingStrategy
 from gitsched.engine.placement.explain import NEVER_RUNS, tell_never_runs
-from gitsched.engine.placement.plan import JobOutcome, OutcomeStatus, PlacementInstance, PlacementPlan
+from gitsched.engine.placement.plan import (
+    JobOutcome,
+    OutcomeStatus,
+    PlacementInstance,
+    PlacementPlan,
+)
 from gitsched.engine.placement.preemption import wait_order
 
 # The constraint a held job's outcome names (JobPending.constraint).
