@@ -11,7 +11,7 @@ import difflib
 import functools
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from importlib.resources import files
 from typing import Any
@@ -88,34 +88,34 @@ def embedded_schema(name: str) -> dict[str, Any]:
     defs = schema.pop("$defs", {})
     for key in ("$schema", "$id"):
         schema.pop(key, None)
-
-    def expand(node: Any) -> Any:
-        if isinstance(node, list):
-            return [expand(item) for item in node]
-        if not isinstance(node, dict):
-            return node
-        ref = node.get("$ref")
-        if isinstance(ref, str) and ref.startswith("#/$defs/"):
-            rest = {k: v for k, v in node.items() if k != "$ref"}
-            return {**expand(defs[ref.removeprefix("#/$defs/")]), **rest}
-        return {key: expand(value) for key, value in node.items()}
-
-    expanded: dict[str, Any] = expand(schema)
+    local = "#/$defs/"
+    expanded: dict[str, Any] = _resolved(
+        schema, lambda ref: defs[ref.removeprefix(local)] if ref.startswith(local) else None
+    )
     return expanded
 
 
 def _inline(node: Any) -> Any:
     """`node` with every `{"$ref": "<file>.schema.json", ...}` replaced by that file's
     schema (embedded_schema): one block's schema, kept once, in every kind that has it."""
+    return _resolved(
+        node, lambda ref: embedded_schema(ref) if ref.endswith(".schema.json") else None
+    )
+
+
+def _resolved(node: Any, target: Callable[[str], Any]) -> Any:
+    """`node` with each `{"$ref": r, ...}` whose `target(r)` is a schema replaced by that
+    schema (itself resolved the same way) and the node's other keys; a copy throughout."""
     if isinstance(node, list):
-        return [_inline(item) for item in node]
+        return [_resolved(item, target) for item in node]
     if not isinstance(node, dict):
         return node
     ref = node.get("$ref")
-    if isinstance(ref, str) and ref.endswith(".schema.json"):
+    found = target(ref) if isinstance(ref, str) else None
+    if found is not None:
         rest = {k: v for k, v in node.items() if k != "$ref"}
-        return {**copy.deepcopy(embedded_schema(ref)), **rest}
-    return {key: _inline(value) for key, value in node.items()}
+        return {**_resolved(found, target), **rest}
+    return {key: _resolved(value, target) for key, value in node.items()}
 
 
 @functools.cache
