@@ -21,9 +21,11 @@ pytestmark = pytest.mark.image
 
 SCRIPT = str(ROOT / "scripts" / "image")
 GITSCHED = (sys.executable, "-m", "gitsched")  # the host's, for the demo repo and a comparison
-# Above this the image has grown by something new (it is about 585 MB: a 210 MB Debian
-# base with Python and git, the rest gitsched's dependencies); look before raising it.
-MAX_IMAGE_BYTES = 700_000_000
+# Above this the image has grown by something new (it is about 760 MB: a 210 MB Debian
+# base with Python and git, the rest gitsched's dependencies, of which the kubernetes
+# client is 126 MB and CP-SAT's ortools with the pandas it requires about 170 MB); look
+# before raising it.
+MAX_IMAGE_BYTES = 850_000_000
 
 
 def _image(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
