@@ -198,6 +198,7 @@ def test_bench_synth_names_the_unit_of_every_gap_and_time() -> None:
     assert result["policy"] == {
         "fairness_weight": 1.0,  # the built-in policy's
         "gap_tolerance_pct": 1.0,
+        "max_moves_per_solve": 8,
         "time_limit_s": 60.0,
     }
     assert result["milp"]["gap_pct"] is not None and result["greedy"]["gap_pct"] is None

@@ -294,7 +294,9 @@ def test_first_event_of_a_topic_chains_from_genesis(topics: Topics) -> None:
 def small_windows(monkeypatch: pytest.MonkeyPatch) -> None:
     """A reader that holds a dozen events and finds the tail in eight offsets, so that
     a log of a few hundred events is read the way a log of millions is."""
-    from gitsched import eventlog
+    import gitsched.eventlog.kafka.reader
+
+    eventlog = gitsched.eventlog
 
     monkeypatch.setattr(eventlog.kafka.reader, "LOCATE_WINDOW", 8)
     monkeypatch.setattr(eventlog.kafka.reader, "RECENT_EVENTS", 12)
@@ -411,7 +413,9 @@ def test_a_forged_tail_is_caught_by_a_verified_restart_from_a_snapshot(
 ) -> None:
     from kafka import KafkaProducer  # type: ignore[import-untyped,unused-ignore]
 
-    from gitsched import eventlog
+    import gitsched.eventlog.kafka.reader
+
+    eventlog = gitsched.eventlog
     from gitsched.eventlog.envelope import event_hash
     from gitsched.eventlog.replay import replay, snapshot
     from gitsched.eventlog.snapshot import FileSnapshotStore

@@ -301,7 +301,10 @@ def run_to_the_end(repo: Path, url: str) -> Run:
 
 def _die_at(when: str, n: int) -> None:
     """Patch the log backends so this process kills itself at its n-th write."""
-    from gitsched import eventlog
+    import gitsched.eventlog.kafka
+    import gitsched.eventlog.sqlite
+
+    eventlog = gitsched.eventlog
 
     writes = 0
 
@@ -368,7 +371,10 @@ def _pace(ms: int, progress: Path) -> None:
     """Patch the log backends so every append notes its last seq in `progress` and
     pauses `ms` after it returns, as a reconciler waiting for the next commit would:
     a watcher gets to see each seq."""
-    from gitsched import eventlog
+    import gitsched.eventlog.kafka
+    import gitsched.eventlog.sqlite
+
+    eventlog = gitsched.eventlog
 
     for backend in (eventlog.kafka.KafkaEventLog, eventlog.sqlite.SQLiteEventLog):
         real_append = backend.append
