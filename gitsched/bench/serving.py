@@ -10,6 +10,7 @@ cluster; every placement is the reconciler's step, every count the product's aut
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict
 from pathlib import Path
@@ -17,6 +18,11 @@ from typing import Any
 
 import click
 
+from gitsched.cluster.autoscaler import Autoscaler, services_of
+from gitsched.cluster.prometheus import MetricAnswer, PrometheusClient
+from gitsched.engine import events as ev
+from gitsched.engine.state import ClusterState
+from gitsched.eventlog.sqlite import SQLiteEventLog
 from gitsched.options import fail, format_option
 from gitsched.policies.policy import default_policy
 from gitsched.reconciler.specs import policy_of
@@ -27,6 +33,7 @@ from gitsched.simulation.serving import (
     SCRAPE_S,
     ReplicaModel,
     ServingConfig,
+    ServingResult,
     ServingSetup,
     configurations,
     figures,
@@ -57,9 +64,46 @@ COLUMNS = (
 )
 
 
+class SimulatedPrometheus(PrometheusClient):
+    """Prometheus' answer at the simulation's time: the value the run says the service's
+    query has then (a scrape at the evaluation time). Never down: the autoscaler's handling
+    of outages is tested against a real server (tests/prometheus/)."""
+
+    def __init__(self) -> None:
+        super().__init__("http://simulated.invalid:9090")
+        self.value = 0.0
+        self.at = 0.0
+
+    def query(self, promql: str) -> MetricAnswer:
+        return MetricAnswer(promql, self.value, self.at, 1, "")
+
+
+class ProductAutoscaler:
+    """`serve`'s autoscaler (gitsched.cluster.autoscaler.Autoscaler: its windows, its
+    decisions by engine/autoscaling.py), appending to a log of its own in memory, asked
+    at the run's times with the run's metric: what it appends is what the run folds."""
+
+    def __init__(self) -> None:
+        self.prometheus = SimulatedPrometheus()
+        self.log = SQLiteEventLog(":memory:")
+        self.state: ClusterState | None = None
+        self.autoscaler = Autoscaler(
+            self.prometheus, lambda: services_of(self.state) if self.state else [], interval_s=0
+        )
+
+    def __call__(self, now: float, value: float, state: ClusterState) -> Sequence[ev.Event]:
+        self.prometheus.value, self.prometheus.at, self.state = value, now, state
+        return self.autoscaler.poll(self.log)
+
+
+def run_config(s: ServingSetup, config: ServingConfig) -> ServingResult:
+    """One configuration's run, with the product's autoscaler when it has a rule."""
+    return run(s, config, ProductAutoscaler() if config.autoscaling is not None else None)
+
+
 def _one(args: tuple[ServingSetup, ServingConfig, float]) -> dict[str, Any]:
     s, config, slo = args
-    return figures(run(s, config), slo)
+    return figures(run_config(s, config), slo)
 
 
 @click.command("serving")

@@ -17,27 +17,24 @@ import heapq
 import math
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
-from gitsched.cluster.autoscaler import Autoscaler, services_of
-from gitsched.cluster.prometheus import MetricAnswer, PrometheusClient
 from gitsched.engine import events as ev
 from gitsched.engine.autoscaling import (
     DEFAULT_SCALE_DOWN,
     DEFAULT_SCALE_UP,
+    AutoscalingSpec,
     autoscaling_block,
     parse_autoscaling,
     rejudge,
-    AutoscalingSpec,
 )
 from gitsched.engine.model import FlavorQuota, GpuFlavor, Job, Node, Policy, Queue, Resources
 from gitsched.engine.services import InferenceService, is_replica_key
 from gitsched.engine.state import ClusterState, fold
 from gitsched.engine.units import GPU_MILLI
-from gitsched.eventlog.sqlite import SQLiteEventLog
 from gitsched.reconciler.step import solve_step
 from gitsched.simulation.replay import (
     CHECKPOINT_MINUTES,
@@ -256,18 +253,11 @@ class RequestQueues:
         return sum(r.in_flight for r in self.replicas.values()) + len(self.held)
 
 
-class SimulatedPrometheus(PrometheusClient):
-    """Prometheus' answer to the service's query at the simulation's time: the requests in
-    flight then (a scrape at the evaluation time). Never down: the outages' handling is
-    tested against a real server (tests/prometheus/)."""
-
-    def __init__(self, queues: RequestQueues) -> None:
-        super().__init__("http://simulated.invalid:9090")
-        self.queues = queues
-        self.now = 0.0
-
-    def query(self, promql: str) -> MetricAnswer:
-        return MetricAnswer(promql, float(self.queues.in_flight()), self.now, 1, "")
+# The autoscaler of a run: given the time, the metric's value then (Prometheus' answer)
+# and the folded state, the events it appends (ServiceMetricObserved windows and
+# ServiceScaled decisions). The bench passes `serve`'s own (gitsched.cluster.autoscaler,
+# which this package may not import: bench/serving.py wires it).
+Autoscale = Callable[[float, float, ClusterState], Sequence[ev.Event]]
 
 
 # -- configurations -----------------------------------------------------------------------
@@ -372,7 +362,9 @@ def setup(
         nodes=nodes,
         queues=tuple(queues),
         model=model,
-        start_s=min(first, hour_start - warmup_s, min((j.submit_s for j in training), default=first)),
+        start_s=min(
+            first, hour_start - warmup_s, min((j.submit_s for j in training), default=first)
+        ),
         hour_start_s=hour_start,
         hour_end_s=hour_end,
         offered_load=sized.offered_load if sized else 0.0,
@@ -448,10 +440,15 @@ class ServingResult:
 _FINISH, _READY, _ARRIVE, _POLL = 0, 1, 2, 3
 
 
-def run(s: ServingSetup, config: ServingConfig) -> ServingResult:
+def run(
+    s: ServingSetup, config: ServingConfig, autoscale: Autoscale | None = None
+) -> ServingResult:
     """The hour under `config`: training from `s.start_s`, requests from their first
-    arrival, the autoscaler polled every SCRAPE_S within the hour; every placement is the
-    reconciler's step at the time of the event it follows."""
+    arrival, `autoscale` (the product's autoscaler, for a config with a rule) asked every
+    SCRAPE_S from then to the hour's end; every placement is the reconciler's step at the
+    time of the event it follows."""
+    if config.autoscaling is not None and autoscale is None:
+        raise ValueError(f"{config.name}: a configuration with a rule needs an autoscaler")
     started_wall = time.perf_counter()
     queues = RequestQueues(s.requests, s.model)
     result = ServingResult(config, s, queues)
@@ -468,18 +465,12 @@ def run(s: ServingSetup, config: ServingConfig) -> ServingResult:
             ev.ServiceSubmitted(service=service_of(config, iso(s.start_s))),
         ]
     )
-    prometheus = SimulatedPrometheus(queues)
-    autoscaler: Autoscaler | None = None
-    log: SQLiteEventLog | None = None
-    if config.autoscaling is not None:
-        log = SQLiteEventLog(":memory:")
-        autoscaler = Autoscaler(prometheus, lambda: services_of(state), interval_s=SCRAPE_S)
     runs = {j.index: _TrainRun(j, f"{j.team}/j{j.index:06d}") for j in s.training}
     by_key = {r.key: r for r in runs.values()}
     heap: list[tuple[float, int, int, int]] = [
         (j.submit_s, _ARRIVE, j.index, 0) for j in s.training
     ]
-    if autoscaler is not None:
+    if config.autoscaling is not None:
         t = math.floor(s.requests[0].arrival_s / 60) * 60 + SCRAPE_S
         while t <= s.hour_end_s:
             heap.append((t, _POLL, 0, 0))
@@ -536,9 +527,8 @@ def run(s: ServingSetup, config: ServingConfig) -> ServingResult:
                     queues.ready(index, now)
             elif kind == _POLL and index == -1:
                 solve = True
-            elif kind == _POLL and autoscaler is not None and log is not None:
-                prometheus.now = now
-                for e in autoscaler.poll(log):
+            elif kind == _POLL and autoscale is not None:
+                for e in autoscale(now, float(queues.in_flight()), state):
                     if isinstance(e, ev.ServiceScaled):
                         result.scaled.append(e)
                         scaled.append(e)
@@ -589,7 +579,8 @@ def run(s: ServingSetup, config: ServingConfig) -> ServingResult:
                     if r.first_start is None:
                         r.first_start = now
                     heapq.heappush(
-                        heap, (now + r.job.duration_s - r.done_s, _FINISH, r.job.index, r.generation)
+                        heap,
+                        (now + r.job.duration_s - r.done_s, _FINISH, r.job.index, r.generation),
                     )
                 starts.append(ev.JobStarted(job=event.job, placement_at=event.at))
             elif isinstance(event, ev.JobPreempted):
@@ -762,9 +753,10 @@ def training_window(
     day: str | None = None,
 ) -> tuple[str, list[TraceJob]]:
     """The training jobs of the Philly day that runs beside the requests: `day`
-    (YYYY-MM-DD), or by rule the day of the requests' weekday whose same hours (UTC) hold
-    the most submissions (ties: the earliest). Jobs submitted from `warmup_s` before the
+    (YYYY-MM-DD), or by rule the day of the requests' weekday whose same hours (UTC, the
+    warm-up's and the requests') hold the most submissions (ties: the earliest). Jobs submitted from `warmup_s` before the
     hour to its end, shifted by whole days onto the requests' day, renumbered."""
+
     def midnight(t: float) -> float:
         return math.floor(t / 86400) * 86400
 
@@ -775,7 +767,10 @@ def training_window(
         counts: dict[float, int] = {}
         for j in jobs:
             d = midnight(j.submit_s)
-            if datetime.fromtimestamp(d, UTC).weekday() == weekday and begin <= j.submit_s - d < end:
+            if (
+                datetime.fromtimestamp(d, UTC).weekday() == weekday
+                and begin - warmup_s <= j.submit_s - d < end
+            ):
                 counts[d] = counts.get(d, 0) + 1
         if not counts:
             raise TraceError("no training job is submitted on that weekday in those hours")
