@@ -432,6 +432,8 @@ class ServingResult:
     preemptions_training: int = 0
     preemptions_service: int = 0
     replicas_over_time: list[tuple[float, int]] = field(default_factory=list)
+    # how long each replica added waited for its GPU (added -> placed), seconds
+    replica_waits_s: list[float] = field(default_factory=list)
     decisions: int = 0
     decision_cpu_s: float = 0.0
     wall_s: float = 0.0
@@ -478,6 +480,7 @@ def run(
     heap.append((s.start_s, _POLL, -1, 0))  # the first solve: the service's minimum
     heapq.heapify(heap)
     placed_at: dict[int, float] = {}  # replica ordinal -> placed (holds a GPU) since
+    added_at: dict[int, float] = {}  # replica ordinal -> added by a step, not yet placed
     ready_gen: dict[int, int] = {}
     lo, hi = s.hour_start_s, s.hour_end_s
 
@@ -495,7 +498,7 @@ def run(
         assert r.started is not None
         ran = now - r.started
         kept = (ran // (CHECKPOINT_MINUTES * 60)) * CHECKPOINT_MINUTES * 60
-        result.training_gpu_s += held(r.started, now)
+        result.training_gpu_s += held(r.started, now) * r.job.gpus
         if lo <= now < hi:
             result.training_lost_gpu_s += (ran - kept) * r.job.gpus
         r.done_s += kept
@@ -518,7 +521,7 @@ def run(
             elif kind == _FINISH:
                 r = runs[index]
                 if generation == r.generation and r.started is not None:
-                    result.training_gpu_s += held(r.started, now)
+                    result.training_gpu_s += held(r.started, now) * r.job.gpus
                     r.started = None
                     r.generation += 1
                     finished.append(ev.JobFinished(job=r.key, at=iso(now)))
@@ -559,12 +562,18 @@ def run(
             if isinstance(event, ev.ServiceReplicasChanged):
                 result.replica_steps += 1
                 for gone in event.removed:
+                    added_at.pop(gone, None)
                     replica_gone(gone, now)
+                for replica in event.added:
+                    added_at[replica.index] = now
             elif isinstance(event, ev.PlacementDecided):
                 if is_replica_key(event.job):
                     index = int(event.job.rpartition(".")[2])
                     if index in placed_at:
                         replica_gone(index, now)  # moved: it starts again
+                    since = added_at.pop(index, None)
+                    if since is not None and lo <= now < hi:
+                        result.replica_waits_s.append(now - since)
                     placed_at[index] = now
                     queues.placed(index)
                     gen = ready_gen.get(index, 0) + 1
@@ -586,7 +595,9 @@ def run(
             elif isinstance(event, ev.JobPreempted):
                 if is_replica_key(event.job):
                     result.preemptions_service += 1
-                    replica_gone(int(event.job.rpartition(".")[2]), now)
+                    index = int(event.job.rpartition(".")[2])
+                    replica_gone(index, now)
+                    added_at[index] = now  # it waits for a GPU again
                 else:
                     if lo <= now < hi:
                         result.preemptions_training += 1
@@ -600,7 +611,7 @@ def run(
         result.replica_gpu_s += held(placed_at.pop(index), hi)
     for r in runs.values():
         if r.started is not None:
-            result.training_gpu_s += held(r.started, hi)
+            result.training_gpu_s += held(r.started, hi) * r.job.gpus
         if lo <= r.job.submit_s < hi:
             result.training_waits_s.append(
                 (r.first_start if r.first_start is not None else hi) - r.job.submit_s
@@ -668,6 +679,10 @@ def configurations(
     ]
 
 
+def _gpus(s: ServingSetup) -> int:
+    return sum(n.gpus for n in s.nodes)
+
+
 def _percentile(values: Sequence[float], q: float) -> float:
     if not values:
         return 0.0
@@ -731,6 +746,15 @@ def figures(result: ServingResult, slo_ttft_s: float) -> dict[str, object]:
         "training_jobs_submitted": len(waits),
         "training_jobs_started": result.training_jobs_started,
         "training_mean_wait_s": round(sum(waits) / len(waits), 1) if waits else 0.0,
+        "replica_placement_wait_mean_s": round(
+            sum(result.replica_waits_s) / len(result.replica_waits_s), 1
+        )
+        if result.replica_waits_s
+        else 0.0,
+        "replica_placement_wait_max_s": round(max(result.replica_waits_s, default=0.0), 1),
+        "training_share_of_cluster_gpu_hours": round(
+            result.training_gpu_s / ((s.hour_end_s - s.hour_start_s) * _gpus(s)), 4
+        ),
         "scaling_actions": len(result.scaled),
         "scaling_actions_rejudged_equal": rejudged,
         "replica_steps": result.replica_steps,

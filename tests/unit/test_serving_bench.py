@@ -182,6 +182,11 @@ def test_static_never_scales_and_the_autoscaler_follows_the_burst_as_its_rule_sa
     fixed = run_config(s, static)
     assert fixed.scaled == [] and fixed.windows == []
     assert [c for _, c in fixed.replicas_over_time] == [peak]
+    span = s.hour_end_s - s.hour_start_s
+    assert fixed.replica_gpu_s == peak * span
+    # Training's GPU-seconds count each job's GPUs: the jobs submitted from 17:20 to 17:45
+    # (1, 2, 4, 8, 1, 2 GPUs) run through the quarter hour; nothing holds more than there is.
+    assert 18 * span <= fixed.training_gpu_s <= (sum(n.gpus for n in s.nodes) - peak) * span
 
     scaled = run_config(s, auto)
     ups = [e for e in scaled.scaled if e.to_replicas > e.from_replicas]
