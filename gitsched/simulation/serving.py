@@ -31,6 +31,7 @@ from gitsched.engine.autoscaling import (
     parse_autoscaling,
     rejudge,
 )
+from gitsched.engine.fairshare import moment
 from gitsched.engine.model import FlavorQuota, GpuFlavor, Job, Node, Policy, Queue, Resources
 from gitsched.engine.services import InferenceService, is_replica_key
 from gitsched.engine.state import ClusterState, fold
@@ -755,7 +756,10 @@ def figures(result: ServingResult, slo_ttft_s: float) -> dict[str, object]:
         "training_share_of_cluster_gpu_hours": round(
             result.training_gpu_s / ((s.hour_end_s - s.hour_start_s) * _gpus(s)), 4
         ),
-        "scaling_actions": len(result.scaled),
+        "scaling_actions": sum(
+            1 for e in result.scaled if s.hour_start_s <= (moment(e.at) or 0.0) < s.hour_end_s
+        ),
+        "scaling_actions_with_preroll": len(result.scaled),
         "scaling_actions_rejudged_equal": rejudged,
         "replica_steps": result.replica_steps,
         "preemptions_training": result.preemptions_training,
