@@ -59,6 +59,7 @@ COLUMNS = (
     ("service_gpu_hours", "SVC GPU-H", "{:.2f}"),
     ("training_gpu_hours_done", "TRAIN GPU-H", "{:.1f}"),
     ("training_mean_wait_s", "TRAIN WAIT", "{:.0f} s"),
+    ("replica_hours_pending", "SVC PENDING R-H", "{:.2f}"),
     ("scaling_actions", "SCALINGS", "{}"),
     ("preemptions_training", "PREEMPT", "{}"),
 )

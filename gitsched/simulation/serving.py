@@ -435,6 +435,7 @@ class ServingResult:
     replicas_over_time: list[tuple[float, int]] = field(default_factory=list)
     # how long each replica added waited for its GPU (added -> placed), seconds
     replica_waits_s: list[float] = field(default_factory=list)
+    replica_pending_s: float = 0.0  # replica-seconds wanted but not placed, within the hour
     decisions: int = 0
     decision_cpu_s: float = 0.0
     wall_s: float = 0.0
@@ -563,7 +564,9 @@ def run(
             if isinstance(event, ev.ServiceReplicasChanged):
                 result.replica_steps += 1
                 for gone in event.removed:
-                    added_at.pop(gone, None)
+                    since = added_at.pop(gone, None)
+                    if since is not None:
+                        result.replica_pending_s += held(since, now)
                     replica_gone(gone, now)
                 for replica in event.added:
                     added_at[replica.index] = now
@@ -573,8 +576,10 @@ def run(
                     if index in placed_at:
                         replica_gone(index, now)  # moved: it starts again
                     since = added_at.pop(index, None)
-                    if since is not None and lo <= now < hi:
-                        result.replica_waits_s.append(now - since)
+                    if since is not None:
+                        result.replica_pending_s += held(since, now)
+                        if lo <= now < hi:
+                            result.replica_waits_s.append(now - since)
                     placed_at[index] = now
                     queues.placed(index)
                     gen = ready_gen.get(index, 0) + 1
@@ -610,6 +615,8 @@ def run(
     queues.advance(math.inf)  # the hour's requests finish on the replicas left
     for index in list(placed_at):
         result.replica_gpu_s += held(placed_at.pop(index), hi)
+    for since in added_at.values():
+        result.replica_pending_s += held(since, hi)
     for r in runs.values():
         if r.started is not None:
             result.training_gpu_s += held(r.started, hi) * r.job.gpus
@@ -753,6 +760,7 @@ def figures(result: ServingResult, slo_ttft_s: float) -> dict[str, object]:
         if result.replica_waits_s
         else 0.0,
         "replica_placement_wait_max_s": round(max(result.replica_waits_s, default=0.0), 1),
+        "replica_hours_pending": round(result.replica_pending_s / 3600, 3),
         "training_share_of_cluster_gpu_hours": round(
             result.training_gpu_s / ((s.hour_end_s - s.hour_start_s) * _gpus(s)), 4
         ),
