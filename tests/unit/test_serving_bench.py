@@ -259,3 +259,22 @@ def test_bench_serving_stops_at_a_malformed_row(tmp_path: Path) -> None:
     )
     assert result.exit_code != 0
     assert "conv.csv:2: ContextTokens" in result.output
+
+
+def test_the_training_day_is_the_same_weekday_with_the_most_submissions_in_those_hours(
+    tmp_path: Path,
+) -> None:
+    rows = ["timestamp,duration,num_gpus,gpu_time,cluster"]
+    rows += [f"2017-10-12 18:{m:02d}:00,60,1,60,a" for m in (20, 30)]  # Thursday: 2
+    rows += [f"2017-10-19 18:{m:02d}:00,60,1,60,a" for m in (20, 30, 40)]  # Thursday: 3
+    rows += [f"2017-10-20 18:{m:02d}:00,60,1,60,a" for m in range(20, 50)]  # Friday: 30
+    rows += [f"2017-10-26 {h}:30:00,60,1,60,a" for h in range(2, 12)]  # Thursday, other hours
+    path = tmp_path / "philly.csv"
+    path.write_text("\n".join(rows) + "\n")
+    day, jobs = training_window(read_philly(path), T0, T0 + 3600, warmup_s=600)
+    assert day == "2017-10-19"
+    assert [j.submit_s - T0 for j in jobs] == [300.0, 900.0, 1500.0]
+    day, jobs = training_window(read_philly(path), T0, T0 + 3600, 600, day="2017-10-12")
+    assert day == "2017-10-12" and len(jobs) == 2
+    with pytest.raises(TraceError, match="--philly-day"):
+        training_window(read_philly(path), T0, T0 + 3600, 600, day="Thursday")
