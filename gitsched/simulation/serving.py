@@ -4,9 +4,10 @@
 Nothing here places a replica or decides a count. The service is an InferenceService
 whose replicas the reconciler's own step (`gitsched.reconciler.step.solve_step`) adds,
 removes and places beside a Philly window of training jobs, as in the trace replay
-(simulation/replay.py); its count is decided by `serve`'s own autoscaler
+(simulation/replay.py); its count is decided by the autoscaler the caller passes, asked
+for the service's requests in flight every 15 s: the bench passes `serve`'s own
 (`gitsched.cluster.autoscaler.Autoscaler`: its windows, engine/autoscaling.py's rule),
-asking a simulated Prometheus for the service's requests in flight every 15 s. What this
+which this package may not import (the layers in pyproject.toml). What this
 module adds is the model of a replica (how long a request takes on it, from its prompt
 and output tokens), the requests' queues, the clock, and the figures.
 """
@@ -147,6 +148,7 @@ def minute_need(requests: Sequence[Request], model: ReplicaModel, target: float)
 @dataclass(slots=True)
 class _Replica:
     index: int
+    life: int = 0  # a replica placed again (moved) is a new life: old completions are not its
     ready: bool = False
     running: int = 0
     waiting: deque[int] = field(default_factory=deque)
@@ -173,7 +175,8 @@ class RequestQueues:
     next_arrival: int = 0
     first_token_s: list[float] = field(default_factory=list)  # per request, once started
     latency_s: list[float] = field(default_factory=list)
-    _completions: list[tuple[float, int, int]] = field(default_factory=list)
+    _completions: list[tuple[float, int, int, int]] = field(default_factory=list)
+    _lives: int = 0
 
     def __post_init__(self) -> None:
         self.first_token_s = [math.nan] * len(self.requests)
@@ -194,8 +197,8 @@ class RequestQueues:
             if t > now or math.isinf(t):
                 return
             if completion <= arrival:
-                _, _, replica = heapq.heappop(self._completions)
-                self._finish(replica, t)
+                _, _, replica, life = heapq.heappop(self._completions)
+                self._finish(replica, life, t)
             else:
                 self._route(self.next_arrival, t)
                 self.next_arrival += 1
@@ -217,18 +220,20 @@ class RequestQueues:
             self.first_token_s[i] = now - r.arrival_s + self.model.prefill_s(r)
             end = now + self.model.service_s(r)
             self.latency_s[i] = end - r.arrival_s
-            heapq.heappush(self._completions, (end, i, replica.index))
+            heapq.heappush(self._completions, (end, i, replica.index, replica.life))
 
-    def _finish(self, index: int, now: float) -> None:
+    def _finish(self, index: int, life: int, now: float) -> None:
         replica = self.replicas.get(index)
-        if replica is None:
+        if replica is None or replica.life != life:
             return  # drained after its removal
         replica.running -= 1
         self._start(replica, now)
 
     # -- replicas -----------------------------------------------------------------------
     def placed(self, index: int) -> None:
-        self.replicas.setdefault(index, _Replica(index))
+        if index not in self.replicas:
+            self._lives += 1
+            self.replicas[index] = _Replica(index, self._lives)
 
     def ready(self, index: int, now: float) -> None:
         replica = self.replicas.get(index)
@@ -441,7 +446,9 @@ class ServingResult:
     wall_s: float = 0.0
 
 
-_FINISH, _READY, _ARRIVE, _POLL = 0, 1, 2, 3
+# At one time: finishes free GPUs first, then replicas become ready, jobs arrive, the
+# autoscaler polls; the first solve (the service's replicas) is the run's first event.
+_FINISH, _READY, _ARRIVE, _POLL, _START = 0, 1, 2, 3, 4
 
 
 def run(
@@ -479,7 +486,7 @@ def run(
         while t <= s.hour_end_s:
             heap.append((t, _POLL, 0, 0))
             t += SCRAPE_S
-    heap.append((s.start_s, _POLL, -1, 0))  # the first solve: the service's minimum
+    heap.append((s.start_s, _START, 0, 0))  # the first solve places the service's replicas
     heapq.heapify(heap)
     placed_at: dict[int, float] = {}  # replica ordinal -> placed (holds a GPU) since
     added_at: dict[int, float] = {}  # replica ordinal -> added by a step, not yet placed
@@ -530,7 +537,7 @@ def run(
             elif kind == _READY:
                 if ready_gen.get(index) == generation:
                     queues.ready(index, now)
-            elif kind == _POLL and index == -1:
+            elif kind == _START:
                 solve = True
             elif kind == _POLL and autoscale is not None:
                 for e in autoscale(now, float(queues.in_flight()), state):

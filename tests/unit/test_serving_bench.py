@@ -278,3 +278,18 @@ def test_the_training_day_is_the_same_weekday_with_the_most_submissions_in_those
     assert day == "2017-10-12" and len(jobs) == 2
     with pytest.raises(TraceError, match="--philly-day"):
         training_window(read_philly(path), T0, T0 + 3600, 600, day="Thursday")
+
+
+def test_a_replica_placed_again_is_not_freed_by_its_old_lifes_requests() -> None:
+    requests = [_req(i, 0.0) for i in range(4)]
+    q = RequestQueues(requests, MODEL)
+    q.placed(0)
+    q.ready(0, T0 - 1)
+    q.advance(T0)  # 0 and 1 run, 2 and 3 wait
+    q.removed(0, T0 + 0.5)  # moved: the waiting two wait at the router
+    q.placed(0)
+    q.ready(0, T0 + 1)
+    q.advance(T0 + 2.5)  # the old life's two finish at T0 + 2: no slot of the new life frees
+    assert q.replicas[0].running == 2
+    q.advance(math.inf)
+    assert q.latency_s == [2.0, 2.0, 3.0, 3.0]
