@@ -16,6 +16,7 @@ from gitsched.cli import main
 from gitsched.engine.autoscaling import rejudge
 from gitsched.engine.events import ServiceScaled
 from gitsched.engine.fairshare import moment
+from gitsched.exit_codes import EXIT_ERROR
 from gitsched.policies.policy import default_policy
 from gitsched.reconciler.specs import policy_of
 from gitsched.simulation.replay import TraceError, read_philly
@@ -257,7 +258,7 @@ def test_bench_serving_stops_at_a_malformed_row(tmp_path: Path) -> None:
         main,
         ["bench", "serving", "--requests", str(bad), "--philly", str(_philly_csv(tmp_path / "p"))],
     )
-    assert result.exit_code != 0
+    assert result.exit_code == EXIT_ERROR
     assert "conv.csv:2: ContextTokens" in result.output
 
 
