@@ -21,6 +21,7 @@ from gitsched.options import LazyGroup
         "kube": "gitsched.bench.kube:command",
         "trace": "gitsched.bench.trace:command",
         "console": "gitsched.bench.console:command",
+        "serving": "gitsched.bench.serving:command",
     },
 )
 def bench() -> None:

@@ -131,6 +131,23 @@ CASES: dict[str, tuple[tuple[str, ...], tuple[int, ...]]] = {
         ),
         (0,),
     ),
+    "bench serving": (
+        (
+            "bench",
+            "serving",
+            "--requests",
+            "{dir}/conv.csv",
+            "--philly",
+            "{dir}/philly.csv",
+            "--philly-day",
+            "2017-10-02",
+            "--warmup-hours",
+            "0",
+            "--preroll-minutes",
+            "0",
+        ),
+        (0,),
+    ),
     # On the test API server (scripts/kube up), as tests/kube does.
     "bench kube": (("bench", "kube", "--kubeconfig", "{kubeconfig}", "--nodes", "4"), (0,)),
     # Without an NVIDIA driver it fails (exit 2) and prints nothing on stdout.
@@ -161,6 +178,10 @@ def highs_repo(tmp_path_factory: pytest.TempPathFactory) -> ClusterRepo:
         "2017-10-02 00:00:00,600,8,4800,a\n"
         "2017-10-02 00:01:00,300,1,300,b\n"
         "2017-10-02 00:02:00,60,16,960,a\n"
+    )
+    (repo.path.parent / "conv.csv").write_text(
+        "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+        + "".join(f"2023-11-13 00:0{i // 6}:{i % 6 * 10:02d}.0000000,900,60\n" for i in range(18))
     )
     return repo
 
