@@ -965,10 +965,17 @@ class Projector:
 
     # -- inference services: their replicas are jobs (engine/services.py) --
 
+    def _stage_service(self, stored: Envelope, spec: dict[str, Any]) -> None:
+        """A commit's change of a service is a change of its team's work, judged by
+        approval.requireMemberForJobs like a job's (reconciler `changed_work_files`)."""
+        file = spec.get("file") or f"{spec['team']}/{spec['name']}"
+        self.state.staged_jobs.append([stored.seq, spec["queue"], file, stored.cause])
+
     def _service_submitted(self, stored: Envelope, d: dict[str, Any], batch: Batch) -> None:
         spec = d["service"]
         key = f"{spec['team']}/{spec['name']}"
         self.state.services[key] = {"spec": spec, "user": person(stored.actor), "replicas": []}
+        self._stage_service(stored, spec)
 
     def _service_changed(self, stored: Envelope, d: dict[str, Any], batch: Batch) -> None:
         spec = d["service"]
@@ -978,6 +985,7 @@ class Projector:
             self._service_submitted(stored, d, batch)
             return
         known["spec"] = spec
+        self._stage_service(stored, spec)
         self._replica_jobs(key, stored)
 
     def _service_withdrawn(self, stored: Envelope, d: dict[str, Any], batch: Batch) -> None:
@@ -985,6 +993,7 @@ class Projector:
         if known is None:
             return
         spec = known["spec"]
+        self._stage_service(stored, spec)
         for index in known["replicas"]:
             key = f"{spec['queue']}/{spec['name']}.{index}"
             self._job_gone(key, END_WITHDRAWN, f"withdrawn in {stored.cause[:12]}", stored, batch)

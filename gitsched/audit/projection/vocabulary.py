@@ -10,8 +10,9 @@ from __future__ import annotations
 import json
 from datetime import datetime
 
-FORMAT_VERSION = "11"  # 7: the attempt (retries); 8: reservations; 9: the platform owners'
+FORMAT_VERSION = "12"  # 7: the attempt (retries); 8: reservations; 9: the platform owners'
 # approvals; 10: services; 11: suspend and resume (a job's kind, who resumed it)
+# 12: services judged by approval.requireMemberForJobs; StrictFIFO order re-judged
 
 # How a placement interval started and ended; `history` shows them like sacct's State.
 START_ADMITTED, START_MOVED = "admitted", "moved"
