@@ -157,12 +157,10 @@ class ComplianceChecks:
             held_for = s.jobs.get(r["job"])
             if r["job"] == key or held_for is None or r["start"] <= time:
                 continue
-            # engine.placement.greedy.priority_key, on the view's copy of the jobs
-            if (-job.priority, job.submission, job.submitted_at, key) < (
-                -held_for.priority,
-                held_for.submission,
-                held_for.submitted_at,
-                r["job"],
+            # the engine's wait order (greedy's priority_key is the same), on the view's
+            # copy of the jobs
+            if wait_key(job.priority, job.submission, job.submitted_at, key) < wait_key(
+                held_for.priority, held_for.submission, held_for.submitted_at, r["job"]
             ):
                 continue  # ahead of the reserved job: it may take what it fits in
             if job.time_limit_minutes is not None and (
