@@ -264,10 +264,11 @@ def changed_work_files(state: ClusterState, desired: DesiredState) -> dict[str, 
 
     for key, job in desired.jobs.items():
         if key in state.ended:
-            continue
+            continue  # its file stays a record of a job that ended: it runs nothing
         old = state.jobs.get(key)
         if old is None or _JOB_SPEC(old) != _JOB_SPEC(job):
             out.setdefault(team_of(job.queue), []).append(job.file)
+    # (a job that ended is not in state.jobs: removing its file needs nobody)
     for key in set(state.jobs) - set(desired.jobs):
         if is_replica_key(key):
             continue  # a replica: its service's events add and remove it

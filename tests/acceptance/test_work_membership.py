@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from gitsched.engine import events as ev
 from gitsched.eventlog.envelope import NewEvent
 from gitsched.eventlog.sqlite import SQLiteEventLog
 from gitsched.reconciler.git import GitRepo
@@ -29,6 +30,7 @@ from tests.support.cluster_repo import (
     read_events,
 )
 from tests.support.plan import payload, predicted
+from tests.support.serving import append_as_serve
 
 BOB = ("Bob Stone", "bob@beta.example")  # owner of beta, outsider to alpha
 LIN = ("Lin Wu", "lin@alpha.example")  # member of alpha
@@ -254,3 +256,22 @@ def test_audit_compliance_flags_an_outsiders_work_a_log_let_in(tmp_path: Path, p
     assert violation["subject"] == "alpha"
     assert "bob@beta.example is not a member or owner of team alpha" in violation["message"]
     assert path in violation["message"]
+
+
+def test_removing_the_file_of_a_job_that_ended_needs_nobody_in_reconcile_and_audit(
+    tmp_path: Path,
+) -> None:
+    """A finished job's file is a record, not work on the quota: the reconciler lets an
+    outsider remove it, and the audit, judging the log again, agrees."""
+    repo = members_repo(tmp_path)
+    repo.write("teams/alpha/jobs/done.yaml", job_yaml("done", gpu=1))
+    repo.commit("alpha: a job", author=LIN)
+    assert reconcile(repo, expect=0) == []
+    finished = ev.JobFinished(job="alpha/done", at="2025-11-16T12:00:00.000000Z")
+    append_as_serve(repo, [finished], "cluster/finished")
+    repo.remove("teams/alpha/jobs/done.yaml")
+    repo.commit("tidy up", author=BOB)
+    assert reconcile(repo, expect=0) == []
+    assert of_type(read_events(repo.log_path), "JobWithdrawn")
+    result = compliance(repo)
+    assert result["ok"], result["violations"]

@@ -600,8 +600,11 @@ class Projector:
         self.state.jobs.pop(key, None)
 
     def _job_withdrawn(self, stored: Envelope, d: dict[str, Any], batch: Batch) -> None:
-        queue = d["job"].partition("/")[0]
-        self.state.staged_jobs.append([stored.seq, queue, d["job"], stored.cause])
+        if d["job"] in self.state.jobs:
+            # A job that ended is a record, not work on the quota: removing its file needs
+            # nobody (the reconciler's changed_work_files skips it too).
+            queue = d["job"].partition("/")[0]
+            self.state.staged_jobs.append([stored.seq, queue, d["job"], stored.cause])
         self._job_gone(d["job"], END_WITHDRAWN, f"withdrawn in {stored.cause[:12]}", stored, batch)
 
     def _job_finished(self, stored: Envelope, d: dict[str, Any], batch: Batch) -> None:
