@@ -74,7 +74,9 @@ def test_gpu_hours_by_kind_are_audit_usages(serving: ClusterRepo, page: str) -> 
     expected = {(r["team"], names[r["kind"]]): str(r["used_gpu_h"]) for r in usage["rows"]}
     assert got == expected
     assert set(got) == {("ml", "training jobs"), ("ml", "services"), ("ml", "workspaces")}
-    assert all(float(h) > 0 for h in got.values())
+    # the notebook held its GPU from its placement to its suspension (the replicas ran
+    # from their starts, appended as serve would, seconds before the period ends)
+    assert float(got[("ml", "workspaces")]) > 0
 
 
 def test_the_suspended_workspace_is_listed_with_its_idle_evidence(page: str) -> None:
