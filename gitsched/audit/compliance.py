@@ -22,6 +22,7 @@ from gitsched.audit.projection.vocabulary import (
     CHECK_PREEMPTION_RULES,
     CHECK_RESERVATIONS,
     CHECK_RESIDENCY,
+    CHECK_STRICT_FIFO,
     CHECKS,
 )
 from gitsched.audit.store import AuditStore, LogReader, rows
@@ -42,9 +43,13 @@ DESCRIPTIONS = {
     "and the creation or removal of a team by a platform owner; nobody to ask at the base "
     "(bootstrap) needs none; the reconciler's rule, run on the log (SOC 2 CC8.1, change "
     "management)",
-    CHECK_MEMBERSHIP: "with approval.requireMemberForJobs, every job a commit adds, changes or "
-    "removes under teams/<team>/ comes from a member or owner of that team at the base, or is "
+    CHECK_MEMBERSHIP: "with approval.requireMemberForJobs, every job, workspace and inference "
+    "service a commit adds, changes or removes under teams/<team>/ comes from a member or owner of that team at the base, or is "
     "approved by one of its owners; the reconciler's rule, run on the log",
+    CHECK_STRICT_FIFO: "in a queue whose queueingStrategy is StrictFIFO, no job is admitted "
+    "while a job ahead of it in that queue's wait order (higher priority, then earlier "
+    "submission: the engine's wait_order) still waits after the same decision, unless that "
+    "job can never run on the cluster; the engine's StrictFIFO rule, run on the log",
     CHECK_PREEMPTION_RULES: "every preemption is one the quota and preemption rules allow "
     "(within a queue, reclaim within a cohort, never to borrow, never before the victim's "
     "minimum run time), judged on the state at the time",
@@ -58,9 +63,10 @@ CHECKED_WHAT = {
     CHECK_PREEMPTION: "preemptions",
     CHECK_LIMITS: "solves",
     CHECK_APPROVAL: "commits changing queues, OWNERS or the platform's files",
-    CHECK_MEMBERSHIP: "commits changing jobs under the rule",
+    CHECK_MEMBERSHIP: "commits changing work (jobs, workspaces, services) under the rule",
     CHECK_PREEMPTION_RULES: "preemptions",
     CHECK_RESERVATIONS: "job starts while a reservation was held",
+    CHECK_STRICT_FIFO: "admissions in StrictFIFO queues",
 }
 
 HEADERS = ["check", "seq", "time", "subject", "message", "evidence", "until_seq"]

@@ -1,8 +1,9 @@
 """`audit report`: one self-contained HTML page for an auditor, from the audit view.
 
-Summary, utilisation per team and of the whole cluster over time, waits per queue
-over time, a Gantt chart of placements per node, changes with provenance and
-compliance results. Charts are plotly figures with
+Summary, utilisation per team and of the whole cluster over time, GPU-hours per team
+by kind of work, inference services' replica counts over time, suspended workspaces,
+waits per queue over time, a Gantt chart of placements per node, changes with
+provenance and compliance results. Charts are plotly figures with
 plotly.js inlined once, so the page opens offline; nothing in it depends on the
 clock or on chance (fixed element ids, sorted rows), so the same log and period
 always give the same bytes (the caller fixes the period: `gitsched.audit.window.period`).
@@ -23,7 +24,9 @@ from plotly.offline import get_plotlyjs
 from gitsched.audit import changes as changes_query
 from gitsched.audit import compliance as compliance_query
 from gitsched.audit import history, usage
+from gitsched.audit import services as services_query
 from gitsched.audit import waits as waits_query
+from gitsched.audit.projection.vocabulary import KIND_IDLE_SUSPENDED, SERVICE_KIND
 from gitsched.audit.store import AuditStore, LogReader, rows
 from gitsched.audit.verify import Verification
 from gitsched.audit.window import seq_before
@@ -33,6 +36,10 @@ from gitsched.eventlog.envelope import format_time
 # intervals with the most GPU-hours in the period are shown, and the page says so.
 MAX_GANTT_BARS = 2500
 BUCKETS = 120
+# One chart per service, for this many services (the busiest by scaling decisions).
+MAX_SERVICE_CHARTS = 12
+# The report's names of the kinds of work `audit usage --by kind` counts.
+KIND_NAMES = {"Job": "training jobs", SERVICE_KIND: "services", "Workspace": "workspaces"}
 # The share of a node's row its bars fill (the rest is the gap between rows).
 GANTT_ROW = 0.8
 
@@ -340,6 +347,212 @@ def _ts(text: str) -> float:
     return datetime.fromisoformat(text).timestamp()
 
 
+def service_series(
+    found: Sequence[dict[str, object]], since: float, until: float
+) -> dict[str, list[tuple[float, dict[str, object]]]]:
+    """Per service, its rows in the period as (time, row): the last row before `since`
+    moved to `since` (the counts it started the period with), then each row in it."""
+    out: dict[str, list[tuple[float, dict[str, object]]]] = {}
+    for r in found:
+        if not r["time"]:
+            continue  # (a view read mid-append: its time comes with the rest)
+        at = _ts(str(r["time"]))
+        if at > until:
+            continue
+        points = out.setdefault(str(r["service"]), [])
+        if at < since:
+            points[:] = [(since, r)]
+        else:
+            points.append((at, r))
+    # a service gone before the period has nothing to show
+    return {
+        k: v
+        for k, v in out.items()
+        if v and not (len(v) == 1 and v[0][0] == since and v[0][1]["event"] == "ServiceWithdrawn")
+    }
+
+
+def service_figure(points: Sequence[tuple[float, dict[str, object]]], until: float) -> go.Figure:
+    """One service's desired, running, min and max replicas as steps over the period."""
+    x = [_plot_time(t) for t, _ in points] + [_plot_time(until)]
+    fig = go.Figure()
+    for column, colour, dash in (
+        ("desired", "#0969da", "solid"),
+        ("running", "#1a7f37", "solid"),
+        ("min", "#57606a", "dot"),
+        ("max", "#57606a", "dash"),
+    ):
+        values = [r[column] for _, r in points]
+        fig.add_trace(
+            go.Scatter(
+                x=x,
+                y=[*values, values[-1]],
+                name=column,
+                mode="lines",
+                line={"shape": "hv", "color": colour, "dash": dash, "width": 1.5},
+                hovertemplate=f"{column}: %{{y}} replicas<extra></extra>",
+            )
+        )
+    fig.update_layout(
+        xaxis_title="time (UTC)",
+        yaxis_title="replicas",
+        yaxis={"rangemode": "tozero"},
+        legend={"orientation": "h", "y": -0.3},
+        template="plotly_white",
+    )
+    return fig
+
+
+def idle_suspensions(store: AuditStore, since: float, until: float) -> list[dict[str, object]]:
+    """Workspaces the idle rule suspended, while suspended in [since, until], with the
+    WorkspaceSuspended evidence and when a commit resumed them (None: still suspended)."""
+    out: list[dict[str, object]] = []
+    for r in rows(
+        store,
+        "SELECT key, from_seq, from_time, to_time, data FROM all_versions WHERE kind = :kind "
+        "AND from_ts <= :until AND (to_ts IS NULL OR to_ts >= :since) ORDER BY from_seq, key",
+        {"kind": KIND_IDLE_SUSPENDED, "since": since, "until": until},
+    ):
+        evidence = json.loads(r["data"])
+        out.append(
+            {
+                "workspace": r["key"],
+                "seq": r["from_seq"],
+                "idle_since": evidence["since"],
+                "suspended_at": evidence["until"],
+                "max_utilization_percent": evidence["utilization_percent"],
+                "threshold_percent": evidence["threshold_percent"],
+                "after_minutes": evidence["after_minutes"],
+                "resumed_at": r["to_time"],
+            }
+        )
+    return out
+
+
+def _services_section(store: AuditStore, since: float, until: float) -> str:
+    series = service_series(services_query.view_rows(store), since, until)
+    parts = ['<section id="services"><h2>Inference services</h2>']
+    if not series:
+        parts.append('<p class="note">No inference service in the period.</p></section>')
+        return "".join(parts)
+    decisions = {
+        key: [r for t, r in points if r["event"] == "ServiceScaled" and t >= since]
+        for key, points in series.items()
+    }
+    body = []
+    for key in sorted(series):
+        last = series[key][-1][1]
+        latest = decisions[key][-1] if decisions[key] else None
+        body.append(
+            [
+                key,
+                last["min"],
+                last["max"],
+                last["desired"],
+                last["running"],
+                len(decisions[key]),
+                latest["why"] if latest is not None else "-",
+            ]
+        )
+    parts.append(
+        _table(
+            [
+                "service",
+                "min",
+                "max",
+                "desired (end)",
+                "running (end)",
+                "scaling decisions",
+                "last decision",
+            ],
+            body,
+            numeric=range(1, 6),
+        )
+    )
+    chosen = sorted(series, key=lambda k: (-len(decisions[k]), k))[:MAX_SERVICE_CHARTS]
+    if len(series) > len(chosen):
+        parts.append(
+            f'<p class="note">Charts of the {len(chosen)} services with the most scaling '
+            f"decisions of {len(series)}; <code>gitsched audit history --service TEAM/NAME</code>"
+            " gives any service's counts.</p>"
+        )
+    for index, key in enumerate(sorted(chosen)):
+        parts.append(f'<h3 class="service-name">{_e(key)}</h3>')
+        parts.append(
+            _figure_html(service_figure(series[key], until), f"service-chart-{index}", 260)
+        )
+    parts.append(
+        '<p class="note">Desired is what the service wants (its minimum, or the last scaling '
+        "decision within min and max), running what the cluster reported running, after "
+        "every event that moved them (the audit view's <code>service_counts</code>, the "
+        "counts <code>gitsched audit history --service</code> prints).</p></section>"
+    )
+    return "".join(parts)
+
+
+def _kinds_section(store: AuditStore, since: float, until: float) -> str:
+    by_kind = usage.by_kind(store, since, until)
+    parts = ['<section id="work-kinds"><h2>GPU-hours by kind of work</h2>']
+    parts.append(
+        _table(
+            ["team", "kind of work", "used_gpu_h", "team_pct"],
+            [
+                [r["team"], KIND_NAMES.get(r["kind"], r["kind"]), r["used_gpu_h"], r["team_pct"]]
+                for r in by_kind
+            ],
+            numeric=(2, 3),
+        )
+    )
+    parts.append(
+        '<p class="note">Per team, the GPU-hours of its training jobs, its services\' '
+        "replicas and its workspaces; <code>gitsched audit usage --by kind</code> gives the "
+        "same figures.</p></section>"
+    )
+    return "".join(parts)
+
+
+def _suspended_section(store: AuditStore, since: float, until: float) -> str:
+    found = idle_suspensions(store, since, until)
+    parts = ['<section id="suspended"><h2>Workspaces suspended when idle</h2>']
+    if not found:
+        parts.append('<p class="note">No workspace was suspended in the period.</p></section>')
+        return "".join(parts)
+    parts.append(
+        _table(
+            [
+                "workspace",
+                "seq",
+                "idle from",
+                "suspended at",
+                "max GPU utilisation (%)",
+                "threshold (%)",
+                "idle.suspendAfterMinutes",
+                "resumed at",
+            ],
+            [
+                [
+                    r["workspace"],
+                    r["seq"],
+                    r["idle_since"],
+                    r["suspended_at"],
+                    f"{float(str(r['max_utilization_percent'])):.1f}",
+                    f"{float(str(r['threshold_percent'])):g}",
+                    r["after_minutes"],
+                    r["resumed_at"] or "still suspended",
+                ]
+                for r in found
+            ],
+            numeric=(1, 4, 5, 6),
+        )
+    )
+    parts.append(
+        '<p class="note">The evidence of each <code>WorkspaceSuspended</code>: its GPUs stayed '
+        "below the threshold from <em>idle from</em> to <em>suspended at</em>; a commit that "
+        "changes its <code>spec.resume</code> queues it again.</p></section>"
+    )
+    return "".join(parts)
+
+
 def render_report(
     store: AuditStore,
     *,
@@ -471,6 +684,10 @@ def render_report(
         "its last interval or of its retry backoff) to the start of the interval it was "
         "admitted to; <code>gitsched audit waits</code> gives the same figures.</p></section>"
     )
+
+    parts.append(_kinds_section(store, since, until))
+    parts.append(_services_section(store, since, until))
+    parts.append(_suspended_section(store, since, until))
 
     gantt, shown, total = gantt_figure(intervals, since, until)
     node_count = len({b for i in intervals for b in i.nodes}) or 1

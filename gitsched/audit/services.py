@@ -3,7 +3,9 @@
 Folded with the engine's own fold (engine.state), so the counts are the reconciler's:
 after each event about the service, what it wanted (desired), what it had (replicas) and
 why (the step's reason, or the ServiceScaled inputs: metric, target, the bound that
-decided it), so `audit` can say why the service had 7 replicas at 14:02.
+decided it), so `audit` can say why the service had 7 replicas at 14:02. The audit
+view keeps the same rows (`service_counts`, plus a row whenever a replica's start or
+stop moves the counts) for the report and the console to read by index.
 """
 
 from __future__ import annotations
@@ -11,51 +13,13 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from gitsched.audit.projection.service_rows import ROW_COLUMNS, about, counts, event_time, why
+from gitsched.audit.store import AuditStore, rows
 from gitsched.engine import events as ev
-from gitsched.engine.services import desired_replicas
 from gitsched.engine.state import ClusterState, evolve
 from gitsched.eventlog.envelope import StoredEvent
 
 HEADERS = ["seq", "time", "event", "desired", "replicas", "running", "why"]
-
-_ABOUT = (
-    ev.ServiceSubmitted,
-    ev.ServiceChanged,
-    ev.ServiceWithdrawn,
-    ev.ServiceScaled,
-    ev.ServiceReplicasChanged,
-)
-
-
-def _names(event: ev.Event) -> str:
-    if isinstance(event, ev.ServiceSubmitted | ev.ServiceChanged):
-        return event.service.key
-    if isinstance(event, ev.ServiceWithdrawn | ev.ServiceScaled | ev.ServiceReplicasChanged):
-        return event.service
-    return ""
-
-
-def _why(event: ev.Event) -> str:
-    if isinstance(event, ev.ServiceReplicasChanged):
-        return event.reason
-    if isinstance(event, ev.ServiceScaled):
-        metric = "no metric" if event.metric_value is None else f"metric {event.metric_value:g}"
-        target = "" if event.target is None else f", target {event.target:g}"
-        return (
-            f"scaled {event.from_replicas} -> {event.to_replicas} ({metric}{target};"
-            f" bound by {event.bound_by})"
-        )
-    if isinstance(event, ev.ServiceChanged):
-        return "spec changed: " + ", ".join(event.fields)
-    if isinstance(event, ev.ServiceSubmitted):
-        return f"submitted ({event.service.file})"
-    return "withdrawn"
-
-
-def _time(stored: StoredEvent, event: ev.Event) -> str:
-    if isinstance(event, ev.ServiceScaled | ev.ServiceReplicasChanged):
-        return event.at
-    return stored.time
 
 
 def service_history(
@@ -64,28 +28,63 @@ def service_history(
     """One row per event about `service` ("team/name"), with its counts after it; None
     when the log never saw the service."""
     state = ClusterState()
-    rows: list[dict[str, Any]] = []
+    out: list[dict[str, Any]] = []
     seen = False
     for stored, event in events:
-        state = evolve(state, event)
-        if not isinstance(event, _ABOUT) or _names(event) != service:
+        before, state = state, evolve(state, event)
+        if about(event) != service:
             continue
         seen = True
-        status = state.services.get(service)
-        keys = []
-        if status is not None:
-            keys = [
-                f"{status.service.queue}/{status.service.name}.{r.index}" for r in status.replicas
-            ]
-        rows.append(
+        c = counts(state, service, before)
+        out.append(
             {
                 "seq": stored.seq,
-                "time": _time(stored, event),
+                "time": event_time(stored.time, event),
                 "event": event.type,
-                "desired": desired_replicas(status) if status is not None else 0,
-                "replicas": len(keys),
-                "running": sum(1 for k in keys if k in state.started),
-                "why": _why(event),
+                "desired": c.desired,
+                "replicas": c.replicas,
+                "running": c.running,
+                "why": why(event),
             }
         )
-    return rows if seen else None
+    return out if seen else None
+
+
+# A row's fact time: the view's timeline at its seq (the last mark at or before it).
+_COLUMNS = ", ".join(f'c."{c}"' for c in ROW_COLUMNS) + (
+    ", coalesce((SELECT m.time FROM marks m WHERE m.seq <= c.seq ORDER BY m.seq DESC LIMIT 1),"
+    " '') AS time"
+)
+
+
+def view_rows(
+    store: AuditStore, *, service: str | None = None, until_seq: int | None = None
+) -> list[dict[str, Any]]:
+    """The view's service rows (`service_counts`), by service then seq: all services, or
+    one; each with its fact time."""
+    where: list[str] = []
+    args: list[object] = []
+    if service is not None:
+        where.append("c.service = ?")
+        args.append(service)
+    if until_seq is not None:
+        where.append("c.seq <= ?")
+        args.append(until_seq)
+    clause = f" WHERE {' AND '.join(where)}" if where else ""
+    found = rows(
+        store,
+        f"SELECT {_COLUMNS} FROM service_counts c{clause} ORDER BY c.service, c.seq",
+        tuple(args),
+    )
+    return [dict(r) for r in found]
+
+
+def scaling_decisions(store: AuditStore, service: str, limit: int = 10) -> list[dict[str, Any]]:
+    """The last `limit` ServiceScaled of `service`, newest first, with their inputs."""
+    found = rows(
+        store,
+        f"SELECT {_COLUMNS} FROM service_counts c WHERE c.service = ? "
+        "AND c.event = 'ServiceScaled' ORDER BY c.seq DESC LIMIT ?",
+        (service, limit),
+    )
+    return [dict(r) for r in found]

@@ -122,6 +122,12 @@ CREATE TABLE IF NOT EXISTS solves (
     status TEXT NOT NULL, plan_source TEXT NOT NULL, fallback TEXT NOT NULL,
     objective REAL NOT NULL, bound REAL, gap REAL, seconds REAL NOT NULL
 );
+CREATE TABLE IF NOT EXISTS service_counts (
+    service TEXT NOT NULL, seq INTEGER NOT NULL, at TEXT NOT NULL, event TEXT NOT NULL,
+    desired INTEGER NOT NULL, replicas INTEGER NOT NULL, running INTEGER NOT NULL,
+    "min" INTEGER NOT NULL, "max" INTEGER NOT NULL, why TEXT NOT NULL,
+    metric_value REAL, target REAL, bound_by TEXT, PRIMARY KEY (service, seq)
+) WITHOUT ROWID;
 CREATE VIEW IF NOT EXISTS all_placements AS
     SELECT * FROM placements UNION ALL SELECT * FROM open_placements;
 CREATE VIEW IF NOT EXISTS all_versions AS
@@ -182,6 +188,7 @@ _INSERTS: tuple[tuple[str, str, int, bool], ...] = (
     ("fairshare_globals", "INSERT INTO fairshare_globals", 3, True),
     ("fairshare_queues", "INSERT INTO fairshare_queues", 9, True),
     ("solves", "INSERT INTO solves", 11, True),
+    ("service_counts", "INSERT INTO service_counts", 13, True),
 )
 _UPDATES: tuple[tuple[str, str], ...] = (
     ("violation_close", "UPDATE violations SET end_seq=?, end_time=? WHERE id=?"),

@@ -361,7 +361,8 @@ def by_user(store: AuditStore, since: float, until: float) -> list[dict[str, Any
 
 
 def by_kind(store: AuditStore, since: float, until: float) -> list[dict[str, Any]]:
-    """GPU-hours per team and kind of work (Job, Workspace; docs/workspaces.md).
+    """GPU-hours per team and kind of work (Job, Workspace, InferenceService;
+    docs/workspaces.md, docs/services.md).
 
     A team's total is `by_user`'s (the daily roll-up); the few jobs the log knows as
     another kind (their `work` versions) are summed from their own intervals, clipped to

@@ -283,6 +283,7 @@ NAV = (
     ("overview", "/", "Overview"),
     ("queues", "/queues", "Queues"),
     ("jobs", "/jobs", "Jobs"),
+    ("services", "/services", "Services and workspaces"),
     ("changes", "/changes", "Changes and compliance"),
     ("pulls", "/pulls", "Open pull requests"),
 )
@@ -414,6 +415,16 @@ class Pages:
             self.not_ready()
             raise HTTPException(404, f"The log never saw a job {key!r}.")
         return self.render(request, "job.html", "jobs", job=data)
+
+    async def services(self, request: Request) -> Response:
+        _params(request, set())
+        snapshot = self.source.snapshot
+
+        def read() -> dict[str, Any]:
+            with self.source.reading() as store:
+                return views.services(snapshot, store)
+
+        return self.render(request, "services.html", "services", s=await _in_thread(read))
 
     async def changes(self, request: Request) -> Response:
         params = _params(request, {"before"})
@@ -572,6 +583,7 @@ def console_routes(source: ConsoleSource) -> list[BaseRoute]:
         Route("/queues/{name}", started(pages.queue)),
         Route("/jobs", started(pages.jobs)),
         Route("/jobs/{queue}/{name:path}", started(pages.job)),
+        Route("/services", started(pages.services)),
         Route("/changes", started(pages.changes)),
         Route("/commits/{sha}", started(pages.commit)),
         Route("/pulls", started(pages.pulls)),

@@ -3,7 +3,7 @@
 Tables that depend only on the snapshot (GPUs by flavor, the node map, the job rows, the
 queues) are computed once per snapshot and kept in its memo; per-job, per-commit and
 compliance reads are indexed queries of the view (audit.commits, audit.history,
-audit.compliance, audit.fairshare). Nothing here renders HTML or escapes text: the
+audit.compliance, audit.fairshare, audit.services). Nothing here renders HTML or escapes text: the
 templates do, with autoescape on.
 """
 
@@ -19,15 +19,19 @@ from gitsched.audit import commits as commits_query
 from gitsched.audit import compliance as compliance_query
 from gitsched.audit import fairshare as fairshare_query
 from gitsched.audit import history as history_query
+from gitsched.audit import services as services_query
 from gitsched.audit.store import AuditStore
 from gitsched.console.source import Snapshot
-from gitsched.engine.model import Job, NodeState
+from gitsched.engine.model import WORKSPACE, Job, NodeState
 from gitsched.engine.units import GPU_MILLI, gpus_text
+from gitsched.render import services_view
 
 T = TypeVar("T")
 
 JOB_STATES = ("running", "pending", "suspended", "waiting", "finished", "failed")
 PAGE_SIZE = 100
+# A service's last scaling decisions shown on the services page.
+SCALING_SHOWN = 5
 # Colours for the node map: a queue's GPUs share one.
 QUEUE_COLOURS = 10
 
@@ -162,6 +166,9 @@ def _overview(snapshot: Snapshot) -> dict[str, Any]:
             "jobs": len(s.jobs),
             "running": len(s.placements),
             "pending": len(s.pending),
+            "services": len(s.services),
+            "workspaces": sum(1 for j in s.jobs.values() if j.kind == WORKSPACE),
+            "suspended": len(s.suspended),
         },
     }
 
@@ -515,3 +522,42 @@ def commit(store: AuditStore, sha: str) -> dict[str, Any] | None:
 
 def compliance(store: AuditStore, limit: int = 50) -> dict[str, Any]:
     return compliance_query.compliance(store, limit=limit)
+
+
+# -- services and workspaces ------------------------------------------------------------
+
+
+def services(snapshot: Snapshot, store: AuditStore | None) -> dict[str, Any]:
+    """Each inference service as `gitsched state` shows it (`gitsched.render.services_view`):
+    its bounds and counts, each replica with its nodes or why it waits, and its last
+    scaling decisions with their inputs (the audit view's `service_counts`); and every
+    workspace, running, waiting or suspended (with why, since when, by whom)."""
+    s = snapshot.state
+    found = services_view(s)
+    for row in found:
+        for replica in row["replicas"]:
+            pending = s.pending.get(replica["job"])
+            replica["reason"] = pending.reason if pending is not None else ""
+        row["decisions"] = (
+            services_query.scaling_decisions(store, row["service"], SCALING_SHOWN)
+            if store is not None
+            else []
+        )
+    workspaces = []
+    for key in sorted(k for k, job in s.jobs.items() if job.kind == WORKSPACE):
+        held = s.suspended.get(key)
+        placed = s.placements.get(key)
+        pending = s.pending.get(key)
+        workspaces.append(
+            {
+                "job": key,
+                "team": team_of(snapshot, s.jobs[key].queue),
+                "state": "suspended" if held is not None else job_state(snapshot, key),
+                "nodes": list(placed.nodes) if placed is not None else [],
+                "cause": held.cause if held is not None else "",
+                "since": held.since if held is not None else "",
+                "by": held.by if held is not None else "",
+                "reason": held.reason if held is not None else pending.reason if pending else "",
+            }
+        )
+    return {"services": found, "workspaces": workspaces}

@@ -692,10 +692,11 @@ def approval_findings(checks: Iterable[TeamApproval]) -> tuple[Finding, ...]:
 
 @dataclass(frozen=True, slots=True)
 class JobSubmission:
-    """Who changed a team's job files, and whether they may (approval.requireMemberForJobs).
+    """Who changed a team's work files, and whether they may (approval.requireMemberForJobs).
 
-    A job file under teams/<team>/ runs on that team's quota: only a member or owner of
-    the team at the base writes it, unless an owner (or a platform owner) approves.
+    A job, workspace or inference service under teams/<team>/ runs on that team's quota:
+    only a member or owner of the team at the base writes it, unless an owner (or a
+    platform owner) approves. One rule for every kind of work a team owns.
     """
 
     team: str
@@ -727,8 +728,8 @@ class JobSubmission:
         text = (
             f"{people} {'is' if len(self.outsiders) == 1 else 'are'} not a member or owner of "
             f"team {self.team} ({members_file(self.team)} and {owners_file(self.team)} at the "
-            f"base commit) and may not add, change or remove its jobs ({shown}): they run on "
-            f"team {self.team}'s quota; a member or owner of team {self.team} commits them, "
+            f"base commit) and may not add, change or remove its work ({shown}): it runs on "
+            f"team {self.team}'s quota; a member or owner of team {self.team} commits it, "
             f"or the change needs {kind} from one of {eligible}"
         )
         if self.refused:
@@ -745,8 +746,8 @@ def check_submitters(
     vouches: Sequence[Vouch] = (),
     signed_required: bool = False,
 ) -> tuple[JobSubmission, ...]:
-    """One JobSubmission for each team whose job files (`job_files`: team -> files) the
-    change adds, changes or removes. Members and owners are those at the base; an
+    """One JobSubmission for each team whose work files (`job_files`: team -> files of
+    its jobs, workspaces and services) the change adds, changes or removes. Members and owners are those at the base; an
     approval is judged by `judge_team`, as for a change of the team's queue."""
     writing = tuple(dict.fromkeys(email_of(a) for a in authors))
     out: list[JobSubmission] = []
@@ -784,7 +785,7 @@ def check_submitters(
 
 
 def submitter_findings(checks: Iterable[JobSubmission]) -> tuple[Finding, ...]:
-    """The errors of a commit whose job files come from outside their team: one per team."""
+    """The errors of a commit whose work files come from outside their team: one per team."""
     return tuple(
         Finding(
             file=check.files[0],

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from gitsched.engine.core import DesiredState
 from gitsched.engine.events import ApprovalChecked
 from gitsched.engine.model import CommitInfo, Job, Owner, Queue
+from gitsched.engine.services import InferenceService, is_replica_key
 from gitsched.engine.state import ClusterState
 from gitsched.findings import Finding
 from gitsched.policies.approval import (
@@ -182,7 +183,8 @@ class CommitApproval:
     checks: tuple[TeamApproval, ...] = ()
     enforced: bool = False
     forbidden: tuple[Finding, ...] = ()  # refused whatever the Policy: a reserved namespace
-    # job files from outside their team, judged when approval.requireMemberForJobs is on
+    # work files (jobs, workspaces, services) from outside their team, judged when
+    # approval.requireMemberForJobs is on
     submissions: tuple[JobSubmission, ...] = ()
 
     @property
@@ -238,11 +240,22 @@ def new_team_findings(state: ClusterState, desired: DesiredState) -> tuple[Findi
 _JOB_SPEC = operator.attrgetter(
     *(f.name for f in dataclasses.fields(Job) if f.compare and f.name != "submitted_at")
 )
+# What a commit says of a service: all but when and in which event the log first saw it
+# (what `gitsched.engine.core.decide` compares before it emits a ServiceChanged).
+_SERVICE_SPEC = operator.attrgetter(
+    *(
+        f.name
+        for f in dataclasses.fields(InferenceService)
+        if f.name not in ("submitted_at", "submission")
+    )
+)
 
 
-def changed_job_files(state: ClusterState, desired: DesiredState) -> dict[str, list[str]]:
-    """Team -> the job files a commit adds, changes or removes (the jobs `decide` submits,
-    changes or withdraws), the team being their queue's."""
+def changed_work_files(state: ClusterState, desired: DesiredState) -> dict[str, list[str]]:
+    """Team -> the files of its work a commit adds, changes or removes: jobs, workspaces
+    (one-replica jobs) and inference services, the ones `decide` submits, changes or
+    withdraws. Every kind runs on its queue's quota, so the team is its queue's. A
+    service's replicas are jobs of the log, not files: its service's file stands for them."""
     out: dict[str, list[str]] = {}
 
     def team_of(queue: str) -> str:
@@ -251,13 +264,23 @@ def changed_job_files(state: ClusterState, desired: DesiredState) -> dict[str, l
 
     for key, job in desired.jobs.items():
         if key in state.ended:
-            continue
+            continue  # its file stays a record of a job that ended: it runs nothing
         old = state.jobs.get(key)
         if old is None or _JOB_SPEC(old) != _JOB_SPEC(job):
             out.setdefault(team_of(job.queue), []).append(job.file)
+    # (a job that ended is not in state.jobs: removing its file needs nobody)
     for key in set(state.jobs) - set(desired.jobs):
+        if is_replica_key(key):
+            continue  # a replica: its service's events add and remove it
         old = state.jobs[key]
         out.setdefault(team_of(old.queue), []).append(old.file)
+    for key, service in desired.services.items():
+        known = state.services.get(key)
+        if known is None or _SERVICE_SPEC(known.service) != _SERVICE_SPEC(service):
+            out.setdefault(team_of(service.queue), []).append(service.file)
+    for key in set(state.services) - set(desired.services):
+        gone = state.services[key].service
+        out.setdefault(team_of(gone.queue), []).append(gone.file)
     return out
 
 
@@ -271,7 +294,8 @@ def job_submissions(
     base_sha: str | None,
     signed_required: bool,
 ) -> tuple[JobSubmission, ...]:
-    """The membership rule for a change's job files, with the base's MEMBERS and OWNERS."""
+    """The membership rule for a change's work files (`changed_work_files`), with the
+    base's MEMBERS and OWNERS."""
     base_owners = (base.owners or {}) if base is not None else {}
     base_members = (base.members or {}) if base is not None else {}
 
@@ -314,7 +338,7 @@ def commit_approval(
     platform = commit_platform_changes(state, desired) if state.owners.get(PLATFORM) else ()
     policies = (state.policy, desired.policy)
     job_files = (
-        changed_job_files(state, desired)
+        changed_work_files(state, desired)
         if any(p.require_member_for_jobs for p in policies)
         else {}
     )
@@ -325,7 +349,7 @@ def commit_approval(
         or dict(state.members) != dict(desired.members)
     )
     if not governed and not job_files:
-        # neither a queue, OWNERS, the platform's files nor a job's changed: nothing to approve
+        # neither a queue, OWNERS, the platform's files nor any work changed: nothing to approve
         return CommitApproval(forbidden=forbidden)
     signed = any(p.require_signed_approval for p in policies)
     enforced = signed or any(p.require_owner_approval for p in policies)

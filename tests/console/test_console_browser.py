@@ -118,6 +118,7 @@ PAGES = [
     ("/queues/vision", "queue"),
     ("/jobs", "jobs"),
     ("/jobs/nlp/moe-gang", "job"),
+    ("/services", "services"),
     ("/changes", "changes"),
     ("/pulls", "pulls"),
 ]

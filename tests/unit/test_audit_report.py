@@ -6,7 +6,13 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from gitsched.audit import history
-from gitsched.audit.report import GANTT_ROW, gantt_figure, gantt_lanes
+from gitsched.audit.report import (
+    GANTT_ROW,
+    gantt_figure,
+    gantt_lanes,
+    service_figure,
+    service_series,
+)
 from gitsched.audit.store import AuditStore
 from gitsched.audit.window import period
 
@@ -51,3 +57,35 @@ def test_the_period_runs_from_the_first_to_the_last_event_unless_given() -> None
         assert period(store, None, None, now) == (T0, T0 + 3600)  # the same whenever asked
         assert period(store, T0 + 60, T0 + 7200, now) == (T0 + 60, T0 + 7200)
         assert period(store, None, now + 3600, now) == (T0, now)  # not into the future
+
+
+def service_row(service: str, hour: float, event: str, desired: int) -> dict[str, object]:
+    when = datetime.fromtimestamp(T0 + hour * 3600, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return {
+        "service": service,
+        "time": when,
+        "event": event,
+        "desired": desired,
+        "running": 0,
+        "min": 1,
+        "max": 3,
+    }
+
+
+def test_a_services_counts_in_the_period_start_from_its_last_row_before_it() -> None:
+    found = [
+        service_row("ml/chat", 0, "ServiceSubmitted", 1),
+        service_row("ml/chat", 1, "ServiceScaled", 2),
+        service_row("ml/chat", 3, "ServiceScaled", 3),
+        service_row("ml/chat", 9, "ServiceScaled", 1),  # after the period
+        service_row("ml/gone", 0, "ServiceSubmitted", 1),
+        service_row("ml/gone", 1, "ServiceWithdrawn", 0),
+    ]
+    since, until = T0 + 2 * 3600, T0 + 5 * 3600
+    series = service_series(found, since, until)
+    # ml/gone was withdrawn before the period: nothing to draw
+    assert list(series) == ["ml/chat"]
+    assert [(t, r["desired"]) for t, r in series["ml/chat"]] == [(since, 2), (T0 + 3 * 3600, 3)]
+    figure = service_figure(series["ml/chat"], until)
+    desired = next(t for t in figure.data if t.name == "desired")
+    assert list(desired.y) == [2, 3, 3]  # held to the end of the period

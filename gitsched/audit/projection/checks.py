@@ -8,6 +8,7 @@ numbers every violation. `gitsched.audit.compliance` lists the results and their
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from typing import Any
 
@@ -23,11 +24,15 @@ from gitsched.audit.projection.vocabulary import (
     CHECK_PREEMPTION_RULES,
     CHECK_RESERVATIONS,
     CHECK_RESIDENCY,
+    CHECK_STRICT_FIFO,
+    KIND_PENDING,
     compact_json,
     email_of,
 )
 from gitsched.engine.model import Approval, Owner
-from gitsched.engine.placement.preemption import Rule
+from gitsched.engine.placement.explain import NEVER_RUNS
+from gitsched.engine.placement.preemption import Rule, wait_key
+from gitsched.engine.suspension import SUSPENDED
 from gitsched.engine.timelimits import plus_minutes
 from gitsched.policies.approval import (
     check_submitters,
@@ -38,6 +43,10 @@ from gitsched.policies.approval import (
     team_label,
     trailer_vouches,
 )
+
+# Pending constraints of jobs the engine leaves out of a decision (engine.core's
+# placement instance): a requeued job in its backoff, a suspended one.
+_LEFT_OUT = frozenset(("backoff", SUSPENDED))
 
 
 class ComplianceChecks:
@@ -148,12 +157,10 @@ class ComplianceChecks:
             held_for = s.jobs.get(r["job"])
             if r["job"] == key or held_for is None or r["start"] <= time:
                 continue
-            # engine.placement.greedy.priority_key, on the view's copy of the jobs
-            if (-job.priority, job.submission, job.submitted_at, key) < (
-                -held_for.priority,
-                held_for.submission,
-                held_for.submitted_at,
-                r["job"],
+            # the engine's wait order (greedy's priority_key is the same), on the view's
+            # copy of the jobs
+            if wait_key(job.priority, job.submission, job.submitted_at, key) < wait_key(
+                held_for.priority, held_for.submission, held_for.submitted_at, r["job"]
             ):
                 continue  # ahead of the reserved job: it may take what it fits in
             if job.time_limit_minutes is not None and (
@@ -178,6 +185,54 @@ class ComplianceChecks:
                 [stored.seq, job.seq, held_for.seq],
                 batch,
             )
+
+    def strict_fifo(
+        self, stored: Envelope, admitted: list[list[Any]], time: str, batch: Batch
+    ) -> None:
+        """The jobs one solve admitted (`admitted`: [seq, key]) in StrictFIFO queues, judged
+        once the solve is read (its SolveCompleted), as `engine.placement.strict_fifo` holds
+        them: none may start while a job ahead of it in its queue (`wait_key`, the engine's
+        wait order) still waits, unless that job can never run, waits out a retry backoff
+        or is suspended (the engine leaves those out of the decision)."""
+        s = self.state
+        s.checked[CHECK_STRICT_FIFO] = s.checked.get(CHECK_STRICT_FIFO, 0) + len(admitted)
+        waiting: dict[str, list[tuple[tuple[int, int, str, str], str]]] = {}
+        for seq, key in admitted:
+            job = s.jobs.get(key)
+            if job is None or key not in s.running:
+                continue  # moved off again in the same solve: no start to judge
+            if job.queue not in waiting:
+                waiting[job.queue] = sorted(
+                    (wait_key(o.priority, o.submission, o.submitted_at, other), other)
+                    for other, o in s.jobs.items()
+                    if o.queue == job.queue and other not in s.running and self._blocks(other)
+                )
+            mine = wait_key(job.priority, job.submission, job.submitted_at, key)
+            ahead = [other for order, other in waiting[job.queue] if order < mine]
+            if not ahead:
+                continue
+            first = ahead[0]
+            self._violation(
+                CHECK_STRICT_FIFO,
+                stored,
+                time,
+                key,
+                f"job {key} of StrictFIFO queue {job.queue} started while {first}"
+                + (f" and {len(ahead) - 1} more" if len(ahead) > 1 else "")
+                + " waited ahead of it",
+                [seq, job.seq, s.jobs[first].seq],
+                batch,
+            )
+
+    def _blocks(self, key: str) -> bool:
+        """Whether a waiting job was in the decision, so it holds its StrictFIFO queue: not
+        one that can never run (it would block the queue for good), nor one waiting out a
+        retry backoff or suspended (left out of the decision, engine.core)."""
+        version = self.state.versions.get(f"{KIND_PENDING}\x1f{key}")
+        if version is None:
+            return True  # submitted, not yet decided: it is in the decision
+        constraint = str(json.loads(version[6]).get("constraint", ""))
+        return not constraint.startswith(NEVER_RUNS) and constraint not in _LEFT_OUT
 
     def preemption_rules(
         self,

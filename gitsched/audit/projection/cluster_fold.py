@@ -19,6 +19,7 @@ from typing import Any
 import msgspec
 
 from gitsched.audit.projection.rows import Batch
+from gitsched.audit.projection.service_rows import ServiceRows
 from gitsched.audit.projection.state import Envelope, ProjectionError
 from gitsched.engine.codec import from_data
 from gitsched.engine.events import EVENT_TYPES, SolveCompleted
@@ -94,6 +95,7 @@ class ClusterFold:
             raise ProjectionError(f"the view's saved cluster state cannot be read: {e}") from e
         self._queues = queue_inputs(self.state)
         self._globals = global_inputs(self.state) if saved else None
+        self._services = ServiceRows(self.state)
 
     def save(self) -> str:
         """The state as text, the same bytes in every process: the snapshot's maps follow
@@ -141,6 +143,8 @@ class ClusterFold:
                 self._changed(seq, queue_inputs(after), batch)
             else:
                 self._job_changed(seq, before, after, key, batch)
+        if after.services or before.services:
+            self._services.fold(seq, event, before, after, batch.service_counts)
         if type_ == "SolveCompleted":
             assert isinstance(event, SolveCompleted)
             batch.solves.append(

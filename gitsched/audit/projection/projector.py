@@ -45,11 +45,13 @@ from gitsched.audit.projection.vocabulary import (
     END_TIMED_OUT,
     END_WITHDRAWN,
     KIND_CLUSTER,
+    KIND_IDLE_SUSPENDED,
     KIND_NODE,
     KIND_PENDING,
     KIND_POLICY,
     KIND_QUEUE,
     KIND_WORK,
+    SERVICE_KIND,
     START_ADMITTED,
     START_MOVED,
     canonical_json,
@@ -58,7 +60,7 @@ from gitsched.audit.projection.vocabulary import (
 )
 from gitsched.engine import events as ev
 from gitsched.engine.events import EVENT_TYPES
-from gitsched.engine.model import utc_time
+from gitsched.engine.model import QueueingStrategy, utc_time
 from gitsched.engine.placement.preemption import Rule
 from gitsched.engine.state import requeue_reason
 from gitsched.engine.suspension import (
@@ -90,6 +92,7 @@ def _who(name: str, email: str) -> str:
 
 # The events whose payload states their fact time (eventlog.timeline.stated_time).
 _STATES_TIME = frozenset(("PlacementDecided", "JobTimedOut"))
+STRICT_FIFO = QueueingStrategy.STRICT_FIFO.value
 
 
 class Projector:
@@ -490,6 +493,9 @@ class Projector:
             self.checks.placement(key, job, nodes, stored, self._time, batch)
             if old is None and action == START_ADMITTED:
                 self.checks.reservations(key, job, nodes, stored, self._time, batch)
+                if queue is not None and queue.data.get("queueing_strategy") == STRICT_FIFO:
+                    # judged when the solve is read: a head it admits too blocks nobody
+                    s.strict_admitted.append([stored.seq, key])
 
     def _reservations_decided(self, stored: Envelope, d: dict[str, Any], batch: Batch) -> None:
         self.state.reservations = list(d.get("reservations", ()))
@@ -540,11 +546,26 @@ class Projector:
             after_minutes=int(d["after_minutes"]),
         )
         self._suspended(stored, e.job, idle_suspension(e).reason, batch)
+        # The idle evidence, open until a commit resumes it (the report lists them).
+        self._open_version(
+            KIND_IDLE_SUSPENDED,
+            e.job,
+            stored,
+            {
+                "since": e.since,
+                "until": e.until,
+                "utilization_percent": e.utilization_percent,
+                "threshold_percent": e.threshold_percent,
+                "after_minutes": e.after_minutes,
+            },
+            batch,
+        )
 
     def _job_resumed(self, stored: Envelope, d: dict[str, Any], batch: Batch) -> None:
         """Queued again: it waits from now, and its next interval says who resumed it."""
         e = ev.JobResumed(job=d["job"], at=d["at"], by=d["by"], commit=d["commit"], how=d["how"])
         reason = resumed_reason(e)
+        self._close_version(KIND_IDLE_SUSPENDED, e.job, stored, batch)
         info = self.state.jobs.get(e.job)
         if info is not None:
             info.resumed = reason
@@ -575,11 +596,15 @@ class Projector:
         self._close_interval(key, kind, reason, stored, batch)
         self._close_version(KIND_PENDING, key, stored, batch)
         self._close_version(KIND_WORK, key, stored, batch)
+        self._close_version(KIND_IDLE_SUSPENDED, key, stored, batch)
         self.state.jobs.pop(key, None)
 
     def _job_withdrawn(self, stored: Envelope, d: dict[str, Any], batch: Batch) -> None:
-        queue = d["job"].partition("/")[0]
-        self.state.staged_jobs.append([stored.seq, queue, d["job"], stored.cause])
+        if d["job"] in self.state.jobs:
+            # A job that ended is a record, not work on the quota: removing its file needs
+            # nobody (the reconciler's changed_work_files skips it too).
+            queue = d["job"].partition("/")[0]
+            self.state.staged_jobs.append([stored.seq, queue, d["job"], stored.cause])
         self._job_gone(d["job"], END_WITHDRAWN, f"withdrawn in {stored.cause[:12]}", stored, batch)
 
     def _job_finished(self, stored: Envelope, d: dict[str, Any], batch: Batch) -> None:
@@ -959,16 +984,26 @@ class Projector:
 
     def _solve_completed(self, stored: Envelope, d: dict[str, Any], batch: Batch) -> None:
         self.usage.solve(stored.seq, self._time, batch)
+        admitted, self.state.strict_admitted = self.state.strict_admitted, []
+        if admitted:
+            self.checks.strict_fifo(stored, admitted, self._time, batch)
 
     def _not_projected(self, stored: Envelope, d: dict[str, Any], batch: Batch) -> None:
         return None
 
     # -- inference services: their replicas are jobs (engine/services.py) --
 
+    def _stage_service(self, stored: Envelope, spec: dict[str, Any]) -> None:
+        """A commit's change of a service is a change of its team's work, judged by
+        approval.requireMemberForJobs like a job's (reconciler `changed_work_files`)."""
+        file = spec.get("file") or f"{spec['team']}/{spec['name']}"
+        self.state.staged_jobs.append([stored.seq, spec["queue"], file, stored.cause])
+
     def _service_submitted(self, stored: Envelope, d: dict[str, Any], batch: Batch) -> None:
         spec = d["service"]
         key = f"{spec['team']}/{spec['name']}"
         self.state.services[key] = {"spec": spec, "user": person(stored.actor), "replicas": []}
+        self._stage_service(stored, spec)
 
     def _service_changed(self, stored: Envelope, d: dict[str, Any], batch: Batch) -> None:
         spec = d["service"]
@@ -978,6 +1013,7 @@ class Projector:
             self._service_submitted(stored, d, batch)
             return
         known["spec"] = spec
+        self._stage_service(stored, spec)
         self._replica_jobs(key, stored)
 
     def _service_withdrawn(self, stored: Envelope, d: dict[str, Any], batch: Batch) -> None:
@@ -985,6 +1021,7 @@ class Projector:
         if known is None:
             return
         spec = known["spec"]
+        self._stage_service(stored, spec)
         for index in known["replicas"]:
             key = f"{spec['queue']}/{spec['name']}.{index}"
             self._job_gone(key, END_WITHDRAWN, f"withdrawn in {stored.cause[:12]}", stored, batch)
@@ -1000,6 +1037,11 @@ class Projector:
             self._job_gone(key, END_WITHDRAWN, f"replica removed: {d['reason']}", stored, batch)
         kept = [i for i in known["replicas"] if i not in removed]
         known["replicas"] = sorted(kept + [int(r["index"]) for r in d.get("added", ())])
+        for r in d.get("added", ()):
+            # `audit usage --by kind`: a replica's GPU-hours are its service's kind of work
+            key = f"{spec['queue']}/{spec['name']}.{int(r['index'])}"
+            if f"{KIND_WORK}\x1f{key}" not in self.state.versions:
+                self._open_version(KIND_WORK, key, stored, {"kind": SERVICE_KIND}, batch)
         self._replica_jobs(d["service"], stored, {int(r["index"]) for r in d.get("added", ())})
 
     def _replica_jobs(self, service: str, stored: Envelope, new: set[int] | None = None) -> None:

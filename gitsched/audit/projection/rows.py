@@ -37,6 +37,7 @@ class Batch:
         "placements",
         "rates",
         "segments",
+        "service_counts",
         "solves",
         "usage_calls",
         "usage_days",
@@ -74,6 +75,8 @@ class Batch:
         self.fairshare_globals: list[tuple[Any, ...]] = []
         self.fairshare_queues: list[tuple[Any, ...]] = []
         self.solves: list[tuple[Any, ...]] = []
+        # every service's counts after each event that moves them (`service_rows`)
+        self.service_counts: list[tuple[Any, ...]] = []
         # a `DeferredClusterFold`'s events, for the `ClusterFold` of another process
         self.cluster_events: list[tuple[Any, ...]] = []
         # a `DeferredUsage`'s calls, for the `UsageLedger` of another process

@@ -268,6 +268,9 @@ class ProjectionState:
     held: list[Any] = field(default_factory=list)
     # The engine's own fold of the log (`cluster_fold`), as base64 of `gitsched.engine.snapshot` bytes.
     cluster: str = ""
+    # [seq, job] admitted in a StrictFIFO queue by the solve being read, judged at its
+    # SolveCompleted (checks.strict_fifo).
+    strict_admitted: list[list[Any]] = field(default_factory=list)
     # The reservations in force (the last ReservationsDecided's, as its payload lists them).
     reservations: list[dict[str, Any]] = field(default_factory=list)
     # "team/name" -> an inference service: {"spec": its payload, "user": who submitted it,

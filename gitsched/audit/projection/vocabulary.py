@@ -10,8 +10,10 @@ from __future__ import annotations
 import json
 from datetime import datetime
 
-FORMAT_VERSION = "11"  # 7: the attempt (retries); 8: reservations; 9: the platform owners'
+FORMAT_VERSION = "12"  # 7: the attempt (retries); 8: reservations; 9: the platform owners'
 # approvals; 10: services; 11: suspend and resume (a job's kind, who resumed it)
+# 12: services judged by approval.requireMemberForJobs, their counts (service_counts) and
+# their replicas' kind of work; StrictFIFO order re-judged
 
 # How a placement interval started and ended; `history` shows them like sacct's State.
 START_ADMITTED, START_MOVED = "admitted", "moved"
@@ -30,6 +32,7 @@ CHECK_APPROVAL = "quota-approval"
 CHECK_PREEMPTION_RULES = "preemption-rules"
 CHECK_RESERVATIONS = "reservations"
 CHECK_MEMBERSHIP = "job-membership"
+CHECK_STRICT_FIFO = "strict-fifo"
 CHECKS = (
     CHECK_ISOLATION,
     CHECK_RESIDENCY,
@@ -39,6 +42,7 @@ CHECKS = (
     CHECK_PREEMPTION_RULES,
     CHECK_RESERVATIONS,
     CHECK_MEMBERSHIP,
+    CHECK_STRICT_FIFO,
 )
 
 # Versioned facts for point-in-time queries: one row per stretch of seqs a fact held.
@@ -52,6 +56,10 @@ KIND_NODE, KIND_QUEUE, KIND_PENDING, KIND_POLICY, KIND_CLUSTER = (
 # The kind of work of a job that is not a plain Job (a Workspace), while the log knows it:
 # `audit usage --by kind` (docs/workspaces.md). Plain jobs have none: most jobs cost nothing.
 KIND_WORK = "work"
+# A workspace the idle rule suspended, with the WorkspaceSuspended evidence, until resumed.
+KIND_IDLE_SUSPENDED = "idle-suspended"
+# The kind of work a service's replicas count as (their `work` version's kind).
+SERVICE_KIND = "InferenceService"
 
 # A checkpoint lists every open row, so a point-in-time query reads that list plus
 # at most this many events' worth of rows; spacing grows with the open set so
