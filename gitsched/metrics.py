@@ -56,8 +56,9 @@ class Metrics:
         self.leader = Gauge("gitsched_leader", "1 while this replica holds the Lease", registry=r)
         self.source_ready = Gauge(
             "gitsched_source_ready",
-            "1 once the followed branch has a commit (the leader read it); 0 while waiting for"
-            " its first commit",
+            "1 once the followed branch has a commit (as the leader last looked); 0 while it"
+            " waits for the branch's first commit",
+            ["branch"],
             registry=r,
         )
         self.passes = Counter(

@@ -203,7 +203,7 @@ class Daemon:
             if self.branch_found is False:  # said it waited: say the wait is over
                 log.warning("branch %s has its first commit: running the cluster", self.branch)
             self.branch_found = True
-            self.metrics.source_ready.set(1)
+            self.metrics.source_ready.labels(self.branch).set(1)
         self.metrics.count_log(self.event_log, report.last_seq)
         self.metrics.record(report, datetime.now(UTC))
         if self.autoscaler is not None:
@@ -223,7 +223,7 @@ class Daemon:
                 self.repo.path,
             )
         self.branch_found = False
-        self.metrics.source_ready.set(0)
+        self.metrics.source_ready.labels(self.branch).set(0)
 
     def shutdown(self) -> None:
         if self.elector is not None:

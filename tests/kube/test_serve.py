@@ -170,6 +170,9 @@ def test_two_daemons_one_leader_acts_and_sigterm_hands_over(world: KubeWorld) ->
             d.stop()
 
 
+READY_MAIN = 'gitsched_source_ready{branch="main"}'  # no sample before serve first looked
+
+
 def test_serve_waits_for_the_branchs_first_commit_and_says_so(world: KubeWorld) -> None:
     """A repo whose branch has no commit yet (made before its first push): serve waits,
     says so in its log and /metrics, and runs the cluster from the first commit on."""
@@ -178,7 +181,7 @@ def test_serve_waits_for_the_branchs_first_commit_and_says_so(world: KubeWorld) 
     try:
         wait_for(
             "serve leading and waiting for the branch",
-            lambda: daemon.leader() and _metric(daemon.port, "gitsched_source_ready") == 0.0,
+            lambda: daemon.leader() and _metric(daemon.port, READY_MAIN) == 0.0,
             timeout_s=120,
         )
         assert daemon.process.poll() is None  # still running, not exited
@@ -188,7 +191,7 @@ def test_serve_waits_for_the_branchs_first_commit_and_says_so(world: KubeWorld) 
         world.bootstrap(nominal=8)
         world.submit("one", replicas=1)
         running = _wait_or_none(lambda: len(_job_pods(world, "one")) == 1, timeout_s=120)
-        ready = _metric(daemon.port, "gitsched_source_ready")
+        ready = _metric(daemon.port, READY_MAIN)
     finally:
         code, stderr = daemon.stop()
     assert running, f"one's pod not Running within 120s; serve said: {stderr[-3000:]}"
