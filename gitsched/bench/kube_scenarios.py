@@ -73,6 +73,7 @@ class GangBurstResult:
     pods_deleted: int  # preempted or stopped pods (none expected)
     # every JobPreempted in the log: "job: rule (reason)"
     preemptions: list[str] = field(default_factory=list)
+    moves: list[str] = field(default_factory=list)  # running jobs placed elsewhere
 
 
 @dataclass
@@ -102,6 +103,7 @@ class StarvationResult:
     jobs_timed_out: int
     reservations_policy: int | None  # backfill.reservations in the Policy; None: the built-in
     preemptions: list[str] = field(default_factory=list)
+    moves: list[str] = field(default_factory=list)  # running jobs placed elsewhere
 
 
 @dataclass
@@ -412,10 +414,16 @@ def _drive(
                             )
 
                     result = scenario(controller, root, jobs, clock, check_deadline)
+                    logged = [decode(e) for e in event_log.read(0)]
                     result.preemptions = [
                         f"{e.job}: {e.rule} ({e.reason})"
-                        for e in map(decode, event_log.read(0))
+                        for e in logged
                         if isinstance(e, ev.JobPreempted)
+                    ]
+                    result.moves = [
+                        f"{e.job}: {e.rule} ({e.reason})"
+                        for e in logged
+                        if isinstance(e, ev.PlacementDecided) and e.action == "moved"
                     ]
                     return result
                 finally:
