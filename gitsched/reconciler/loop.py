@@ -112,7 +112,7 @@ class Reconciler:
     ) -> None:
         self.repo = repo
         # A decision that stops a running job must not rest on a log that has not yet heard
-        # the job ended: the cluster controller's check (docs/kubernetes.md, "Races").
+        # the job ended: the cluster controller's check (docs/kubernetes.md, "One pass").
         self.check_stopped = check_stopped
         self.log = event_log
         self.branch = branch
