@@ -27,29 +27,34 @@ def _phases(world: KubeWorld, job: str, pods: Mapping[Any, Obj]) -> list[str]:
     ]
 
 
-def _end_before_deciding(world: KubeWorld, controller: Controller, job: str) -> None:
+def _watch_sees(world: KubeWorld, controller: Controller, job: str) -> None:
+    wait_for(
+        f"{job}'s pods Succeeded in the daemon's watch",
+        lambda: (p := _phases(world, job, controller.pods.snapshot())) and set(p) == {"Succeeded"},
+    )
+
+
+def _end_before_deciding(
+    world: KubeWorld, controller: Controller, job: str, decision: str = "run_once"
+) -> None:
     """The race, made to happen every time: the pass has observed the cluster (the job
-    still running) and is about to decide when the job's pods Succeed and the watch sees it."""
+    still running) and is about to decide (`decision`: the reconciler's run_once for a
+    commit, solve_now after a cluster event) when the job's pods Succeed and the watch
+    sees it."""
     reconciler = controller.reconciler
     assert reconciler is not None
-    run_once: Callable[[], ReconcileReport] = reconciler.run_once
+    decide: Callable[..., ReconcileReport] = getattr(reconciler, decision)
     fired = False
 
-    def late_end() -> ReconcileReport:
+    def late_end(*args: Any) -> ReconcileReport:
         nonlocal fired
         if not fired:
             fired = True
             world.end_pods(job, "succeeded")
-            wait_for(
-                f"{job}'s pods Succeeded in the daemon's watch",
-                lambda: (
-                    (p := _phases(world, job, controller.pods.snapshot()))
-                    and set(p) == {"Succeeded"}
-                ),
-            )
-        return run_once()
+            _watch_sees(world, controller, job)
+        return decide(*args)
 
-    reconciler.run_once = late_end  # type: ignore[method-assign]
+    setattr(reconciler, decision, late_end)
 
 
 def test_a_job_that_ends_while_a_commit_is_decided_is_finished_not_preempted(
@@ -87,3 +92,43 @@ def test_a_job_that_ends_while_a_commit_is_decided_is_finished_not_preempted(
     assert world.job_key("batch") not in state.pending
     # Its pods stay, Succeeded, as a finished job's do: none deleted, none made again.
     assert _phases(world, "batch", world.pods()) == ["Succeeded", "Succeeded"]
+
+
+def test_a_job_that_ends_while_a_finish_is_placed_after_is_finished_not_preempted(
+    world: KubeWorld,
+) -> None:
+    """The gang burst's race: one job's end observed, another's not yet, when the solve
+    after the first would stop the second to place a waiting gang."""
+    for i in range(2):
+        world.add_node(f"n{i}")
+    world.bootstrap(nominal=16)
+    world.submit("batch", replicas=1, priority="low")
+    world.submit("other", replicas=1, priority="high")
+    controller = world.controller()
+    run_until(
+        controller,
+        "batch and other started",
+        lambda r: {world.job_key("batch"), world.job_key("other")} <= set(r.state.started),
+    )
+    # urgent needs both nodes; other (as high as urgent) cannot be preempted: urgent waits.
+    world.submit("urgent", replicas=2, priority="high")
+    run_until(controller, "urgent waiting", lambda r: world.job_key("urgent") in r.state.pending)
+    # other ends and the watch sees it; while the pass after it decides, batch ends too.
+    world.end_pods("other", "succeeded")
+    _watch_sees(world, controller, "other")
+    _end_before_deciding(world, controller, "batch", "solve_now")
+    report = controller.step()
+    assert [e.job for e in report.observed if isinstance(e, ev.JobFinished)] == [
+        world.job_key("other")
+    ]  # batch's end missed by the observation, as in the race
+    run_until(controller, "urgent started", lambda r: world.job_key("urgent") in r.state.started)
+
+    events = world.events()
+    assert [e.job for e in events if isinstance(e, ev.JobPreempted)] == []
+    assert sorted(e.job for e in events if isinstance(e, ev.JobFinished)) == [
+        world.job_key("batch"),
+        world.job_key("other"),
+    ]
+    state = controller.step().state
+    assert state.ended[world.job_key("batch")] == "finished"
+    assert _phases(world, "batch", world.pods()) == ["Succeeded"]
