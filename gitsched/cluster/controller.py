@@ -160,6 +160,10 @@ class Controller:
             if (p["metadata"].get("labels") or {}).get(JOB_LABEL) not in labels
         }
         pods.update((key_of(p), p) for p in listed)
+        for pod in listed:
+            # Into the cache too, so the actuator sees what was decided on: a finished job's
+            # pods are kept (for their logs), not taken for running pods to delete.
+            self.pods.put(pod)
         return pods
 
     def _observe(self, tip: Replayed, pods: dict[Key, Obj] | None = None) -> list[Event]:
