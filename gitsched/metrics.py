@@ -54,6 +54,13 @@ class Metrics:
         )
         self.pods = Counter("gitsched_pods", "Pod actions", ["action"], registry=r)
         self.leader = Gauge("gitsched_leader", "1 while this replica holds the Lease", registry=r)
+        self.source_ready = Gauge(
+            "gitsched_source_ready",
+            "1 once the followed branch has a commit (as the leader last looked); 0 while it"
+            " waits for the branch's first commit",
+            ["branch"],
+            registry=r,
+        )
         self.passes = Counter(
             "gitsched_passes",
             "Passes (observe, decide, act) this replica ran as leader, by what started them",

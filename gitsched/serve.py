@@ -87,6 +87,9 @@ class Daemon:
         # The newest pushed commit not yet seen on the branch, and until when to look for it.
         self._push_lock = threading.Lock()
         self._pushed: tuple[str, float] | None = None
+        # Whether the branch exists: until its first commit, the daemon waits and says so,
+        # as Flux and Argo CD do for a source not ready, instead of exiting.
+        self.branch_found: bool | None = None
 
     def _new_controller(self) -> Controller:
         reconciler = Reconciler(self.repo, self.event_log, branch=self.branch, solver=self.solver)
@@ -192,7 +195,15 @@ class Daemon:
             self.controller = controller
             self.metrics.count_from(self.event_log.last_seq())
         self.ready = True
+        if not self.branch_found and not self.repo.has_revision(self.branch):
+            self._branch_missing()
+            return False
         report = self.controller.step()
+        if not self.branch_found:
+            if self.branch_found is False:  # said it waited: say the wait is over
+                log.warning("branch %s has its first commit: running the cluster", self.branch)
+            self.branch_found = True
+            self.metrics.source_ready.labels(self.branch).set(1)
         self.metrics.count_log(self.event_log, report.last_seq)
         self.metrics.record(report, datetime.now(UTC))
         if self.autoscaler is not None:
@@ -201,6 +212,18 @@ class Daemon:
             self.autoscaler.tick(self.event_log)
             self.metrics.record_autoscaler(self.autoscaler.status)
         return True
+
+    def _branch_missing(self) -> None:
+        """No commit on the branch yet (a repo just made, a branch not pushed yet): wait for
+        one. Still ready, so the push webhook that brings it reaches this replica."""
+        if self.branch_found is not False:
+            log.warning(
+                "branch %s has no commit yet in %s: waiting for its first commit",
+                self.branch,
+                self.repo.path,
+            )
+        self.branch_found = False
+        self.metrics.source_ready.labels(self.branch).set(0)
 
     def shutdown(self) -> None:
         if self.elector is not None:

@@ -502,6 +502,7 @@ def _scenario(
     reservations: int | None,
     solver: str | None,
     timeout_s: float,
+    keep_log: Path | None = None,
 ) -> dict[str, Any]:
     if limit_minutes * 60 <= run_s:
         raise click.BadParameter(
@@ -512,7 +513,16 @@ def _scenario(
     if scenario == "gang-burst":
         return asdict(
             kube_scenarios.gang_burst(
-                api, nodes, rounds, run_s, limit_minutes, seed, timeout_s, reservations, solver
+                api,
+                nodes,
+                rounds,
+                run_s,
+                limit_minutes,
+                seed,
+                timeout_s,
+                reservations,
+                solver,
+                keep_log,
             )
         )
     if gang_pods > nodes:
@@ -532,6 +542,7 @@ def _scenario(
             timeout_s,
             reservations,
             solver,
+            keep_log,
         )
     )
 
@@ -658,6 +669,14 @@ def _delete_pods(api: KubeApi, namespace: str, selector: str, timeout_s: float) 
     default=None,
     help="Pin the Policy's solver (greedy, highs, cbc, cpsat); default: no Policy, the product's default.",
 )
+@click.option(
+    "--keep-log",
+    "keep_log",
+    type=click.Path(dir_okay=False, writable=True, path_type=Path),
+    default=None,
+    help="Scenarios: keep the run's event log in this SQLite file (a new one), to read"
+    " with `gitsched audit` or `gitsched log`; default: a temporary file.",
+)
 @click.option("--timeout", "timeout_s", default=600.0, show_default=True)
 @format_option("text", "json")
 def command(
@@ -679,6 +698,7 @@ def command(
     solver: str | None,
     timeout_s: float,
     fmt: str,
+    keep_log: Path | None = None,
 ) -> None:
     """Commit to every pod bound on kwok nodes: latency, pods/s, memory; beside kube-scheduler.
 
@@ -686,6 +706,8 @@ def command(
     makespan against its lower bound, a gang's wait behind a stream against its reservation.
     """
     if scenario != "bind":
+        if keep_log is not None and keep_log.exists():
+            raise click.BadParameter(f"{keep_log} exists: name a new file", param_hint="--keep-log")
         if kube_scheduler:
             raise click.BadParameter(
                 "kube-scheduler has no gangs and no time limits: only the bind scenario "
@@ -707,6 +729,7 @@ def command(
                 reservations,
                 solver,
                 timeout_s,
+                keep_log,
             )
         if fmt == "json":
             click.echo(json.dumps(figures, indent=2))

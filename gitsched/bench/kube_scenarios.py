@@ -73,6 +73,7 @@ class GangBurstResult:
     pods_deleted: int  # preempted or stopped pods (none expected)
     # every JobPreempted in the log: "job: rule (reason)"
     preemptions: list[str] = field(default_factory=list)
+    moves: list[str] = field(default_factory=list)  # running jobs placed elsewhere
 
 
 @dataclass
@@ -102,6 +103,7 @@ class StarvationResult:
     jobs_timed_out: int
     reservations_policy: int | None  # backfill.reservations in the Policy; None: the built-in
     preemptions: list[str] = field(default_factory=list)
+    moves: list[str] = field(default_factory=list)  # running jobs placed elsewhere
 
 
 @dataclass
@@ -366,8 +368,10 @@ def _drive(
     reservations: int | None,
     solver: str | None,
     scenario: Callable[[Controller, Path, Path, _PodClock, Callable[[], Any]], Any],
+    keep_log: Path | None = None,
 ) -> Any:
-    """Nodes, repo and daemon for one scenario run; everything made is deleted after."""
+    """Nodes, repo and daemon for one scenario run; everything made is deleted after, but
+    the event log when `keep_log` names a file for it (to read what a run did)."""
     names = [f"bench-{run}-{i:05d}" for i in range(nodes)]
     api.ensure_namespace(team)
     try:
@@ -383,7 +387,7 @@ def _drive(
         with tempfile.TemporaryDirectory(prefix="gitsched-bench-kube-") as tmp:
             root = Path(tmp) / "repo"
             jobs = _repo(root, team, nodes * GPUS_PER_NODE, reservations, solver)
-            with SQLiteEventLog(Path(tmp) / "log.db") as event_log:
+            with SQLiteEventLog(keep_log or Path(tmp) / "log.db") as event_log:
                 controller = Controller(
                     api,
                     event_log,
@@ -410,10 +414,16 @@ def _drive(
                             )
 
                     result = scenario(controller, root, jobs, clock, check_deadline)
+                    logged = [decode(e) for e in event_log.read(0)]
                     result.preemptions = [
                         f"{e.job}: {e.rule} ({e.reason})"
-                        for e in map(decode, event_log.read(0))
+                        for e in logged
                         if isinstance(e, ev.JobPreempted)
+                    ]
+                    result.moves = [
+                        f"{e.job}: {e.rule} ({e.reason})"
+                        for e in logged
+                        if isinstance(e, ev.PlacementDecided) and e.action == "moved"
                     ]
                     return result
                 finally:
@@ -487,6 +497,7 @@ def gang_burst(
     timeout_s: float,
     reservations: int | None = None,
     solver: str | None = None,
+    keep_log: Path | None = None,
 ) -> GangBurstResult:
     run = uuid.uuid4().hex[:8]
     team = f"bench-{run}"
@@ -540,7 +551,7 @@ def gang_burst(
         )
 
     result: GangBurstResult = _drive(
-        api, run, team, nodes, run_s, timeout_s, reservations, solver, scenario
+        api, run, team, nodes, run_s, timeout_s, reservations, solver, scenario, keep_log
     )
     return result
 
@@ -556,6 +567,7 @@ def starvation(
     timeout_s: float,
     reservations: int | None = None,
     solver: str | None = None,
+    keep_log: Path | None = None,
 ) -> StarvationResult:
     """Fill the cluster with 1-GPU jobs in `waves` commits spread over one run time (so they
     end at different moments, as in a busy cluster), commit the gang, then keep the offered
@@ -665,6 +677,6 @@ def starvation(
         )
 
     result: StarvationResult = _drive(
-        api, run, team, nodes, run_s, timeout_s, reservations, solver, scenario
+        api, run, team, nodes, run_s, timeout_s, reservations, solver, scenario, keep_log
     )
     return result

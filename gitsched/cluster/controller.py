@@ -5,6 +5,10 @@
 2. The reconciler places again if those events ask for it, then applies new commits.
 3. The actuator makes the pods match the placements now in the log.
 
+A decision in step 2 that stops running jobs (preempts, moves, times out) is appended
+only if the cluster has not meanwhile said those jobs ended: the solve takes time, and a
+job whose pods Succeeded during it must be recorded finished, not stopped and run again.
+
 Every step reads the log and the cluster as they are, so a pass that dies half
 way is finished by the next one, in this process or in the one after a restart.
 """
@@ -18,11 +22,11 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from gitsched.cluster.actuator import ActuationReport, Actuator
-from gitsched.cluster.api import KubeApi
-from gitsched.cluster.informer import Informer
+from gitsched.cluster.api import KubeApi, Obj
+from gitsched.cluster.informer import Informer, Key, key_of
 from gitsched.cluster.inventory import InventoryConfig, node_events
 from gitsched.cluster.observer import job_events
-from gitsched.cluster.pods import SELECTOR
+from gitsched.cluster.pods import JOB_LABEL, SELECTOR, job_label
 from gitsched.engine.events import Event
 from gitsched.engine.retries import due_retries, with_requeues
 from gitsched.engine.state import ClusterState, fold
@@ -34,6 +38,9 @@ from gitsched.reconciler.loop import Reconciler, ReconcileReport
 log = logging.getLogger("gitsched.cluster")
 
 ACTOR = "kubernetes"
+# Past this many jobs to check before stopping them, one LIST of every gitsched pod
+# rather than a label selector naming each job.
+LISTED_JOBS_MAX = 50
 
 
 @dataclass
@@ -64,6 +71,7 @@ class Controller:
         create_namespaces: bool = False,
         wake: threading.Event | None = None,
     ) -> None:
+        self.api = api
         self.log = event_log
         self.reconciler = reconciler
         self.inventory = inventory
@@ -73,6 +81,8 @@ class Controller:
             api, self.pods, grace_period_s=grace_period_s, create_namespaces=create_namespaces
         )
         self._tip: Replayed | None = None
+        if reconciler is not None:
+            reconciler.check_stopped = self._ended_meanwhile
 
     def start(self, timeout_s: float = 30.0) -> None:
         """Fill the caches (a first list) and keep them current from then on."""
@@ -116,14 +126,55 @@ class Controller:
         tip = self._tip = replay(self.log, since=self._tip)
         return self._observe(tip)
 
-    def _observe(self, tip: Replayed) -> list[Event]:
+    def _ended_meanwhile(self, tip: Replayed, stopping: frozenset[str]) -> str | None:
+        """Before the reconciler appends a step that stops `stopping` (decided on `tip`):
+        whether any of them ended (or failed, or lost a pod) by what the cluster says now,
+        read fresh for those jobs. If so, everything observed now is appended first, at its
+        own times, and the cause to place after it is returned: the reconciler decides again
+        from the log that holds it. A decision stays a function of the log, and a job that
+        finished is not stopped and run again."""
+        pods = self._pods_now(stopping)
+        if not any(getattr(e, "job", None) in stopping for e in job_events(tip.state, pods)):
+            return None
+        if not self._observe(tip, pods):  # another writer came first: read what it wrote
+            self._tip = replay(self.log, since=tip)
+        assert self._tip is not None
+        return f"{ACTOR}/{self._tip.last_seq}"
+
+    def _pods_now(self, jobs: frozenset[str]) -> dict[Key, Obj]:
+        """The watch's pods, with the pods of `jobs` as a LIST gives them now: the watch may
+        lag the server by a moment, and these are jobs about to be stopped."""
+        pods = self.pods.snapshot()
+        labels = {job_label(job) for job in jobs}
+        selector = SELECTOR
+        if len(labels) <= LISTED_JOBS_MAX:
+            selector += f",{JOB_LABEL} in ({','.join(sorted(labels))})"
+        listed = [
+            p
+            for p in self.api.list("pods", selector).items
+            if (p["metadata"].get("labels") or {}).get(JOB_LABEL) in labels
+        ]
+        pods = {
+            k: p
+            for k, p in pods.items()
+            if (p["metadata"].get("labels") or {}).get(JOB_LABEL) not in labels
+        }
+        pods.update((key_of(p), p) for p in listed)
+        for pod in listed:
+            # Into the cache too, so the actuator sees what was decided on: a finished job's
+            # pods are kept (for their logs), not taken for running pods to delete.
+            self.pods.put(pod)
+        return pods
+
+    def _observe(self, tip: Replayed, pods: dict[Key, Obj] | None = None) -> list[Event]:
         events: list[Event] = []
         state = tip.state
         if self.nodes is not None and self.inventory is not None:
             events.extend(node_events(state, self.nodes.snapshot().values(), self.inventory))
             state = fold(events, state)
         # Each failure followed by its requeue (engine/retries.py), judged on the log's times.
-        events.extend(with_requeues(state, job_events(state, self.pods.snapshot())))
+        pods = self.pods.snapshot() if pods is None else pods
+        events.extend(with_requeues(state, job_events(state, pods)))
         # Moments no other event marks: a backoff that has ended is recorded at its end, so a
         # replay meets the same decision point (the clock only says that it has come).
         events.extend(due_retries(fold(events, state), _clock_now()))

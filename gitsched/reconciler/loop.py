@@ -11,6 +11,7 @@ and keeps snapshots.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from gitsched.engine.core import RejectCommit
@@ -43,6 +44,35 @@ SNAPSHOT_EVERY = 100_000
 
 class _Superseded(Exception):
     """Another writer appended first: this pass's state no longer matches the log."""
+
+
+class _JobsEnded(Exception):
+    """Jobs a step would stop had ended: the cluster's side appended that (under `cause`)
+    instead of the step. Place after it, as after any cluster event, then decide again."""
+
+    def __init__(self, cause: str) -> None:
+        super().__init__(cause)
+        self.cause = cause
+
+
+# Asked before a step that stops running jobs is appended, with the log it was decided on
+# and the jobs it stops: whether what the cluster did since says otherwise about them (a
+# job ended: its pods Succeeded or Failed). If so, the cluster's side appends that first,
+# at its own time, and answers the cause to place after it (as `solve_now` takes); the
+# step is then decided again from the log that holds it. None: the step stands.
+StoppedCheck = Callable[[Replayed, frozenset[str]], str | None]
+
+
+def stopped_jobs(before: ClusterState, after: ClusterState) -> frozenset[str]:
+    """The jobs running in `before` whose placement `after` no longer holds: preempted,
+    moved, timed out, or stopped by any other decision."""
+    return frozenset(
+        job
+        for job, started_at in before.started.items()
+        if (placement := before.placements.get(job)) is not None
+        and placement.started_at == started_at
+        and after.placements.get(job) != placement
+    )
 
 
 @dataclass
@@ -78,8 +108,12 @@ class Reconciler:
         branch: str = "main",
         solver: str | None = None,
         snapshot_every: int = SNAPSHOT_EVERY,
+        check_stopped: StoppedCheck | None = None,
     ) -> None:
         self.repo = repo
+        # A decision that stops a running job must not rest on a log that has not yet heard
+        # the job ended: the cluster controller's check (docs/kubernetes.md, "One pass").
+        self.check_stopped = check_stopped
         self.log = event_log
         self.branch = branch
         self.solver = solver
@@ -96,6 +130,9 @@ class Reconciler:
             try:
                 self._pass(report)
                 self._keep_snapshot()
+            except _JobsEnded as e:
+                self.solve_now(e.cause)
+                continue
             except _Superseded:
                 # Another reconciler wrote first; our in-memory state is stale, so
                 # start over from the log (event ids make the replayed work a no-op).
@@ -117,6 +154,9 @@ class Reconciler:
                 step = cluster_solve(tip.state, cause, tip.last_time or "", self.solver)
                 if step is not None:
                     self._append(step, report)
+            except _JobsEnded as e:
+                cause = e.cause  # the placement after them is this one, decided again
+                continue
             except _Superseded:
                 log.info("another writer appended to the log; re-reading it")
                 continue
@@ -135,6 +175,9 @@ class Reconciler:
                 step = due_step(tip.state, at, self.solver)
                 if step is not None:
                     self._append(step, report)
+            except _JobsEnded as e:
+                self.solve_now(e.cause)
+                continue
             except _Superseded:
                 log.info("another writer appended to the log; re-reading it")
                 continue
@@ -191,6 +234,12 @@ class Reconciler:
         """Append the step's events in one transaction and take its state as the tip."""
         tip = self._tip
         assert tip is not None  # a pass starts by reading the log
+        if self.check_stopped is not None:
+            stopped = stopped_jobs(tip.state, step.state)
+            cause = self.check_stopped(tip, stopped) if stopped else None
+            if cause is not None:
+                log.info("jobs this step stops ended meanwhile; deciding again from the log")
+                raise _JobsEnded(cause)
         if step.plan is not None:
             report.plan = step.plan
         batch = [

@@ -18,7 +18,7 @@ import pytest
 
 from gitsched.engine import events as ev
 from tests.support.cluster_repo import PROJECT_ROOT, H, gitsched, gitsched_env
-from tests.support.kube import ENV_VAR, TEST_LABEL, KubeWorld, wait_for
+from tests.support.kube import ENV_VAR, KubeWorld, serve_args, wait_for
 from tests.support.prometheus import prometheus_from_env, scraped_exporter, wait_for_series
 
 pytestmark = [pytest.mark.kube, pytest.mark.prometheus]
@@ -103,26 +103,16 @@ def test_a_real_prometheus_metric_scales_a_service_up_and_down_on_the_cluster(
                     sys.executable,
                     "-m",
                     "gitsched",
-                    "serve",
-                    str(world.repo.path),
-                    "--log",
-                    world.log_url,
-                    "--kubeconfig",
-                    os.environ[ENV_VAR],
-                    "--node-selector",
-                    f"{TEST_LABEL}={world.run_id}",
-                    "--listen",
-                    f"127.0.0.1:{_free_port()}",
-                    "--lease-name",
-                    f"gitsched-{world.run_id}",
-                    "--poll-seconds",
-                    "0.2",
-                    "--grace-period-seconds",
-                    "1",
-                    "--prometheus-url",
-                    url,
-                    "--autoscale-seconds",
-                    "1",
+                    *serve_args(
+                        world,
+                        os.environ[ENV_VAR],
+                        _free_port(),
+                        "--prometheus-url",
+                        url,
+                        "--autoscale-seconds",
+                        "1",
+                        lease_seconds=None,
+                    ),
                 ],
                 cwd=PROJECT_ROOT,
                 env=gitsched_env(),

@@ -26,7 +26,7 @@ from gitsched.engine import events as ev
 from tests.support.browser import Page, chromium
 from tests.support.cluster_repo import H, start_gitsched
 from tests.support.console import HOSTILE, HOSTILE_NAME
-from tests.support.kube import ENV_VAR, TEST_LABEL, KubeWorld, wait_for
+from tests.support.kube import ENV_VAR, KubeWorld, serve_args, wait_for
 
 pytestmark = [pytest.mark.kube, pytest.mark.browser, pytest.mark.slow]
 
@@ -59,26 +59,7 @@ class Serve:
         self.base = f"http://127.0.0.1:{self.port}"
         self.console = self.base + "/console"
         self.process: subprocess.Popen[str] = start_gitsched(
-            "serve",
-            str(world.repo.path),
-            "--log",
-            world.log_url,
-            "--kubeconfig",
-            os.environ[ENV_VAR],
-            "--node-selector",
-            f"{TEST_LABEL}={world.run_id}",
-            "--listen",
-            f"127.0.0.1:{self.port}",
-            "--lease-name",
-            f"gitsched-{world.run_id}",
-            "--lease-seconds",
-            "5",
-            "--identity",
-            "console",
-            "--poll-seconds",
-            "0.2",
-            "--grace-period-seconds",
-            "1",
+            *serve_args(world, os.environ[ENV_VAR], self.port, identity="console")
         )
 
     def up(self) -> bool:

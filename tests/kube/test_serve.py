@@ -11,7 +11,9 @@ import os
 import signal
 import socket
 import subprocess
+import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -22,7 +24,7 @@ from gitsched.eventlog import open_log
 from gitsched.eventlog.codec import decode
 from gitsched.eventlog.envelope import StoredEvent
 from tests.support.cluster_repo import PRIYA, git, start_gitsched
-from tests.support.kube import ENV_VAR, TEST_LABEL, KubeWorld, job_yaml, wait_for
+from tests.support.kube import ENV_VAR, KubeWorld, job_yaml, serve_args, wait_for
 
 pytestmark = pytest.mark.kube
 
@@ -76,29 +78,14 @@ class Daemon:
     ) -> None:
         self.identity = identity
         self.port = _free_port()
-        self.args = [
-            "serve",
-            str(world.repo.path),
-            "--log",
-            f"sqlite:///{world.log_path}",
-            "--kubeconfig",
+        self.args = serve_args(
+            world,
             kubeconfig,
-            "--node-selector",
-            f"{TEST_LABEL}={world.run_id}",
-            "--listen",
-            f"127.0.0.1:{self.port}",
-            "--lease-name",
-            f"gitsched-{world.run_id}",
-            "--lease-seconds",
-            "5",
-            "--identity",
-            identity,
-            "--poll-seconds",
-            str(poll_seconds),
-            "--grace-period-seconds",
-            "1",
+            self.port,
             *extra,
-        ]
+            identity=identity,
+            poll_seconds=poll_seconds,
+        )
         self.process: subprocess.Popen[str] = start_gitsched(*self.args)
 
     def leader(self) -> bool:
@@ -181,6 +168,49 @@ def test_two_daemons_one_leader_acts_and_sigterm_hands_over(world: KubeWorld) ->
     finally:
         for d in daemons:
             d.stop()
+
+
+READY_MAIN = 'gitsched_source_ready{branch="main"}'  # no sample before serve first looked
+
+
+def test_serve_waits_for_the_branchs_first_commit_and_says_so(world: KubeWorld) -> None:
+    """A repo whose branch has no commit yet (made before its first push): serve waits,
+    says so in its log and /metrics, and runs the cluster from the first commit on."""
+    world.add_node("n0")
+    daemon = Daemon(world, "early", os.environ[ENV_VAR])
+    try:
+        wait_for(
+            "serve leading and waiting for the branch",
+            lambda: daemon.leader() and _metric(daemon.port, READY_MAIN) == 0.0,
+            timeout_s=120,
+        )
+        assert daemon.process.poll() is None  # still running, not exited
+        # Ready: the push webhook that brings the first commit must reach it.
+        assert _get(daemon.port, "/readyz")[0] == 200
+        assert _metric(daemon.port, 'gitsched_passes_total{trigger="poll"}') in (None, 0.0)
+        world.bootstrap(nominal=8)
+        world.submit("one", replicas=1)
+        running = _wait_or_none(lambda: len(_job_pods(world, "one")) == 1, timeout_s=120)
+        ready = _metric(daemon.port, READY_MAIN)
+    finally:
+        code, stderr = daemon.stop()
+    assert running, f"one's pod not Running within 120s; serve said: {stderr[-3000:]}"
+    assert ready == 1.0
+    assert code == 0, stderr
+    assert "branch main has no commit yet" in stderr
+    assert "waiting for its first commit" in stderr
+    assert "branch main has its first commit" in stderr
+    assert "Traceback" not in stderr
+
+
+def _wait_or_none(probe: Callable[[], bool], timeout_s: float) -> bool:
+    """Whether `probe` held within timeout_s (a test that must still stop its daemon)."""
+    deadline = time.monotonic() + timeout_s
+    while not probe():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
+    return True
 
 
 def _signature(secret: bytes, body: bytes) -> str:

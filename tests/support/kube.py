@@ -277,6 +277,45 @@ def run_until(
         time.sleep(0.1)
 
 
+def serve_args(
+    world: KubeWorld,
+    kubeconfig: str,
+    port: int,
+    *extra: str,
+    identity: str | None = None,
+    poll_seconds: float = 0.2,
+    lease_seconds: int | None = 5,
+) -> list[str]:
+    """`gitsched serve` on the world's repo, log and nodes, listening on 127.0.0.1:`port`,
+    with a Lease of its own and a short grace period; `extra` after the rest."""
+    args = [
+        "serve",
+        str(world.repo.path),
+        "--log",
+        world.log_url,
+        "--kubeconfig",
+        kubeconfig,
+        "--node-selector",
+        f"{TEST_LABEL}={world.run_id}",
+        "--listen",
+        f"127.0.0.1:{port}",
+        "--lease-name",
+        f"gitsched-{world.run_id}",
+    ]
+    if lease_seconds is not None:
+        args += ["--lease-seconds", str(lease_seconds)]
+    if identity is not None:
+        args += ["--identity", identity]
+    return [
+        *args,
+        "--poll-seconds",
+        str(poll_seconds),
+        "--grace-period-seconds",
+        "1",
+        *extra,
+    ]
+
+
 def gitsched_for(timeout_s: float, *args: str) -> Run:
     """`python -m gitsched ARGS` for a command that runs longer than `gitsched()` allows
     (a scenario of `bench kube`): past timeout_s it is interrupted (SIGINT, so it deletes
