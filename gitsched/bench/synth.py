@@ -157,10 +157,8 @@ def _side(instance: PlacementInstance, plan: PlacementPlan, seconds: float) -> d
 @click.option(
     "--levels",
     type=click.Choice(LEVELS),
-    default="weighted",
-    show_default=True,
     help="solver.levels: the lexicographic objective as one weighted sum, or level 1 first "
-    "then the rest with level 1 held (docs/solver.md).",
+    "then the rest with level 1 held (docs/solver.md) [default: the built-in policy's].",
 )
 @click.option(
     "--seeds",
@@ -183,7 +181,7 @@ def command(
     gap: float | None,
     fairness_weight: float | None,
     max_moves: int | None,
-    levels: str,
+    levels: str | None,
     seeds: int | None,
     engines: str | None,
     fmt: str,
@@ -413,12 +411,12 @@ def _run(
     gap: float | None,
     fairness_weight: float | None,
     max_moves: int | None = None,
-    levels: str = "weighted",
+    levels: str | None = None,
 ) -> dict[str, Any]:
     goal_gap, goal_time = GOALS[size]
     policy = Policy(
         solver=solver,
-        levels=levels,
+        levels=BUILTIN.levels if levels is None else levels,
         gap_tolerance=goal_gap if gap is None else gap,
         time_limit_s=goal_time if time_limit is None else time_limit,
         # The built-in policy's objective, fairness included: what a cluster runs by default.

@@ -735,6 +735,7 @@ class MilpPlacer:
                 if fell_back or greedy_tighter or greedy_less_fragmented or greedy_earlier
                 else "milp",
                 fallback=fallback,
+                levels=instance.policy.levels,
             ),
             broken_soft=broken_soft_constraints(instance, outcomes),
         )
