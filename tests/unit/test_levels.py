@@ -19,9 +19,11 @@ from gitsched.engine.placement.levels import (
 )
 from gitsched.engine.placement.linear import LinearModel, SolveLimits, solve
 from gitsched.engine.placement.milp import MilpPlacer
-from gitsched.engine.placement.objective import plan_objective
+from gitsched.engine.placement.objective import plan_objective, weights
+from gitsched.engine.placement.plan import PlacementInstance
 from gitsched.reconciler.specs import policy_of
 from gitsched.simulation.synth import synth_instance
+from tests.support.factories import instance, job, node, queue
 
 
 def subset_sum(seed: int, items: int = 25) -> tuple[LinearModel, list[int], int]:
@@ -92,22 +94,51 @@ def test_the_policy_names_the_mode_and_the_default_is_one_weighted_objective() -
     assert policy_of({"solver": {"name": "highs", "levels": "sequential"}}).levels == "sequential"
 
 
-@pytest.mark.parametrize("backend", ["highs", "cbc"])
-def test_a_synth_solve_level_by_level_keeps_the_rules_and_bounds_the_weighted_plan(
-    backend: str,
-) -> None:
-    """Synth S: the plan passes every check and stops on its node budget, and the bound it
-    reports bounds the weighted solve's plan too (a bound of the one objective, not of the
-    model with level 1 held)."""
-    policy = Policy(solver=backend, time_limit_s=600.0, gap_tolerance=0.0, node_limit=20)
+def test_synth_s_weights_are_spaced_so_its_outright_solve_stays_one_weighted_objective() -> None:
+    """Synth's levels do not fit WEIGHT_RANGE: a level no longer outweighs all below it, the
+    bound of a solve with level 1 held would not bound the one objective, and the outright
+    solve (whose MIP bound is the solve's) stays weighted: the same plan and bound."""
+    policy = Policy(solver="highs", time_limit_s=600.0, gap_tolerance=0.0, node_limit=20)
     inst = synth_instance("S", 1, policy)
-    weighted = MilpPlacer(backend).solve(inst)
-    sequential = MilpPlacer(backend).solve(
+    assert not weights(inst).lexicographic
+    weighted = MilpPlacer("highs").solve(inst)
+    sequential = MilpPlacer("highs").solve(
         replace(inst, policy=replace(policy, levels="sequential"))
     )
+    assert check_plan(inst, sequential) == []
+    assert sequential.outcomes == weighted.outcomes
+    assert sequential.stats.bound == weighted.stats.bound
+    assert (sequential.stats.levels, weighted.stats.levels) == ("sequential", "weighted")
+
+
+def gangs_and_singles(levels: str) -> PlacementInstance:
+    """One queue, a 12-GPU nominal quota on a 16-GPU node: which gangs fill it exactly is
+    level 1; the rest borrows (level 2). Three priorities; the weights are lexicographic."""
+    sizes = [(5, 2), (3, 0), (4, 1), (7, 0), (2, 2), (6, 1), (1, 0), (3, 2)]
+    jobs = [
+        job(f"j{i}", gpu=gpus, priority=100 + 10 * level, flavors=("h100",))
+        for i, (gpus, level) in enumerate(sizes)
+    ]
+    policy = Policy(solver="highs", gap_tolerance=0.0, time_limit_s=600.0, levels=levels)
+    return instance(
+        [node("n1", gpus=16)], [queue("q", quotas={"h100": (12, 4, None)})], jobs, None, policy
+    )
+
+
+@pytest.mark.parametrize("backend", ["highs", "cbc"])
+def test_where_the_weights_are_lexicographic_the_bound_with_level_1_held_bounds_the_weighted_plan(
+    backend: str,
+) -> None:
+    inst = gangs_and_singles("sequential")
+    assert weights(inst).lexicographic
+    weighted = MilpPlacer(backend).solve(
+        replace(inst, policy=replace(inst.policy, levels="weighted"))
+    )
+    sequential = MilpPlacer(backend).solve(inst)
     for plan in (weighted, sequential):
         assert check_plan(inst, plan) == []
-        assert plan.stats.status != "time_limit"
+        assert plan.stats.status == "optimal"
     assert sequential.stats.bound is not None
     score = plan_objective(inst, weighted.outcomes)
     assert sequential.stats.bound >= score - 1e-6 * abs(score)
+    assert plan_objective(inst, sequential.outcomes) == pytest.approx(score)

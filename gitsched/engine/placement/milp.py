@@ -44,6 +44,7 @@ from gitsched.engine.placement.objective import (
     objective_terms,
     plan_compactness,
     plan_objective,
+    weights,
 )
 from gitsched.engine.placement.plan import (
     JobOutcome,
@@ -304,9 +305,12 @@ class MilpPlacer:
             # MIP bound is the bound; relax-and-fix would report the LP relaxation's, a
             # "gap" of 20-30% on a plan that is optimal.
             limits = SolveLimits(left(), policy.gap_tolerance, node_limit=policy.node_limit)
-            solution = self._run(closed, limits, warm, self._level1)
+            # Its MIP bound is the solve's: level by level only where the weights are
+            # lexicographic, so that the bound with level 1 held bounds the one objective.
+            outright = self._level1 if weights(sub).lexicographic else ()
+            solution = self._run(closed, limits, warm, outright)
             bound = solution.bound
-            if bound is None and self._level1 and self._in_time(left, self._reserve):
+            if bound is None and outright and self._in_time(left, self._reserve):
                 # Level 1 not proved: the weighted objective's LP relaxation bounds the solve.
                 bound = self._run(formulation.lp, SolveLimits(left(), 0.0, relax=True)).bound
             if warm is not None and (
