@@ -4,12 +4,15 @@ is solved first and held, the node budget is split, and the plan keeps every rul
 from __future__ import annotations
 
 import random
+import time
 from dataclasses import replace
+from typing import Any
 
 import pytest
 
 from gitsched.engine.model import Policy
 from gitsched.engine.placement.check import check_plan
+from gitsched.engine.placement.greedy import GreedyPlacer
 from gitsched.engine.placement.levels import (
     LEVEL1_ROW,
     holding_level,
@@ -22,7 +25,7 @@ from gitsched.engine.placement.milp import MilpPlacer
 from gitsched.engine.placement.objective import plan_objective, weights
 from gitsched.engine.placement.plan import PlacementInstance
 from gitsched.reconciler.specs import policy_of
-from gitsched.simulation.synth import synth_instance
+from gitsched.simulation.synth import synth_instance, with_new_jobs
 from tests.support.factories import instance, job, node, queue
 
 
@@ -142,3 +145,46 @@ def test_where_the_weights_are_lexicographic_the_bound_with_level_1_held_bounds_
     score = plan_objective(inst, weighted.outcomes)
     assert sequential.stats.bound >= score - 1e-6 * abs(score)
     assert plan_objective(inst, sequential.outcomes) == pytest.approx(score)
+
+
+class FakeTime:
+    """`time` as milp.py sees it: every reading moves the clock on by `step` seconds."""
+
+    def __init__(self, step: float) -> None:
+        self.now = 1000.0
+        self.step = step
+
+    def perf_counter(self) -> float:
+        self.now += self.step
+        return self.now
+
+
+def test_level_by_level_a_clock_that_runs_slow_or_fast_changes_no_plan(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The budget split between the levels is the node budget's: S with its first third
+    running and six new jobs (relax-and-fix, whose neighbourhoods go level by level), the
+    same plan whatever the clock reads, and no solve stopped by it."""
+    policy = Policy(solver="highs", time_limit_s=600.0, gap_tolerance=0.0, levels="sequential")
+    base = synth_instance("S", 1, policy)
+    inst = replace(base, current=GreedyPlacer().solve(base).placements())
+    later = with_new_jobs(inst, 6, 3)
+    new = [j.key for j in later.jobs[len(inst.jobs) :]]
+    calls: list[int] = []
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        return solve_levels(*args, **kwargs)
+
+    monkeypatch.setattr("gitsched.engine.placement.milp.solve_levels", counted)
+    plans = []
+    for step in (1e-9, 0.5):
+        monkeypatch.setattr("gitsched.engine.placement.milp.time", FakeTime(step))
+        plans.append(MilpPlacer("highs").solve_incremental(later, new))
+    monkeypatch.setattr("gitsched.engine.placement.milp.time", time)
+    plans.append(MilpPlacer("highs").solve_incremental(later, new))
+    assert calls  # the neighbourhoods went level by level
+    assert plans[0].stats.status != "time_limit"
+    assert plans[0].stats.levels == "sequential"
+    decided = [(p.outcomes, p.stats.status, p.stats.objective) for p in plans]
+    assert decided[1] == decided[0] and decided[2] == decided[0]
