@@ -29,6 +29,7 @@ from gitsched.engine.placement import solvers
 from gitsched.engine.placement.check import check_plan
 from gitsched.engine.placement.decompose import DecomposedPlacer, partition, should_decompose
 from gitsched.engine.placement.greedy import GreedyPlacer
+from gitsched.engine.placement.levels import LEVELS
 from gitsched.engine.placement.milp import MilpPlacer
 from gitsched.engine.placement.objective import plan_objective
 from gitsched.engine.placement.plan import (
@@ -154,6 +155,12 @@ def _side(instance: PlacementInstance, plan: PlacementPlan, seconds: float) -> d
     help="preemption.maxMovesPerSolve [default: the built-in policy's].",
 )
 @click.option(
+    "--levels",
+    type=click.Choice(LEVELS),
+    help="solver.levels: the lexicographic objective as one weighted sum, or level 1 first "
+    "then the rest with level 1 held (docs/solver.md) [default: the built-in policy's].",
+)
+@click.option(
     "--seeds",
     type=click.IntRange(min=1),
     help="Run N seeds drawn reproducibly (synth_seeds) instead of --seed, and report the "
@@ -174,6 +181,7 @@ def command(
     gap: float | None,
     fairness_weight: float | None,
     max_moves: int | None,
+    levels: str | None,
     seeds: int | None,
     engines: str | None,
     fmt: str,
@@ -191,7 +199,17 @@ def command(
         every: dict[str, list[dict[str, Any]]] = {}
         for engine in names:
             every[engine] = [
-                _run(size, s, engine, incremental, time_limit, gap, fairness_weight)
+                _run(
+                    size,
+                    s,
+                    engine,
+                    incremental,
+                    time_limit,
+                    gap,
+                    fairness_weight,
+                    max_moves,
+                    levels,
+                )
                 for s in synth_seeds(seeds)
             ]
         both = side_by_side(
@@ -202,14 +220,16 @@ def command(
         return
     if seeds is not None:
         runs = [
-            _run(size, s, solver, incremental, time_limit, gap, fairness_weight, max_moves)
+            _run(size, s, solver, incremental, time_limit, gap, fairness_weight, max_moves, levels)
             for s in synth_seeds(seeds)
         ]
         summary = distribution(size, solver, runs)
         click.echo(json.dumps(summary, indent=2) if fmt == "json" else _distribution_text(summary))
         _fail_unchecked(runs, incremental)
         return
-    result = _run(size, seed, solver, incremental, time_limit, gap, fairness_weight, max_moves)
+    result = _run(
+        size, seed, solver, incremental, time_limit, gap, fairness_weight, max_moves, levels
+    )
     if fmt == "json":
         click.echo(json.dumps(result, indent=2))
     else:
@@ -391,10 +411,12 @@ def _run(
     gap: float | None,
     fairness_weight: float | None,
     max_moves: int | None = None,
+    levels: str | None = None,
 ) -> dict[str, Any]:
     goal_gap, goal_time = GOALS[size]
     policy = Policy(
         solver=solver,
+        levels=BUILTIN.levels if levels is None else levels,
         gap_tolerance=goal_gap if gap is None else gap,
         time_limit_s=goal_time if time_limit is None else time_limit,
         # The built-in policy's objective, fairness included: what a cluster runs by default.
@@ -431,6 +453,7 @@ def _run(
             "gap_tolerance_pct": round(100 * policy.gap_tolerance, 6),
             "time_limit_s": policy.time_limit_s,
             "max_moves_per_solve": policy.max_moves_per_solve,
+            "levels": policy.levels,
         },
         "generate_seconds": round(built, 2),
         "milp": _side(instance, plan, milp_seconds),

@@ -437,6 +437,7 @@ def _apply_plan(state: ClusterState, intent: ApplyPlan) -> tuple[ev.Event, ...]:
             broken_soft=plan.broken_soft,
             plan_source=stats.plan_source,
             fallback=stats.fallback,
+            levels=stats.levels,
         )
     )
     return tuple(out)

@@ -258,10 +258,10 @@ class JobPending(Event):
 class SolveCompleted(Event):
     """v2: `plan_source`, whose plan was applied ("milp" | "greedy"), and `fallback`, why
     greedy's plan was taken where the policy asked for the MILP ("" when it was not; v1
-    events read as plan_source "unrecorded")."""
+    events read as plan_source "unrecorded"). v3: `levels`."""
 
     type: ClassVar[str] = "SolveCompleted"
-    schema_version: ClassVar[int] = 2
+    schema_version: ClassVar[int] = 3
     solve_id: str
     solver: str
     status: str
@@ -279,6 +279,9 @@ class SolveCompleted(Event):
     broken_soft: tuple[str, ...] = ()
     plan_source: str = ""
     fallback: str = ""
+    # v3: how the MILP took the lexicographic objective, "weighted" or "sequential"
+    # (Policy solver.levels); "" for greedy (v2 events: "weighted" for a MILP, as they ran).
+    levels: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -318,6 +318,9 @@ class Policy:
     # Branch-and-bound nodes each MILP solve may explore: the deterministic stop, so a
     # decision is a function of the log and the commit (docs/placement.md).
     node_limit: int = 100
+    # How the lexicographic objective is solved (engine/placement/levels.py): "weighted",
+    # one weighted sum; "sequential", level 1 first, then the rest with level 1 held.
+    levels: str = "weighted"
     priority_weight: float = 1.0
     move_cost: float = 1.0
     preemption_cost: float = 1.0

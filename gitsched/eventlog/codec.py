@@ -45,7 +45,15 @@ def _solve_completed_v1(data: dict[str, Any]) -> dict[str, Any]:
     return {**data, "plan_source": "unrecorded", "fallback": ""}
 
 
+def _solve_completed_v2(data: dict[str, Any]) -> dict[str, Any]:
+    """v2 did not record how the objective's levels were solved: every MILP of v2 took them
+    as one weighted sum ("weighted"); greedy has none ("")."""
+    milp = str(data.get("solver", "")).split("/")[0] in ("highs", "cbc", "cpsat")
+    return {**data, "levels": "weighted" if milp else ""}
+
+
 UPCASTERS[("SolveCompleted", 1)] = _solve_completed_v1
+UPCASTERS[("SolveCompleted", 2)] = _solve_completed_v2
 
 
 def _placement_decided_v1(data: dict[str, Any]) -> dict[str, Any]:

@@ -52,6 +52,7 @@ POLICY_FIELD_NAMES = {
     "time_limit_s": "solver.timeLimitSeconds",
     "gap_tolerance": "solver.gapTolerance",
     "node_limit": "solver.nodeLimit",
+    "levels": "solver.levels",
     "priority_weight": "objective.priorityWeight",
     "move_cost": "objective.moveCost",
     "preemption_cost": "objective.preemptionCost",

@@ -958,6 +958,7 @@ def policy_of(spec: Mapping[str, Any]) -> Policy:
         time_limit_s=float(solver.get("timeLimitSeconds", base.time_limit_s)),
         gap_tolerance=float(solver.get("gapTolerance", base.gap_tolerance)),
         node_limit=int(solver.get("nodeLimit", base.node_limit)),
+        levels=str(solver.get("levels", base.levels)),
         priority_weight=float(objective.get("priorityWeight", base.priority_weight)),
         move_cost=float(objective.get("moveCost", base.move_cost)),
         preemption_cost=float(objective.get("preemptionCost", base.preemption_cost)),

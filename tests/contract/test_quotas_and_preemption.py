@@ -522,3 +522,23 @@ def test_an_incremental_solve_reclaims_as_a_full_one(name: str, backend: str, sp
         got[o.job] = (o.status, o.rule, o.preempted_by) if o.status is R else o.status
     assert got == s.expect
     assert plan.stats.gap is not None and plan.stats.gap <= 0.011
+
+
+@pytest.mark.parametrize("spacing", SPACINGS)
+@pytest.mark.parametrize("backend", ["highs", "cbc"])
+@pytest.mark.parametrize("name", sorted(SCENARIOS))
+def test_the_scenario_gives_its_documented_outcome_level_by_level(
+    name: str, backend: str, spacing: int
+) -> None:
+    """`solver.levels: sequential` (level 1 solved first, then held): the same outcomes."""
+    s = SCENARIOS[name]
+    inst = build(s, spacing)
+    inst = replace(inst, policy=replace(inst.policy, levels="sequential"))
+    chosen = MilpPlacer(backend)
+    plan = chosen.solve(inst)
+    assert rules_problems(inst, plan) == []
+    assert chosen.last_report is not None and chosen.last_report.problems == ()
+    got: dict[str, object] = {}
+    for o in plan.outcomes:
+        got[o.job] = (o.status, o.rule, o.preempted_by) if o.status is R else o.status
+    assert got == s.expect

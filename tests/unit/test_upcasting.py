@@ -202,6 +202,36 @@ def test_a_v1_solve_completed_reads_as_of_an_unrecorded_plan_source() -> None:
 
 
 @pytest.mark.parametrize(
+    ("solver", "levels"),
+    [("highs", "weighted"), ("cbc", "weighted"), ("highs/decomposed", "weighted"), ("greedy", "")],
+)
+def test_a_v2_solve_completed_reads_as_of_one_weighted_objective(solver: str, levels: str) -> None:
+    """v2 had no `solver.levels`: every MILP solve took the levels as one weighted sum."""
+    v2 = {
+        "solve_id": "abc/solve",
+        "solver": solver,
+        "status": "optimal",
+        "objective": 12.5,
+        "bound": 12.5,
+        "gap": 0.0,
+        "seconds": 0.01,
+        "variables": 3,
+        "constraints": 2,
+        "placed": 1,
+        "kept": 0,
+        "moved": 0,
+        "preempted": 0,
+        "pending": 0,
+        "broken_soft": [],
+        "plan_source": "milp",
+        "fallback": "",
+    }
+    event = codec.decode(stored("SolveCompleted", 2, v2))
+    assert isinstance(event, ev.SolveCompleted)
+    assert (event.levels, event.solver, event.plan_source) == (levels, solver, "milp")
+
+
+@pytest.mark.parametrize(
     ("type_name", "data"),
     [
         ("JobFinished", {"job": "q/a"}),

@@ -263,6 +263,7 @@ class DecomposedPlacer:
                 seconds=time.perf_counter() - started,
                 variables=sum(p.stats.variables for p in plans),
                 constraints=sum(p.stats.constraints for p in plans),
+                levels=plans[0].stats.levels if plans else "",
             ),
             broken_soft=tuple(s for p in plans for s in p.broken_soft),
         )

@@ -35,6 +35,7 @@ from gitsched.engine.placement.formulation import (
 from gitsched.engine.placement.fragmentation import NodeScorer
 from gitsched.engine.placement.greedy import GreedyPlacer, Packing, priority_key
 from gitsched.engine.placement.incremental import incremental_start
+from gitsched.engine.placement.levels import solve_levels
 from gitsched.engine.placement.linear import LinearModel, LinearSolution, SolveLimits, solve
 from gitsched.engine.placement.moves import settle_moves
 from gitsched.engine.placement.objective import (
@@ -43,6 +44,7 @@ from gitsched.engine.placement.objective import (
     objective_terms,
     plan_compactness,
     plan_objective,
+    weights,
 )
 from gitsched.engine.placement.plan import (
     JobOutcome,
@@ -120,6 +122,8 @@ class MilpPlacer:
         self._reserve = RESERVE_S
         self._clock_stopped = False
         self._node_limit = 0
+        # Under `solver.levels: sequential`: the columns of level 1, solved first.
+        self._level1: tuple[int, ...] = ()
         # The reclaims an incremental solve must do (greedy on the whole sub-problem).
         self._reclaims: tuple[tuple[str, str], ...] = ()
 
@@ -217,12 +221,21 @@ class MilpPlacer:
         self._rens = (0, 0)
         self._clock_stopped = False
         self._reclaims = ()
+        self._level1 = ()
 
     def _run(
-        self, model: LinearModel, limits: SolveLimits, warm: Sequence[float] | None = None
+        self,
+        model: LinearModel,
+        limits: SolveLimits,
+        warm: Sequence[float] | None = None,
+        level1: Sequence[int] = (),
     ) -> LinearSolution:
-        """`solve`, noting whether the wall clock stopped it."""
-        solution = solve(model, self.backend, limits, warm)
+        """`solve`, noting whether the wall clock stopped it; with `level1` (the columns of
+        the objective's level 1, under `solver.levels: sequential`) level by level."""
+        if level1:
+            solution = solve_levels(model, self.backend, limits, warm, level1)
+        else:
+            solution = solve(model, self.backend, limits, warm)
         self._clock_stopped |= solution.clock_stopped
         return solution
 
@@ -254,6 +267,7 @@ class MilpPlacer:
         )
         built = time.perf_counter()
         formulation = build(sub, greedy_sub, options)
+        self._level1 = tuple(sorted(formulation.nominal)) if policy.levels == "sequential" else ()
         # Packing the solution and explaining the plan take about as long as the build did.
         self._reserve = min(
             RESERVE_MAX_S, max(0.3, RESERVE_PER_BUILD * (time.perf_counter() - built))
@@ -291,8 +305,14 @@ class MilpPlacer:
             # MIP bound is the bound; relax-and-fix would report the LP relaxation's, a
             # "gap" of 20-30% on a plan that is optimal.
             limits = SolveLimits(left(), policy.gap_tolerance, node_limit=policy.node_limit)
-            solution = self._run(closed, limits, warm)
+            # Its MIP bound is the solve's: level by level only where the weights are
+            # lexicographic, so that the bound with level 1 held bounds the one objective.
+            outright = self._level1 if weights(sub).lexicographic else ()
+            solution = self._run(closed, limits, warm, outright)
             bound = solution.bound
+            if bound is None and outright and self._in_time(left, self._reserve):
+                # Level 1 not proved: the weighted objective's LP relaxation bounds the solve.
+                bound = self._run(formulation.lp, SolveLimits(left(), 0.0, relax=True)).bound
             if warm is not None and (
                 solution.objective is None or closed.objective(warm) > solution.objective + EPS
             ):
@@ -591,7 +611,7 @@ class MilpPlacer:
             node_limit=node_limit,
             extra=extra,
         )
-        return self._run(closed.with_bounds(lower, upper), limits, incumbent)
+        return self._run(closed.with_bounds(lower, upper), limits, incumbent, self._level1)
 
     def _mark(self, phase: str) -> None:
         now = time.perf_counter()
@@ -719,6 +739,7 @@ class MilpPlacer:
                 if fell_back or greedy_tighter or greedy_less_fragmented or greedy_earlier
                 else "milp",
                 fallback=fallback,
+                levels=instance.policy.levels,
             ),
             broken_soft=broken_soft_constraints(instance, outcomes),
         )

@@ -66,6 +66,9 @@ class Weights:
 
     running: Mapping[int, float]
     nominal: Mapping[int, float]
+    # Each level outweighs all the levels below it (False where WEIGHT_RANGE spaced them
+    # evenly instead): then a plan of a lower level 1 never scores higher (levels.py).
+    lexicographic: bool = True
 
     def value(self, job: Job, replicas: int) -> float:
         return gpu_value(job, replicas) * self.running.get(job.priority, 1.0)
@@ -159,7 +162,9 @@ def _weights(instance: PlacementInstance) -> Weights:
     scale = MARGIN * below / (gpus_from_milli(least_gpu) if least_gpu else 1.0)
     base = min(running.values(), default=1.0)
     nominal = {p: scale * w / base for p, w in running.items()}
+    lexicographic = True
     if max(nominal.values(), default=1.0) > WEIGHT_RANGE:
+        lexicographic = False
         ranks = sorted(running)
         rho = WEIGHT_RANGE ** (1.0 / (2 * len(ranks) + 1))
         running = {p: rho ** (i + 1) for i, p in enumerate(ranks)}
@@ -168,8 +173,10 @@ def _weights(instance: PlacementInstance) -> Weights:
         flat_running = running.get(0, 1.0)
         flat_nominal = nominal.get(0, scale)
         ps = {j.priority for j in instance.jobs}
-        return Weights(dict.fromkeys(ps, flat_running), dict.fromkeys(ps, flat_nominal))
-    return Weights(running, nominal)
+        return Weights(
+            dict.fromkeys(ps, flat_running), dict.fromkeys(ps, flat_nominal), lexicographic
+        )
+    return Weights(running, nominal, lexicographic)
 
 
 def move_penalty(job: Job, lost_seconds: float, policy: Policy) -> float:

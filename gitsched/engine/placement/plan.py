@@ -123,6 +123,9 @@ class SolveStats:
     # MILP and greedy's plan was taken instead, why ("" when the MILP's own plan stands).
     plan_source: str = ""
     fallback: str = ""
+    # How the MILP took the lexicographic objective ("weighted" | "sequential",
+    # engine/placement/levels.py); "" for a solve without one (greedy).
+    levels: str = ""
 
 
 @dataclass(frozen=True, slots=True)
