@@ -45,11 +45,12 @@ def scene(
     other_nominal: int = 0,
     preemption: bool = True,
     big_waits: bool = True,
+    svc_priority: int = 500,
 ) -> PlacementInstance:
     t1 = limited(job("t1", queue="train", replicas=8, submitted_at="2026-11-22T11:00:00Z"), 60)
     t2 = job("t2", queue=t2_queue, replicas=8, submitted_at="2026-11-22T11:00:00Z")
     big = limited(job("big", queue="train", gpu=8, submitted_at="2026-11-22T11:50:00Z"), 120)
-    svc = job("r0", queue="svc", submitted_at="2026-11-22T11:55:00Z")
+    svc = job("r0", queue="svc", priority=svc_priority, submitted_at="2026-11-22T11:55:00Z")
     quotas = {
         "svc": svc_nominal,
         "train": 8,
@@ -146,3 +147,18 @@ def test_no_reclaim_no_yield(solver: str, why: str, change: dict[str, object]) -
     r0 = plan.outcome("svc/r0")
     assert r0 is not None and r0.status is OutcomeStatus.PENDING, why
     assert "held for the reservation of train/big" in r0.reason, why
+
+
+@pytest.mark.parametrize("solver", SOLVERS)
+def test_a_higher_priority_replica_is_ahead_of_any_reservation(solver: str) -> None:
+    # the replica's class is higher than big's: first in wait order, no reservation is
+    # held against it (it is the top job that cannot start without preemption), and the
+    # solve reclaims for it from other, which borrows
+    instance = scene(solver, t2_queue="other", svc_priority=900)
+    assert reserve(instance).constraining(instance.jobs[-1]) == ()
+    plan = solve(instance)
+    assert plan is not None
+    assert check_plan(instance, plan) == []
+    r0 = plan.outcome("svc/r0")
+    assert r0 is not None and r0.status is OutcomeStatus.PLACED
+    assert [o.job for o in plan.outcomes if o.status is OutcomeStatus.PREEMPTED] == ["other/t2"]

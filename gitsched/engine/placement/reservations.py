@@ -224,8 +224,10 @@ def borrowed(packing: Packing, job: Job, flavor: str | None, amount: int) -> int
     """What of `amount` milli-GPU of `flavor` the job's queue would borrow, with the usage
     the packing has at the reservation's start (a queue in no cohort borrows nothing)."""
     queue = packing.queues.get(job.queue)
-    fq = queue.quota(flavor) if queue is not None and flavor is not None else None
-    if fq is None or queue is None or queue.cohort is None:
+    if flavor is None or queue is None or queue.cohort is None:
+        return 0
+    fq = queue.quota(flavor)
+    if fq is None:
         return 0
     over = packing.ledger.usage[(job.queue, flavor)] + amount - fq.nominal
     return max(0, min(amount, over))
@@ -307,12 +309,14 @@ def backfill(
         if isinstance(free, Miss) and not misses.held_back(job, around, base, jobs):
             # No room even off the reservations; but held, it was not put to the solve, so
             # it preempted nothing either: the reason says so, naming the reservation.
+            reason = free.reason
+            if around:  # none when the reservations that held it are gone (started now)
+                reason = (
+                    f"{reason}; {held_text(job, around, instance)}, so it neither takes "
+                    "reserved nodes nor preempts"
+                )
             extra[job.key] = JobOutcome(
-                job.key,
-                OutcomeStatus.PENDING,
-                reason=f"{free.reason}; {held_text(job, around, instance)}, so it neither "
-                "takes reserved nodes nor preempts",
-                constraint=free.constraint,
+                job.key, OutcomeStatus.PENDING, reason=reason, constraint=free.constraint
             )
             continue
         extra[job.key] = JobOutcome(
