@@ -8,9 +8,10 @@ not (`Policy.backfill.reservations` of them) get the earliest time at which, by 
 running jobs' start + time limit, room frees for them within their flavors, topology and
 quota, and the nodes they would take then. `with_reservations` wraps any solver: the jobs
 a reservation constrains (later in wait order, and running past its start: no limit, or
-now + limit after it; not a queue that may reclaim the part of it that is borrowed,
-engine.placement.preemption.reservation_yields) are left out of the solve, then placed by a backfill pass that
-keeps them off the reserved nodes and out of the reserved quota. One rule, so greedy,
+now + limit after it; but not a job whose queue may reclaim the part of it that is
+borrowed, engine.placement.preemption.reservation_yields) are left out of the solve,
+then placed by a backfill pass that keeps them off the reserved nodes and out of the
+reserved quota. One rule, so greedy,
 the MILP, `plan`, `reconcile` and `audit` agree (docs/time.md).
 """
 
