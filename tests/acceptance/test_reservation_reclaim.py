@@ -19,8 +19,8 @@ from gitsched.reconciler.git import GitRepo
 from gitsched.reconciler.loop import Reconciler
 from tests.support.cluster_repo import (
     CLUSTER_YAML,
-    POOL_YAML,
     POLICY_YAML,
+    POOL_YAML,
     ClusterRepo,
     gitsched,
     job_yaml,
@@ -66,10 +66,10 @@ def test_a_queue_below_nominal_reclaims_past_a_borrowing_reservation(
         assert reservation["borrowed_milli"] == 8000
 
         repo.write("teams/svc/jobs/r0.yaml", job_yaml("r0", gpu=1))
-        events, plan = planned_then_reconciled(repo, event_log, reconciler, "svc asks for 1")
+        events, _ = planned_then_reconciled(repo, event_log, reconciler, "svc asks for 1")
         stopped = of(events, "JobPreempted")
         assert [(p["rule"], p["preempted_by"]) for p in stopped] == [("reclaim", "svc/r0")]
-        assert stopped[0]["job"] in {"train/t2", "train/t3", "train/t4", "train/t1"}
+        assert stopped[0]["job"].startswith("train/t")  # a borrowing training job
         assert "svc/r0" in {p["job"] for p in of(events, "PlacementDecided")}
 
     out = gitsched("audit", "compliance", "--repo", repo.path, "--format", "json").json()
