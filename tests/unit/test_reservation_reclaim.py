@@ -124,8 +124,10 @@ def test_a_reservation_within_its_queues_nominal_quota_is_kept(solver: str) -> N
     assert big is not None and big.constraint == RESERVED
     assert r0 is not None and r0.status is OutcomeStatus.PENDING
     # it says which reservation holds it, not only that no node has room
-    assert "held for the reservation of train/big from 2026-11-22 12:30 UTC" in r0.reason
-    assert "neither takes reserved nodes nor preempts" in r0.reason
+    assert r0.reason.startswith("cohort c shares 16 h100 GPUs and 16 are in use")
+    assert r0.reason.endswith(
+        "; held for the reservation of train/big: it neither takes reserved nodes nor preempts"
+    )
     assert not [o for o in plan.outcomes if o.status is OutcomeStatus.PREEMPTED]
 
 

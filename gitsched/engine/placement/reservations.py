@@ -312,8 +312,12 @@ def backfill(
             # it preempted nothing either: the reason says so, naming the reservation.
             reason = free.reason
             if around:  # none when the reservations that held it are gone (started now)
+                # The reserved job's name only, not the start: a backlog's reasons (and
+                # their JobPending events) change when the reservation does, not each time
+                # its start moves.
+                first = min(around, key=lambda r: (r.start, r.job))
                 reason = (
-                    f"{reason}; {held_text(job, around, instance)}, so it neither takes "
+                    f"{reason}; held for the reservation of {first.job}: it neither takes "
                     "reserved nodes nor preempts"
                 )
             extra[job.key] = JobOutcome(
