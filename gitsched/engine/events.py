@@ -384,9 +384,11 @@ class JobTimedOut(Event):
 @dataclass(frozen=True, slots=True)
 class ReservationsDecided(Event):
     """The reservations a solve holds (engine/placement/reservations.py), all of them:
-    they replace the ones before. Appended only when they changed."""
+    they replace the ones before. Appended only when they changed. v2: each reservation
+    says how much of it its queue borrows (`borrowed_milli`)."""
 
     type: ClassVar[str] = "ReservationsDecided"
+    schema_version: ClassVar[int] = 2
     solve_id: str
     at: str
     reservations: tuple[Reservation, ...]

@@ -429,7 +429,10 @@ class Placement:
 class Reservation:
     """A fact of a plan (engine/placement/reservations.py): `job`, which cannot start now,
     will start at `start` on `nodes` (`gpu_milli` of `flavor` from its queue's quota), when
-    the jobs in `waits_for` reach their time limits. Later jobs that would delay it wait."""
+    the jobs in `waits_for` reach their time limits. Later jobs that would delay it wait,
+    but a queue below its nominal quota that may reclaim from the reserved job's queue does
+    not wait for the `borrowed_milli` of it that is beyond that queue's nominal quota
+    (engine.placement.preemption.reservation_yields)."""
 
     job: str
     start: str
@@ -437,6 +440,8 @@ class Reservation:
     flavor: str | None
     gpu_milli: int
     waits_for: tuple[str, ...] = ()
+    # milli-GPU of the reservation beyond its queue's nominal quota at `start` (0: none)
+    borrowed_milli: int = 0
 
 
 def utc_time(text: str) -> str:

@@ -74,6 +74,16 @@ def _job_ended_v1(data: dict[str, Any]) -> dict[str, Any]:
 for _ended in ("JobFinished", "JobFailed", "JobInterrupted"):
     UPCASTERS[(_ended, 1)] = _job_ended_v1
 UPCASTERS[("CommitApplied", 1)] = _commit_v1_to_v2
+
+
+def _reservations_decided_v1(data: dict[str, Any]) -> dict[str, Any]:
+    """v1 did not record what a reservation borrowed: none (it held against every later job,
+    as it did then)."""
+    held = [{**r, "borrowed_milli": 0} for r in data.get("reservations", ())]
+    return {**data, "reservations": held}
+
+
+UPCASTERS[("ReservationsDecided", 1)] = _reservations_decided_v1
 UPCASTERS[("CommitRejected", 1)] = _commit_v1_to_v2
 
 

@@ -267,3 +267,24 @@ def test_a_stored_v1_placement_decided_reads_as_v2_with_its_move_reason_unrecord
     assert ev.PlacementDecided.schema_version == 2
     new = codec.encode(moved, id="x/1", actor="solver", cause="c")
     assert new.schema_version == 2 and new.data["rule"] == "unrecorded"
+
+
+def test_a_v1_reservations_decided_reads_as_borrowing_nothing() -> None:
+    """v2 records the part of each reservation beyond its queue's nominal quota; a v1
+    reservation borrowed nothing: it is held against every later job, as it was then."""
+    reservation = {
+        "job": "q/big",
+        "start": "2026-01-01T01:00:00.000000Z",
+        "nodes": ["n1"],
+        "flavor": "h100",
+        "gpu_milli": 8000,
+        "waits_for": ["q/a"],
+    }
+    v1 = {"solve_id": "s1", "at": "2026-01-01T00:00:00.000000Z", "reservations": [reservation]}
+    event = codec.decode(stored("ReservationsDecided", 1, v1))
+    assert isinstance(event, ev.ReservationsDecided)
+    (r,) = event.reservations
+    assert (r.job, r.gpu_milli, r.borrowed_milli) == ("q/big", 8000, 0)
+    assert ev.ReservationsDecided.schema_version == 2
+    new = codec.encode(event, id="x/1", actor="solver", cause="c")
+    assert new.schema_version == 2 and new.data["reservations"][0]["borrowed_milli"] == 0

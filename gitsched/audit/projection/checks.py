@@ -148,7 +148,9 @@ class ComplianceChecks:
     ) -> None:
         """A job started at `time` must not delay a reservation held then: unless it is
         ahead of the reserved job in wait order, or its limit ends by the reservation's
-        start, it may not take a reserved node (engine.placement.reservations)."""
+        start, or its queue reclaims what the reservation borrows (the engine's rule,
+        engine.placement.preemption.reservation_yields), it may not take a reserved node
+        (engine.placement.reservations)."""
         s = self.state
         if not s.reservations:
             return
@@ -170,6 +172,8 @@ class ComplianceChecks:
             taken = sorted(set(nodes) & set(r["nodes"]))
             if not taken:
                 continue
+            if preemption_rules.reservation_yields_to(s, key, job, r):
+                continue  # its queue reclaims what the reservation borrows
             runs = (
                 "no time limit"
                 if job.time_limit_minutes is None

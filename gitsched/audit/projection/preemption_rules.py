@@ -21,11 +21,12 @@ from gitsched.engine.placement.preemption import (
     judge,
     protected,
     protection_minutes,
+    reservation_yields,
     too_young,
 )
 
 if TYPE_CHECKING:
-    from gitsched.audit.projection.state import ProjectionState, Running
+    from gitsched.audit.projection.state import JobInfo, ProjectionState, Running
 
 
 def _policy(data: dict[str, Any]) -> Policy:
@@ -185,3 +186,37 @@ def check(
     if rule != Rule.UNRECORDED and rule != verdict:
         return f"{key} preempted by {by} under rule {rule}, but the rules give {verdict}", evidence
     return None
+
+
+def reservation_yields_to(
+    state: ProjectionState, key: str, job: JobInfo, reservation: dict[str, Any]
+) -> bool:
+    """Whether `reservation` (a ReservationsDecided entry) was not held against `key`, which
+    has just started: `gitsched.engine.placement.preemption.reservation_yields`, with the
+    job's queue's usage of the reservation's flavor, the job counted, against its nominal
+    quota. Reservations logged before v2 borrowed nothing."""
+    flavor = reservation.get("flavor")
+    borrowed = int(reservation.get("borrowed_milli", 0) or 0)
+    reserved = state.jobs.get(reservation["job"])
+    if flavor is None or borrowed <= 0 or reserved is None:
+        return False
+    nominal = _nominal(state, job.queue, flavor)
+    within = nominal is not None and _usage(state, job.queue, flavor, None) <= nominal
+    mine, theirs = state.queues.get(job.queue), state.queues.get(reserved.queue)
+    return reservation_yields(
+        _policy(state.policy),
+        Party(
+            job.queue,
+            mine.cohort if mine else None,
+            job.priority,
+            reclaim=_reclaim(mine.data if mine else {}),
+        ),
+        Party(
+            reserved.queue,
+            theirs.cohort if theirs else None,
+            reserved.priority,
+            reserved.preemptible,
+        ),
+        borrowed_milli=borrowed,
+        within_nominal=within,
+    )

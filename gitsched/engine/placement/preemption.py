@@ -96,6 +96,29 @@ def judge(
     return Rule.RECLAIM
 
 
+def reservation_yields(
+    policy: Policy, claimant: Party, reserved: Party, *, borrowed_milli: int, within_nominal: bool
+) -> bool:
+    """Whether a backfill reservation of `reserved`'s job is not held against `claimant`'s
+    (docs/time.md, "Reservations and reclaim"). A reservation promises only what its queue
+    is entitled to: when part of it is borrowed (`borrowed_milli` > 0) and the claimant's
+    queue, within its nominal quota of the reservation's flavor with the claimant started
+    (`within_nominal`), could reclaim from the reserved job's queue by the rules above
+    (`judge`: same cohort, reclaimWithinCohort, preemption on), the claimant does not wait
+    for it: the reserved job, started on borrowed quota, would be reclaimed at once.
+    Greedy, the MILP, `plan`, `reconcile` and `audit compliance` all ask this."""
+    if borrowed_milli <= 0:
+        return False
+    verdict = judge(
+        policy,
+        claimant,
+        reserved,
+        victim_queue_borrows=True,
+        preemptor_queue_below_nominal=within_nominal,
+    )
+    return verdict is Rule.RECLAIM
+
+
 def party(job: Job, queues: Mapping[str, Queue]) -> Party:
     queue = queues.get(job.queue)
     return Party(

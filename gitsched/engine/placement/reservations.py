@@ -8,14 +8,17 @@ not (`Policy.backfill.reservations` of them) get the earliest time at which, by 
 running jobs' start + time limit, room frees for them within their flavors, topology and
 quota, and the nodes they would take then. `with_reservations` wraps any solver: the jobs
 a reservation constrains (later in wait order, and running past its start: no limit, or
-now + limit after it) are left out of the solve, then placed by a backfill pass that
-keeps them off the reserved nodes and out of the reserved quota. One rule, so greedy,
+now + limit after it; but not a job whose queue may reclaim the part of it that is
+borrowed, engine.placement.preemption.reservation_yields) are left out of the solve,
+then placed by a backfill pass that keeps them off the reserved nodes and out of the
+reserved quota. One rule, so greedy,
 the MILP, `plan`, `reconcile` and `audit` agree (docs/time.md).
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections import defaultdict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -29,6 +32,7 @@ from gitsched.engine.placement.plan import (
     PlacementInstance,
     PlacementPlan,
 )
+from gitsched.engine.placement.preemption import reservation_yields
 from gitsched.engine.timelimits import limit_reached_at, parse_time, plus_minutes
 from gitsched.engine.units import gpus_text
 
@@ -47,13 +51,17 @@ class Book:
     order: dict[str, int] = dataclasses.field(default_factory=dict)
     # a top job that got no reservation -> the running jobs without a limit that block it
     unbounded: dict[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
+    # (waiting job, reserved job): the reservation is not held against that job, whose
+    # queue may reclaim what the reservation borrows (`yielding`)
+    yields: frozenset[tuple[str, str]] = frozenset()
     # now + a limit in minutes -> that moment's text: every waiting job asks, and most ask
     # one of a few limits (a cache, not data)
     _ends: dict[int, str] = dataclasses.field(default_factory=dict, compare=False, repr=False)
 
     def constraining(self, job: Job) -> tuple[Reservation, ...]:
         """The reservations `job` could delay if it started now: those of jobs ahead of it
-        in wait order whose start it would run past (no limit, or now + limit after it)."""
+        in wait order whose start it would run past (no limit, or now + limit after it),
+        but for those that yield to it (a reclaim of what they borrow)."""
         mine = self.order.get(job.key)
         if mine is None:
             return ()
@@ -64,7 +72,9 @@ class Book:
         return tuple(
             r
             for r in self.reservations
-            if self.order[r.job] < mine and (ends is None or ends > r.start)
+            if self.order[r.job] < mine
+            and (ends is None or ends > r.start)
+            and (job.key, r.job) not in self.yields
         )
 
 
@@ -85,6 +95,7 @@ def reserve(instance: PlacementInstance) -> Book:
         packing.commit(job, Fit(placement.flavor, placement.replicas))
         reached = limit_reached_at(job, placement)
         ends[key] = None if reached is None else max(reached, now)
+    used = dict(packing.ledger.usage)  # what the running jobs hold: a reclaim's baseline
     waiting = sorted((j for j in instance.jobs if j.key not in instance.current), key=priority_key)
     order = {j.key: i for i, j in enumerate(waiting)}
     reservations: list[Reservation] = []
@@ -116,7 +127,54 @@ def reserve(instance: PlacementInstance) -> Book:
             flavor = packing.nodes[replica.node].flavor
             packing.flavor_free[flavor] += replica.gpu_milli * len(replica.gpus)
         ends[job.key] = None
-    return Book(now, tuple(reservations), order, unbounded)
+    return Book(
+        now, tuple(reservations), order, unbounded, yielding(packing, used, waiting, reservations)
+    )
+
+
+def yielding(
+    packing: Packing,
+    used: dict[tuple[str, str], int],
+    waiting: list[Job],
+    reservations: list[Reservation],
+) -> frozenset[tuple[str, str]]:
+    """(waiting job, reserved job) for each reservation that is not held against the job
+    (engine.placement.preemption.reservation_yields): its queue, with the running jobs'
+    usage `used` and the waiting jobs of the queue before it in wait order and it
+    started, stays within its nominal quota of the reservation's flavor, and may
+    reclaim from the reserved job's queue what the reservation borrows."""
+    borrowing = [r for r in reservations if r.borrowed_milli > 0 and r.flavor is not None]
+    if not borrowing:
+        return frozenset()
+    flavors = sorted({r.flavor for r in borrowing if r.flavor is not None})
+    jobs = {j.key: j for j in waiting}
+    claimed: dict[tuple[str, str], int] = defaultdict(int)
+    pairs: set[tuple[str, str]] = set()
+    policy = packing.instance.policy
+    for job in waiting:  # in wait order: the first of a queue claim its nominal quota first
+        queue = packing.queues.get(job.queue)
+        eligible = eligible_flavors(job, queue)
+        within: dict[str, bool] = {}
+        for flavor in flavors:
+            fq = queue.quota(flavor) if queue is not None else None
+            if fq is None or flavor not in eligible:
+                continue
+            claimed[(job.queue, flavor)] += job.smallest_gang * job.resources.gpu_milli
+            within[flavor] = (
+                used.get((job.queue, flavor), 0) + claimed[(job.queue, flavor)] <= fq.nominal
+            )
+        for r in borrowing:
+            if r.job == job.key or r.flavor is None or r.flavor not in within or r.job not in jobs:
+                continue
+            if reservation_yields(
+                policy,
+                packing.party(job),
+                packing.party(jobs[r.job]),
+                borrowed_milli=r.borrowed_milli,
+                within_nominal=within[r.flavor],
+            ):
+                pairs.add((job.key, r.job))
+    return frozenset(pairs)
 
 
 def _earliest(
@@ -146,19 +204,34 @@ def _earliest(
                     or (fit.flavor == found.flavor and jobs[k].queue == job.queue)
                 )
             )
+            amount = len(found.replicas) * job.resources.gpu_milli
             reservation = Reservation(
                 job=job.key,
                 start=end,
                 nodes=nodes,
                 flavor=found.flavor,
-                gpu_milli=len(found.replicas) * job.resources.gpu_milli,
+                gpu_milli=amount,
                 waits_for=freed,
+                borrowed_milli=borrowed(packing, job, found.flavor, amount),
             )
             result = (reservation, found)
             break
     for key, fit, _ in reversed(released):
         packing.commit(jobs[key], fit)
     return result
+
+
+def borrowed(packing: Packing, job: Job, flavor: str | None, amount: int) -> int:
+    """What of `amount` milli-GPU of `flavor` the job's queue would borrow, with the usage
+    the packing has at the reservation's start (a queue in no cohort borrows nothing)."""
+    queue = packing.queues.get(job.queue)
+    if flavor is None or queue is None or queue.cohort is None:
+        return 0
+    fq = queue.quota(flavor)
+    if fq is None:
+        return 0
+    over = packing.ledger.usage[(job.queue, flavor)] + amount - fq.nominal
+    return max(0, min(amount, over))
 
 
 def with_reservations(
@@ -235,8 +308,20 @@ def backfill(
             continue
         free = misses.get(job, (), "free") or misses.put(job, (), "free", packing.find(job))
         if isinstance(free, Miss) and not misses.held_back(job, around, base, jobs):
+            # No room even off the reservations; but held, it was not put to the solve, so
+            # it preempted nothing either: the reason says so, naming the reservation.
+            reason = free.reason
+            if around:  # none when the reservations that held it are gone (started now)
+                # The reserved job's name only, not the start: a backlog's reasons (and
+                # their JobPending events) change when the reservation does, not each time
+                # its start moves.
+                first = min(around, key=lambda r: (r.start, r.job))
+                reason = (
+                    f"{reason}; held for the reservation of {first.job}: it neither takes "
+                    "reserved nodes nor preempts"
+                )
             extra[job.key] = JobOutcome(
-                job.key, OutcomeStatus.PENDING, reason=free.reason, constraint=free.constraint
+                job.key, OutcomeStatus.PENDING, reason=reason, constraint=free.constraint
             )
             continue
         extra[job.key] = JobOutcome(
@@ -411,8 +496,9 @@ def when_text(r: Reservation) -> str:
     return f", when {names_text(r.waits_for)} reach their limits"
 
 
-def held_reason(job: Job, around: tuple[Reservation, ...], instance: PlacementInstance) -> str:
-    """Why a job that fits now waits: starting it could delay a reservation."""
+def held_text(job: Job, around: tuple[Reservation, ...], instance: PlacementInstance) -> str:
+    """ "held for the reservation of x from t on n: it has no time limit ...": which
+    reservation holds a job back, and why."""
     first = min(around, key=lambda r: (r.start, r.job))
     runs = (
         "it has no time limit and runs until it ends"
@@ -421,6 +507,10 @@ def held_reason(job: Job, around: tuple[Reservation, ...], instance: PlacementIn
     )
     return (
         f"held for the reservation of {first.job} from {clock_text(first.start)} on "
-        f"{where(instance, first.nodes)}: {runs}, and every place it fits now takes "
-        "reserved nodes or quota"
+        f"{where(instance, first.nodes)}: {runs}"
     )
+
+
+def held_reason(job: Job, around: tuple[Reservation, ...], instance: PlacementInstance) -> str:
+    """Why a job that fits now waits: starting it could delay a reservation."""
+    return f"{held_text(job, around, instance)}, and every place it fits now takes reserved nodes or quota"
