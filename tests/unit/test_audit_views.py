@@ -8,8 +8,10 @@
 from __future__ import annotations
 
 import json
+import os
 import random
 import shutil
+import subprocess
 import sys
 from datetime import datetime
 from functools import cache
@@ -74,6 +76,16 @@ def test_at_equals_replay_at_every_seq(seed: int) -> None:
             assert answered(cluster_at(store, event.seq)) == expected(state), event.seq
 
 
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def state_fields_that_differ(left: str | None, right: str | None) -> list[str]:
+    """The fields of two saved fold states (meta 'state') that differ: what to look at when
+    a view's tables differ only there."""
+    a, b = json.loads(left or "{}"), json.loads(right or "{}")
+    return sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k))
+
+
 def table_rows(store: AuditStore) -> dict[str, list[str]]:
     tables = [r[0] for r in store.db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
     return {t: sorted(map(repr, store.db.execute(f"SELECT * FROM {t}"))) for t in tables}
@@ -127,12 +139,37 @@ def test_a_rebuild_in_a_writer_process_equals_one_folded_in_process(tmp_path: Pa
         result = rebuild(EventList(events), view, batch_events=400, writer_process=True)
         assert (result.applied, result.last_seq) == (3000, 3000)
         with AuditStore(view) as store:
+            differ = state_fields_that_differ(store.meta("state"), whole.meta("state"))
+            assert differ == [], f"the saved state differs in {differ}"
             assert table_rows(store) == expected_rows
         # The state it saved carries on where the fold stopped, usage ledger included.
         rebuild(EventList(events[:1700]), view, batch_events=300, writer_process=True)
         with AuditStore(view) as store:
             assert catch_up(EventList(events), store, verify=True).applied == 1300
             assert table_rows(store) == expected_rows
+
+
+def test_a_rebuild_saves_the_same_state_whatever_the_hash_seeds(tmp_path: Path) -> None:
+    # The writer process starts with a hash seed of its own: pinned here to differ from its
+    # folding process's, and both from this one's, so that a set or dict ordered by hash
+    # reaching the saved state (or any row) fails every time, not once in a while.
+    events = simulated(3000, 1, 300.0)
+    with AuditStore(":memory:") as whole:
+        catch_up(EventList(events), whole, verify=True)
+        expected_rows = table_rows(whole)
+        expected_state = whole.meta("state")
+    for fold_seed, writer_seed in (("0", "1"), ("2", "3")):
+        view = tmp_path / f"audit-{fold_seed}-{writer_seed}.db"
+        subprocess.run(
+            [sys.executable, "-m", "tests.support.audit_rebuild_probe", str(view), writer_seed],
+            cwd=ROOT,
+            env={**os.environ, "PYTHONHASHSEED": fold_seed, "PYTHONPATH": str(ROOT)},
+            check=True,
+        )
+        with AuditStore(view) as store:
+            differ = state_fields_that_differ(store.meta("state"), expected_state)
+            assert differ == [], f"hash seeds {fold_seed}/{writer_seed}: state differs in {differ}"
+            assert table_rows(store) == expected_rows, (fold_seed, writer_seed)
 
 
 def test_a_rebuild_writes_in_process_when_its_writer_cannot_start(
