@@ -221,7 +221,7 @@ def test_bench_synth_names_the_unit_of_every_gap_and_time() -> None:
         "gap_tolerance_pct": 1.0,
         "max_moves_per_solve": 8,
         "time_limit_s": 60.0,
-        "levels": "sequential",  # the built-in policy's
+        "levels": "weighted",  # the built-in policy's
     }
     assert result["milp"]["gap_pct"] is not None and result["greedy"]["gap_pct"] is None
     assert {"gap", "gap_tolerance", "better_by_percent", "phases"}.isdisjoint(all_keys(result))

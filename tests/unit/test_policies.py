@@ -552,7 +552,7 @@ def test_merge_policies_deep_merges_in_file_name_order() -> None:
         "timeLimitSeconds": 60,
         "gapTolerance": 0.01,
         "nodeLimit": 100,
-        "levels": "sequential",
+        "levels": "weighted",
     }
     assert merged["admission"] == default_policy()["admission"]
     assert merge_policies([]) == default_policy()
