@@ -95,7 +95,14 @@ def tail_report(result: ReplayResult, share: float = 0.01) -> TailReport:
                 if _fits(milli[key], took, free):
                     how = "backfill" if "backfilled" in reason else d.source
                     same = "same-queue" if queue[younger] == queue[key] else "other-queue"
-                    report.passed_over[f"{how}/{same}"] += 1
+                    size = (
+                        "younger-larger"
+                        if milli[younger] > milli[key]
+                        else "younger-smaller"
+                        if milli[younger] < milli[key]
+                        else "same-size"
+                    )
+                    report.passed_over[f"{how}/{same}/{size}"] += 1
                     report.held[constraint.get(key, "?") or "none"] += 1
         for key, _, _ in d.started:
             if key in watched and waiting[key][-1][1] < 0:

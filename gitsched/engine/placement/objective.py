@@ -53,10 +53,12 @@ WEIGHT_RANGE = 1e6
 RESOURCES = ("gpu", "cpu", "memory")
 SURPLUS_SHARE = 0.01  # a surplus service replica's stop cost per GPU (a job's is 0.1 and up)
 # What starting the first waiting job in wait order is worth per GPU, on top of its value;
-# the last is worth nearly nothing (wait_order_bonus). A small term: it never outweighs one
-# GPU of any priority class, so it chooses between plans that run as much, never costs a
-# GPU; and it is below one GPU of fairness, so fair share still decides between queues.
-WAIT_ORDER_SHARE = 0.5
+# the last is worth nearly nothing (wait_order_bonus). A tie-break: below one GPU of any
+# priority class (it never costs a GPU), below one GPU of fairness (fair share still
+# decides between queues), and below the least a preemption or a move costs per GPU (a
+# tenth of it, times their costs' weights of 1 built in: it never pays for stopping or
+# moving a job; measured at 0.5 on Philly, it did: 134 -> 205 preemptions in 12 hours).
+WAIT_ORDER_SHARE = 0.05
 
 
 def gpu_value(job: Job, replicas: int) -> float:
