@@ -141,9 +141,7 @@ def _small_terms_bound(instance: PlacementInstance) -> float:
     """The most the small terms (level 3) can add up to in the instance."""
     policy = instance.policy
     jobs = jobs_by_key(instance)
-    total = 1.0
-    for job in instance.jobs:
-        total += wait_order_bonus(instance, job, job.replicas)
+    total = 1.0 + sum(wait_order_bonus(instance, j, j.replicas) for j in instance.jobs)
     for key in sorted(instance.current):
         job = jobs.get(key)
         if job is not None:
