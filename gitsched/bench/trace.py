@@ -41,6 +41,9 @@ COLUMNS = (
     ("p50_wait_s", "P50", "{:.0f} s"),
     ("p99_wait_s", "P99", "{:.0f} s"),
     ("max_wait_s", "MAX", "{:.0f} s"),
+    # every wait, the first and each after a preemption
+    ("mean_total_wait_s", "MEAN TOTAL", "{:.0f} s"),
+    ("p99_total_wait_s", "P99 TOTAL", "{:.0f} s"),
     ("mean_jct_s", "MEAN JCT", "{:.0f} s"),
     ("mean_bounded_slowdown", "SLOWDOWN", "{:.1f}"),
     ("gpu_utilisation_window", "UTIL", "{:.1%}"),

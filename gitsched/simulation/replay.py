@@ -37,6 +37,7 @@ from gitsched.engine.model import (
     PriorityClass,
     Queue,
     QueueingStrategy,
+    ReplicaPlacement,
     Resources,
 )
 from gitsched.engine.state import ClusterState, fold
@@ -340,6 +341,24 @@ class _Run:
     preemptions: int = 0
     lost_gpu_s: float = 0.0
     generation: int = 0
+    # Every wait counted, the first and each one after a preemption: the time since it
+    # arrived or was stopped, to each start (its total time in the queue).
+    queued_s: float = 0.0
+    waiting_since: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """What one decision of a replay did (kept with `record=True`): the jobs it started
+    (key, PlacementDecided.reason), those it stopped (key, preempted by, rule), the free
+    GPUs per node after it (milli-GPU; nodes with none free left out), and whose plan."""
+
+    at: float
+    source: str
+    started: tuple[tuple[str, str, tuple[tuple[str, int], ...]], ...]  # key, reason, node milli
+    stopped: tuple[tuple[str, str | None, str], ...]
+    free_milli: tuple[tuple[str, int], ...]
+    pending: tuple[tuple[str, str], ...] = ()  # JobPending of this decision: key, constraint
 
 
 @dataclass(slots=True)
@@ -357,6 +376,7 @@ class ReplayResult:
     wall_s: float = 0.0
     peak_rss_mib: float = 0.0
     solvers: dict[str, int] = field(default_factory=dict)
+    log: list[Decision] = field(default_factory=list)  # with record=True
 
 
 _FINISH, _ARRIVE = 0, 1
@@ -367,10 +387,12 @@ def replay(
     cluster: ReplayCluster,
     rp: ReplayPolicy,
     limits: dict[int, int] | None = None,
+    *,
+    record: bool = False,
 ) -> ReplayResult:
     """Replay `trace` on `cluster` under `rp`: every decision is the reconciler's step at
     the time of the event it follows. `limits` gives each job's time limit in minutes
-    (None: no limits known)."""
+    (None: no limits known). `record` keeps what each decision did (`ReplayResult.log`)."""
     priorities = sjf_priorities(trace) if rp.oracle_sjf else {j.index: 0 for j in trace}
     setup: list[ev.Event] = [
         ev.ClusterConfigured(cluster=cluster_spec(priorities.values())),
@@ -398,6 +420,7 @@ def replay(
             _, kind, index, generation = heapq.heappop(heap)
             run = runs[index]
             if kind == _ARRIVE:
+                run.waiting_since = now
                 arrived.append(
                     job_of(run.trace, priorities[index], None if limits is None else limits[index])
                 )
@@ -417,11 +440,19 @@ def replay(
                 solver = step.plan.stats.solver
                 result.solvers[solver] = result.solvers.get(solver, 0) + 1
             started: list[ev.Event] = []
+            began: list[tuple[str, str, tuple[tuple[str, int], ...]]] = []
+            pending: list[tuple[str, str]] = []
+            stopped: list[tuple[str, str | None, str]] = []
             for event in step.events:
                 if isinstance(event, ev.PlacementDecided):
                     run = by_key[event.job]
                     if run.started is not None:  # moved: it starts again from its checkpoint
                         _stop(run, now)
+                        run.waiting_since = now
+                    if run.waiting_since is not None:
+                        run.queued_s += now - run.waiting_since
+                        run.waiting_since = None
+                    began.append((event.job, event.reason, _node_milli(event.replicas)))
                     run.started = now
                     run.generation += 1
                     if run.first_start is None:
@@ -439,9 +470,26 @@ def replay(
                 elif isinstance(event, ev.JobPreempted):
                     run = by_key[event.job]
                     _stop(run, now)
+                    run.waiting_since = now
                     run.preemptions += 1
                     result.preemptions += 1
+                    stopped.append((event.job, event.preempted_by, event.rule))
+                elif isinstance(event, ev.JobPending) and record:
+                    pending.append((event.job, event.constraint))
             state = fold(started, step.state)
+            if record:
+                stats = step.plan.stats if step.plan is not None else None
+                source = "" if stats is None else stats.plan_source or stats.solver
+                result.log.append(
+                    Decision(
+                        now,
+                        source,
+                        tuple(began),
+                        tuple(stopped),
+                        _free_milli(state),
+                        tuple(pending),
+                    )
+                )
         gpus = (
             sum(r.gpu_milli * len(r.gpus) for p in state.placements.values() for r in p.replicas)
             / GPU_MILLI
@@ -452,6 +500,26 @@ def replay(
     result.wall_s = time.perf_counter() - started_wall
     result.peak_rss_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return result
+
+
+def _node_milli(replicas: Iterable[ReplicaPlacement]) -> tuple[tuple[str, int], ...]:
+    used: dict[str, int] = {}
+    for r in replicas:
+        used[r.node] = used.get(r.node, 0) + r.gpu_milli * len(r.gpus)
+    return tuple(sorted(used.items()))
+
+
+def _free_milli(state: ClusterState) -> tuple[tuple[str, int], ...]:
+    used: dict[str, int] = {}
+    for p in state.placements.values():
+        for r in p.replicas:
+            used[r.node] = used.get(r.node, 0) + r.gpu_milli * len(r.gpus)
+    out = []
+    for name in sorted(state.nodes):
+        free = state.nodes[name].gpus * GPU_MILLI - used.get(name, 0)
+        if free > 0:
+            out.append((name, free))
+    return tuple(out)
 
 
 def _stop(run: _Run, now: float) -> None:
@@ -494,6 +562,8 @@ def figures(result: ReplayResult) -> dict[str, object]:
     window_end = begin + result.cluster.window_s
     done = [r for r in runs if r.finish is not None]
     waits = [r.first_start - r.trace.submit_s for r in runs if r.first_start is not None]
+    # Every wait of a job, its first and each after a preemption (its time in the queue).
+    totals = [r.queued_s for r in runs if r.first_start is not None]
     never = [r for r in runs if r.first_start is None]
     jct = [r.finish - r.trace.submit_s for r in done if r.finish is not None]
     slowdown = [
@@ -557,6 +627,10 @@ def figures(result: ReplayResult) -> dict[str, object]:
         "p50_wait_s": _percentile(waits, 50),
         "p99_wait_s": _percentile(waits, 99),
         "max_wait_s": max(waits, default=0.0),
+        "mean_total_wait_s": _mean(totals),
+        "p50_total_wait_s": _percentile(totals, 50),
+        "p99_total_wait_s": _percentile(totals, 99),
+        "max_total_wait_s": max(totals, default=0.0),
         "mean_jct_s": _mean(jct),
         "mean_bounded_slowdown": _mean(slowdown),
         "makespan_s": end - begin,

@@ -4,6 +4,7 @@ waits measured through the reconciler's own step at the events' times."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -27,6 +28,7 @@ from gitsched.simulation.replay import (
     size_cluster,
     time_limits,
 )
+from gitsched.simulation.tail import tail_report
 
 HEADER = "timestamp,duration,num_gpus,gpu_time,cluster\n"
 FIFO = ReplayPolicy("best-effort-fifo", Policy(solver="greedy", preemption_enabled=False))
@@ -277,3 +279,36 @@ def test_an_openb_window_replays_the_gpu_pods_created_in_it(tmp_path: Path) -> N
     bad = CliRunner().invoke(main, [*args[:4], "--start", "2017-10-09"])
     assert bad.exit_code == 2
     assert "an openb window starts at a number of days" in bad.output
+
+
+def test_the_total_wait_counts_the_wait_after_a_preemption() -> None:
+    """One 8-GPU node, queues a and b with 4 GPUs nominal each in one cohort. a's 8-GPU job
+    borrows b's half from t=0; b's 4-GPU job at t=100 reclaims it (the built-in policy
+    preempts), so a's job waits again until b's ends at t=1,100. Its first wait is 0, its
+    total queue time 1,000 s: the figure the total-wait keys report."""
+    jobs = [
+        TraceJob(0, 0.0, 5000.0, 8 * GPU_MILLI, "a"),
+        TraceJob(1, 100.0, 1000.0, 4 * GPU_MILLI, "b"),
+    ]
+    sized = size_cluster(jobs, load=100.0)
+    assert sized.gpus == 8
+    halves = tuple(
+        replace(q, quotas=(replace(q.quotas[0], nominal=4 * GPU_MILLI),)) for q in sized.queues
+    )
+    cluster = replace(sized, queues=halves)
+    result = replay(jobs, cluster, BUILTIN, record=True)
+    runs = {r.trace.index: r for r in result.jobs}
+    assert runs[0].preemptions == 1 and runs[0].first_start == 0.0
+    assert runs[0].queued_s == 1000.0  # stopped at t=100, started again at t=1,100
+    assert runs[1].queued_s == 0.0
+    out = figures(result)
+    assert out["mean_wait_s"] == 0.0
+    assert out["mean_total_wait_s"] == 500.0
+    assert out["max_total_wait_s"] == 1000.0
+    # The decision log says who stopped it and why.
+    stops = [s for d in result.log for s in d.stopped]
+    assert stops == [("a/j000000", "b/j000001", "reclaim")]
+    # The tail's diagnosis: the worst job's whole queue time came after its preemption.
+    tail = tail_report(result, share=0.5)
+    assert (tail.jobs, tail.preempted_jobs, tail.rewait_share) == (1, 1, 1.0)
+    assert dict(tail.preempted_by) == {"reclaim": 1}

@@ -42,6 +42,7 @@ from gitsched.engine.placement.objective import (
     move_penalty,
     preemption_penalty,
     topology_spread_penalty,
+    wait_order_bonus,
     weights,
 )
 from gitsched.engine.placement.plan import OutcomeStatus, PlacementInstance, PlacementPlan
@@ -469,7 +470,8 @@ class Builder:
         level = topo.level if topo is not None else None
         preferred = topo is not None and topo.mode is TopologyMode.PREFERRED
         jv.level = level
-        value = self.weights.value(job, 1)
+        # A replica's worth, and (a waiting job) its place in wait order (objective.py).
+        value = self.weights.value(job, 1) + wait_order_bonus(self.instance, job, 1)
         jv.place = lp.var(f"place__{key}", 0, 1, cost=extra_value)
         if job.smallest_gang < job.replicas:
             jv.replicas = lp.var(f"replicas__{key}", 0, job.replicas, cost=value)

@@ -789,6 +789,7 @@ def _same_but_fragmentation(
         (a.preemptions, b.preemptions),
         (a.fairness, b.fairness),
         (a.topology, b.topology),
+        (a.wait_order, b.wait_order),
     )
     return all(abs(x - y) <= _noise(max(abs(x), abs(y))) for x, y in pairs)
 

@@ -9,8 +9,9 @@ priority classes matters, never their values (engine.placement.preemption has th
    tenth of a GPU per replica);
 3. the small terms: moves, preemptions (lost work since the last checkpoint chooses which
    jobs stop, never whether), fragmentation, unfair shares (lowered for a queue that used
-   much lately: engine/fairshare.py), and gangs spread over more than their preferred
-   topology domain.
+   much lately: engine/fairshare.py), gangs spread over more than their preferred
+   topology domain, and wait order (among plans that run as much, the one that starts
+   the jobs waiting longest: priority, then submission, as greedy and Kueue order them).
 Each level's weight is above everything the levels below can add up to in the instance.
 
 The MILP in `formulation.py` expresses each term linearly; its versions never exceed these (its
@@ -38,6 +39,7 @@ from gitsched.engine.placement.plan import (
     OutcomeStatus,
     PlacementInstance,
 )
+from gitsched.engine.placement.preemption import wait_order
 from gitsched.engine.placement.topology import Span, Tree, gang_topology, span_of
 from gitsched.engine.services import surplus
 from gitsched.engine.units import GPU_MILLI, gpus_from_milli, milli_from_gpus
@@ -50,6 +52,13 @@ MARGIN = 1.01  # each level weighs this much more than all the levels below can 
 WEIGHT_RANGE = 1e6
 RESOURCES = ("gpu", "cpu", "memory")
 SURPLUS_SHARE = 0.01  # a surplus service replica's stop cost per GPU (a job's is 0.1 and up)
+# What starting the first waiting job in wait order is worth per GPU, on top of its value;
+# the last is worth nearly nothing (wait_order_bonus). A tie-break: below one GPU of any
+# priority class (it never costs a GPU), below one GPU of fairness (fair share still
+# decides between queues), and below the least a preemption or a move costs per GPU (a
+# tenth of it, times their costs' weights of 1 built in: it never pays for stopping or
+# moving a job; measured at 0.5 on Philly, it did: 134 -> 205 preemptions in 12 hours).
+WAIT_ORDER_SHARE = 0.05
 
 
 def gpu_value(job: Job, replicas: int) -> float:
@@ -104,11 +113,38 @@ def _nodes_by_name(instance: PlacementInstance) -> dict[str, Node]:
     return {n.name: n for n in instance.nodes}
 
 
+def wait_ranks(instance: PlacementInstance) -> Mapping[str, float]:
+    """Each waiting job's place in wait order as a share in (0, 1]: 1 for the first (the
+    highest priority, then the earliest submitted: preemption.wait_order), down to 1/n for
+    the last of n. Ranked over the whole instance (`basis`), so the part an incremental
+    solve decides ranks alike; worked out once per instance."""
+    if instance.basis is not None:
+        return wait_ranks(instance.basis)
+    return instance.derived(_wait_ranks)
+
+
+def _wait_ranks(instance: PlacementInstance) -> dict[str, float]:
+    waiting = sorted((j for j in instance.jobs if j.key not in instance.current), key=wait_order)
+    n = len(waiting)
+    return {j.key: (n - i) / n for i, j in enumerate(waiting)}
+
+
+def wait_order_bonus(instance: PlacementInstance, job: Job, replicas: int) -> float:
+    """A small term: what starting `replicas` replicas of a waiting job adds for its place in
+    wait order (WAIT_ORDER_SHARE per GPU for the first, less for each later one; nothing for
+    a running job). Among plans that run as many GPUs of each class, the one that starts the
+    jobs waiting longest scores higher: the MILP orders equal work as greedy, Kueue's
+    BestEffortFIFO and Slurm's age factor do. Every solver is scored by it (`_terms`), the
+    MILP carries it on each job's value (formulation.add_placement)."""
+    rank = wait_ranks(instance).get(job.key)
+    return 0.0 if rank is None else WAIT_ORDER_SHARE * rank * gpu_value(job, replicas)
+
+
 def _small_terms_bound(instance: PlacementInstance) -> float:
     """The most the small terms (level 3) can add up to in the instance."""
     policy = instance.policy
     jobs = jobs_by_key(instance)
-    total = 1.0
+    total = 1.0 + sum(wait_order_bonus(instance, j, j.replicas) for j in instance.jobs)
     for key in sorted(instance.current):
         job = jobs.get(key)
         if job is not None:
@@ -421,6 +457,7 @@ class ObjectiveTerms:
     fragmentation: float = 0.0
     fairness: float = 0.0
     topology: float = 0.0
+    wait_order: float = 0.0  # a bonus: starting the jobs waiting longest (wait_order_bonus)
     # Second criterion, not in `total`: among plans of equal score, the tighter wins
     # (topology.py; weighted by level, see compactness_penalty).
     compactness: float = 0.0
@@ -435,6 +472,7 @@ class ObjectiveTerms:
             - self.fragmentation
             - self.fairness
             - self.topology
+            + self.wait_order
         )
 
 
@@ -452,7 +490,7 @@ def _terms(
     nodes = nodes_by_name(instance)
     policy = instance.policy
     w = weights(instance)
-    value = moves = preemptions = topology = compactness = 0.0
+    value = moves = preemptions = topology = compactness = waited = 0.0
     tree = instance_tree(instance) if spans else None
     node_used: dict[str, int] = defaultdict(int)
     quota_used: dict[tuple[str, str], dict[int, int]] = defaultdict(lambda: defaultdict(int))
@@ -467,6 +505,8 @@ def _terms(
         if status in RUNNING_STATUSES:
             count = len(o.replicas)
             value += worth(job, count)
+            if o.job not in instance.current:
+                waited += wait_order_bonus(instance, job, count)
             for replica in o.replicas:
                 node_used[replica.node] += replica.gpu_milli * len(replica.gpus)
             if o.flavor is not None and not quota_exempt(job, status):
@@ -517,7 +557,7 @@ def _terms(
             used = queue_use[target.queue][RESOURCES.index(target.resource)]
             fairness += rate * max(0.0, target.share - used / capacity[target.resource])
     return ObjectiveTerms(
-        value, bonus, moves, preemptions, fragmentation, fairness, topology, compactness
+        value, bonus, moves, preemptions, fragmentation, fairness, topology, waited, compactness
     )
 
 
