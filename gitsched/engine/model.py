@@ -364,6 +364,9 @@ class BackfillPolicy:
     backfill (Slurm's default), more comes closer to conservative backfill, 0 is off."""
 
     reservations: int = 0
+    # Whether a reservation that rests on borrowed quota yields to a queue reclaiming its
+    # nominal quota (preemption.reservation_yields); False: every reservation is kept.
+    yield_to_reclaim: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -1002,7 +1002,10 @@ def policy_of(spec: Mapping[str, Any]) -> Policy:
         backfill=BackfillPolicy(
             reservations=int(
                 spec.get("backfill", {}).get("reservations", base.backfill.reservations)
-            )
+            ),
+            yield_to_reclaim=bool(
+                spec.get("backfill", {}).get("yieldToReclaim", base.backfill.yield_to_reclaim)
+            ),
         ),
         pod_security=pod_security_policy(spec),
     )

@@ -43,7 +43,10 @@ def test_a_queue_below_nominal_reclaims_past_a_borrowing_reservation(
         {
             "cluster.yaml": CLUSTER_YAML,
             "inventory/pool.yaml": POOL_YAML,
-            "policies/default.yaml": POLICY_YAML.replace("name: greedy", f"name: {solver}"),
+            # The Kueue-minded choice: a borrowing reservation yields to reclaim (the built-in
+            # policy keeps every reservation: tests/unit/test_reservation_reclaim.py).
+            "policies/default.yaml": POLICY_YAML.replace("name: greedy", f"name: {solver}")
+            + "  backfill: {reservations: 1, yieldToReclaim: true}\n",
             "teams/train/queue.yaml": queue_yaml("train", 16, extra="  cohort: research\n"),
             "teams/svc/queue.yaml": queue_yaml("svc", 16, extra="  cohort: research\n"),
         }

@@ -46,6 +46,7 @@ def scene(
     preemption: bool = True,
     big_waits: bool = True,
     svc_priority: int = 500,
+    yield_to_reclaim: bool = True,
 ) -> PlacementInstance:
     t1 = limited(job("t1", queue="train", replicas=8, submitted_at="2026-11-22T11:00:00Z"), 60)
     t2 = job("t2", queue=t2_queue, replicas=8, submitted_at="2026-11-22T11:00:00Z")
@@ -68,7 +69,7 @@ def scene(
         policy=Policy(
             solver=solver,
             preemption_enabled=preemption,
-            backfill=BackfillPolicy(reservations=1),
+            backfill=BackfillPolicy(reservations=1, yield_to_reclaim=yield_to_reclaim),
         ),
         now=NOW,
     )
@@ -138,6 +139,8 @@ def test_a_reservation_within_its_queues_nominal_quota_is_kept(solver: str) -> N
         # the cohort's pool stays 16: svc's 8 are another queue's nominal quota
         ("svc at its nominal quota", {"svc_nominal": 0, "other_nominal": 8}),
         ("preemption off", {"preemption": False}),
+        # EASY's promise: backfill.yieldToReclaim false (built in) keeps every reservation
+        ("yieldToReclaim false", {"yield_to_reclaim": False}),
     ],
 )
 def test_no_reclaim_no_yield(solver: str, why: str, change: dict[str, object]) -> None:

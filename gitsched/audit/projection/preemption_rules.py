@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from gitsched.engine.model import Policy, PreemptionScope
+from gitsched.engine.model import BackfillPolicy, Policy, PreemptionScope
 from gitsched.engine.placement.constraints import held_gpu_milli
 from gitsched.engine.placement.preemption import (
     Party,
@@ -31,7 +31,14 @@ if TYPE_CHECKING:
 
 def _policy(data: dict[str, Any]) -> Policy:
     base = Policy()
+    backfill = data.get("backfill") or {}
     return Policy(
+        backfill=BackfillPolicy(
+            reservations=int(backfill.get("reservations", base.backfill.reservations)),
+            yield_to_reclaim=bool(
+                backfill.get("yield_to_reclaim", base.backfill.yield_to_reclaim)
+            ),
+        ),
         preemption_enabled=bool(data.get("preemption_enabled", base.preemption_enabled)),
         preempt_within_queue=PreemptionScope(
             data.get("preempt_within_queue", base.preempt_within_queue)

@@ -106,8 +106,10 @@ def reservation_yields(
     (`within_nominal`), could reclaim from the reserved job's queue by the rules above
     (`judge`: same cohort, reclaimWithinCohort, preemption on), the claimant does not wait
     for it: the reserved job, started on borrowed quota, would be reclaimed at once.
-    Greedy, the MILP, `plan`, `reconcile` and `audit compliance` all ask this."""
-    if borrowed_milli <= 0:
+    Greedy, the MILP, `plan`, `reconcile` and `audit compliance` all ask this. Policy
+    `backfill.yieldToReclaim: false` keeps every reservation (Slurm's: a promise to the
+    top job is kept whatever the quota it rests on)."""
+    if borrowed_milli <= 0 or not policy.backfill.yield_to_reclaim:
         return False
     verdict = judge(
         policy,
