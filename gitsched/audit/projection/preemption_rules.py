@@ -35,9 +35,7 @@ def _policy(data: dict[str, Any]) -> Policy:
     return Policy(
         backfill=BackfillPolicy(
             reservations=int(backfill.get("reservations", base.backfill.reservations)),
-            yield_to_reclaim=bool(
-                backfill.get("yield_to_reclaim", base.backfill.yield_to_reclaim)
-            ),
+            yield_to_reclaim=bool(backfill.get("yield_to_reclaim", base.backfill.yield_to_reclaim)),
         ),
         preemption_enabled=bool(data.get("preemption_enabled", base.preemption_enabled)),
         preempt_within_queue=PreemptionScope(
