@@ -615,6 +615,7 @@ class Simulation:
                     "broken_soft": [],
                     "plan_source": "greedy",
                     "fallback": "",
+                    "levels": "",  # greedy: no objective levels (SolveCompleted v3)
                 },
             )
         )
