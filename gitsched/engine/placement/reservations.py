@@ -144,8 +144,8 @@ def yielding(
     started, stays within its nominal quota of the reservation's flavor, and may
     reclaim from the reserved job's queue what the reservation borrows."""
     borrowing = [r for r in reservations if r.borrowed_milli > 0 and r.flavor is not None]
-    if not borrowing:
-        return frozenset()
+    if not borrowing or not packing.instance.policy.backfill.yield_to_reclaim:
+        return frozenset()  # reservation_yields would say no to every pair: skip the walk
     flavors = sorted({r.flavor for r in borrowing if r.flavor is not None})
     jobs = {j.key: j for j in waiting}
     claimed: dict[tuple[str, str], int] = defaultdict(int)
