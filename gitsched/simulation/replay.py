@@ -108,7 +108,7 @@ def _number(row: dict[str, str], column: str, path: Path, line: int) -> float:
     return value
 
 
-def _rows(path: Path, required: tuple[str, ...]) -> Iterable[tuple[int, dict[str, str]]]:
+def csv_rows(path: Path, required: tuple[str, ...]) -> Iterable[tuple[int, dict[str, str]]]:
     try:
         handle = path.open(newline="", encoding="utf-8")
     except OSError as e:
@@ -132,7 +132,7 @@ def read_philly(path: Path, start: str | None = None, days: float | None = None)
     A malformed row stops the read with its file and line, wherever it is."""
     begin = None if start is None else _parse_start(start)
     jobs: list[TraceJob] = []
-    for line, row in _rows(path, ("timestamp", "duration", "num_gpus", "cluster")):
+    for line, row in csv_rows(path, ("timestamp", "duration", "num_gpus", "cluster")):
         submit = _epoch(row["timestamp"], path, line, "timestamp")
         duration = _number(row, "duration", path, line)
         gpus = _number(row, "num_gpus", path, line)
@@ -162,7 +162,7 @@ def read_openb_lifetimes(
     end = None if begin is None or days is None else begin + days * 86400
     jobs: list[TraceJob] = []
     required = ("num_gpu", "gpu_milli", "qos", "creation_time", "deletion_time")
-    for line, row in _rows(path, required):
+    for line, row in csv_rows(path, required):
         if not row["creation_time"] or not row["deletion_time"]:
             continue
         created = _number(row, "creation_time", path, line)
@@ -536,7 +536,8 @@ def _stop(run: _Run, now: float) -> None:
 # -- figures ---------------------------------------------------------------------------------
 
 
-def _percentile(values: Sequence[float], q: float) -> float:
+def percentile(values: Sequence[float], q: float) -> float:
+    """The nearest-rank q-th percentile (0 for no values): every replay figure's."""
     if not values:
         return 0.0
     ordered = sorted(values)
@@ -610,7 +611,7 @@ def figures(result: ReplayResult) -> dict[str, object]:
         per_queue[queue.name] = {
             "jobs": float(sum(1 for r in runs if r.trace.team == queue.name)),
             "mean_wait_s": _mean(mine),
-            "p99_wait_s": _percentile(mine, 99),
+            "p99_wait_s": percentile(mine, 99),
             "gpu_hours_share": share,
             "nominal_share": nominal,
         }
@@ -624,12 +625,12 @@ def figures(result: ReplayResult) -> dict[str, object]:
         "cluster_gpus": capacity,
         "offered_load": round(result.cluster.offered_load, 4),
         "mean_wait_s": _mean(waits),
-        "p50_wait_s": _percentile(waits, 50),
-        "p99_wait_s": _percentile(waits, 99),
+        "p50_wait_s": percentile(waits, 50),
+        "p99_wait_s": percentile(waits, 99),
         "max_wait_s": max(waits, default=0.0),
         "mean_total_wait_s": _mean(totals),
-        "p50_total_wait_s": _percentile(totals, 50),
-        "p99_total_wait_s": _percentile(totals, 99),
+        "p50_total_wait_s": percentile(totals, 50),
+        "p99_total_wait_s": percentile(totals, 99),
         "max_total_wait_s": max(totals, default=0.0),
         "mean_jct_s": _mean(jct),
         "mean_bounded_slowdown": _mean(slowdown),
@@ -645,8 +646,8 @@ def figures(result: ReplayResult) -> dict[str, object]:
         "retries": result.retries,
         "gpu_hours_lost": sum(r.lost_gpu_s for r in runs) / 3600,
         "decisions": len(result.decision_cpu_s),
-        "p50_decision_cpu_s": _percentile(result.decision_cpu_s, 50),
-        "p99_decision_cpu_s": _percentile(result.decision_cpu_s, 99),
+        "p50_decision_cpu_s": percentile(result.decision_cpu_s, 50),
+        "p99_decision_cpu_s": percentile(result.decision_cpu_s, 99),
         "max_decision_cpu_s": max(result.decision_cpu_s, default=0.0),
         "replay_wall_s": result.wall_s,
         "peak_rss_mib": result.peak_rss_mib,

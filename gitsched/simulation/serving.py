@@ -45,10 +45,11 @@ from gitsched.simulation.replay import (
     MEMORY_MIB_PER_GPU,
     TraceError,
     TraceJob,
-    _rows,
     cluster_spec,
+    csv_rows,
     iso,
     job_of,
+    percentile,
     size_cluster,
     time_limits,
 )
@@ -102,7 +103,7 @@ def read_azure(path: Path, minutes: float | None = None) -> list[Request]:
     from the first arrival. A malformed row stops the read with its file and line."""
     out: list[Request] = []
     first: float | None = None
-    for line, row in _rows(path, ("TIMESTAMP", "ContextTokens", "GeneratedTokens")):
+    for line, row in csv_rows(path, ("TIMESTAMP", "ContextTokens", "GeneratedTokens")):
         text = row["TIMESTAMP"].strip()
         try:
             # Seven digits of fraction: Python reads six.
@@ -698,13 +699,6 @@ def _gpus(s: ServingSetup) -> int:
     return sum(n.gpus for n in s.nodes)
 
 
-def _percentile(values: Sequence[float], q: float) -> float:
-    if not values:
-        return 0.0
-    ordered = sorted(values)
-    return ordered[max(0, math.ceil(q / 100 * len(ordered)) - 1)]
-
-
 def figures(result: ServingResult, slo_ttft_s: float) -> dict[str, object]:
     """One configuration's figures, units in the keys. A minute misses the SLO when the p99
     time to first token of the requests arriving in it is above `slo_ttft_s`; a request
@@ -717,7 +711,7 @@ def figures(result: ServingResult, slo_ttft_s: float) -> dict[str, object]:
     ttft, e2e = ttft[s.preroll :], e2e[s.preroll :]
     for r, t in zip(s.requests[s.preroll :], ttft, strict=True):
         by_minute.setdefault(int((r.arrival_s - s.hour_start_s) // 60), []).append(t)
-    missed = sum(1 for v in by_minute.values() if _percentile(v, 99) > slo_ttft_s)
+    missed = sum(1 for v in by_minute.values() if percentile(v, 99) > slo_ttft_s)
     hour_h = (s.hour_end_s - s.hour_start_s) / 3600
     counts = [c for _, c in result.replicas_over_time]
     rejudged = sum(
@@ -742,10 +736,10 @@ def figures(result: ServingResult, slo_ttft_s: float) -> dict[str, object]:
         "max_replicas": result.config.max_replicas,
         "requests": len(s.requests) - s.preroll,
         "requests_unserved": sum(1 for v in e2e if math.isinf(v)),
-        "p50_latency_s": round(_percentile(e2e, 50), 3),
-        "p99_latency_s": round(_percentile(e2e, 99), 3),
-        "p50_ttft_s": round(_percentile(ttft, 50), 3),
-        "p99_ttft_s": round(_percentile(ttft, 99), 3),
+        "p50_latency_s": round(percentile(e2e, 50), 3),
+        "p99_latency_s": round(percentile(e2e, 99), 3),
+        "p50_ttft_s": round(percentile(ttft, 50), 3),
+        "p99_ttft_s": round(percentile(ttft, 99), 3),
         "slo_p99_ttft_s": slo_ttft_s,
         "minutes": len(by_minute),
         "minutes_over_slo": missed,

@@ -47,6 +47,19 @@ def _policy(data: dict[str, Any]) -> Policy:
     )
 
 
+def _party(state: ProjectionState, job: JobInfo, preemptible: bool = True) -> Party:
+    """A job of the log as the engine's rules see one (engine.placement.preemption.party):
+    its queue, cohort, priority, whether it may be a victim, and its queue's reclaim scope."""
+    queue = state.queues.get(job.queue)
+    return Party(
+        job.queue,
+        queue.cohort if queue else None,
+        job.priority,
+        preemptible,
+        reclaim=_reclaim(queue.data if queue else {}),
+    )
+
+
 def _reclaim(queue: dict[str, Any]) -> PreemptionScope | None:
     """The queue's own reclaimWithinCohort, as its QueueDefined recorded it (None: the
     Policy's; queues logged before the field existed have none)."""
@@ -162,17 +175,11 @@ def check(
         below = own is not None and _usage(state, preemptor.queue, flavor, by) < own
     verdict = judge(
         _policy(state.policy),
-        Party(
-            preemptor.queue,
-            preemptor_queue.cohort if preemptor_queue else None,
-            preemptor.priority,
-            reclaim=_reclaim(preemptor_queue.data if preemptor_queue else {}),
-        ),
-        Party(
-            victim.queue,
-            victim_queue.cohort if victim_queue else None,
-            victim.priority,
-            victim.preemptible or held_borrowed(state, key, victim.queue, flavor),
+        _party(state, preemptor),
+        _party(
+            state,
+            victim,
+            preemptible=victim.preemptible or held_borrowed(state, key, victim.queue, flavor),
         ),
         victim_queue_borrows=borrows,
         preemptor_queue_below_nominal=below,
@@ -207,21 +214,10 @@ def reservation_yields_to(
         return False
     nominal = _nominal(state, job.queue, flavor)
     within = nominal is not None and _usage(state, job.queue, flavor, None) <= nominal
-    mine, theirs = state.queues.get(job.queue), state.queues.get(reserved.queue)
     return reservation_yields(
         _policy(state.policy),
-        Party(
-            job.queue,
-            mine.cohort if mine else None,
-            job.priority,
-            reclaim=_reclaim(mine.data if mine else {}),
-        ),
-        Party(
-            reserved.queue,
-            theirs.cohort if theirs else None,
-            reserved.priority,
-            reserved.preemptible,
-        ),
+        _party(state, job),
+        _party(state, reserved, preemptible=reserved.preemptible),
         borrowed_milli=borrowed,
         within_nominal=within,
     )
