@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from gitsched.engine.model import (
     NODE_LEVEL,
+    Isolation,
     Job,
     Node,
     Placement,
@@ -116,6 +117,15 @@ def priority_key(job: Job) -> tuple[int, int, str, str]:
     return (-job.priority, job.submission, job.submitted_at, job.key)
 
 
+def claim_shape(job: Job) -> tuple[object, ...] | None:
+    """What finding a place and victims reads of a waiting job: jobs of one shape get the
+    same answer from the same packing. None for jobs a rule tells apart by name (not
+    preemptible, not shared)."""
+    if not job.preemptible or job.isolation is not Isolation.SHARED:
+        return None
+    return (job.queue, job.priority, job.kind, job.service, *job.placement_fields())
+
+
 def priority_order(jobs: Iterable[Job]) -> list[Job]:
     return sorted(jobs, key=priority_key)
 
@@ -133,6 +143,9 @@ class Packing:
         self.queues: dict[str, Queue] = {q.name: q for q in instance.queues}
         self.running: dict[str, Fit] = {}
         self.running_in: dict[str, set[str]] = defaultdict(set)  # queue -> running job keys
+        # Bumped by every commit and release: an answer asked of the packing holds while it
+        # is unchanged (`GreedyPlacer.solve`'s memo of a backlog's misses).
+        self.version = 0
         self._eligible: dict[tuple[object, ...], list[Node]] = {}
         self._eligible_names: dict[tuple[object, ...], set[str]] = {}
         # Nodes with some GPU left: when the cluster is full, the only ones worth a look.
@@ -240,6 +253,7 @@ class Packing:
 
     # -- bookkeeping -----------------------------------------------------------------
     def commit(self, job: Job, fit: Fit) -> None:
+        self.version += 1
         for replica in fit.replicas:
             free = self.free[replica.node]
             free.take(replica, job.resources, job)
@@ -259,6 +273,7 @@ class Packing:
         self._holders.pop(job.queue, None)
 
     def release(self, job: Job) -> Fit:
+        self.version += 1
         fit = self.running.pop(job.key)
         self.running_in[job.queue].discard(job.key)
         self._holders.pop(job.queue, None)
@@ -670,11 +685,23 @@ class GreedyPlacer:
         # 2. Everything else in admission order, preempting where the rules allow.
         waiting = [j for j in instance.jobs if j.key not in packing.running]
         retry: list[Job] = []
+        # A backlog is mostly alike (a queue's stream of 1-GPU jobs): a job that finds no
+        # place and no victims leaves the packing as it was, so the next job of its shape
+        # would find the same; its answer is remembered while the packing is unchanged.
+        waits: dict[tuple[object, ...], tuple[int, JobOutcome]] = {}
         for job in admission_order(waiting, packing.ledger, packing.queues):
+            shape = None if job.key in instance.current else claim_shape(job)
+            seen = waits.get(shape) if shape is not None else None
+            if seen is not None and seen[0] == packing.version:
+                outcomes[job.key] = dataclasses.replace(seen[1], job=job.key)
+                continue
             result = packing.find(job)
             preempted_here: list[Job] = []
             if isinstance(result, Miss) and policy.preemption_enabled:
+                version = packing.version
                 chosen = self._victims(packing, job, jobs)
+                if chosen is None:
+                    packing.version = version  # every victim tried was given back
                 if chosen is not None:
                     result, victims = chosen
                     for victim, rule, flavor in victims:
@@ -712,6 +739,13 @@ class GreedyPlacer:
                     note = reclaim_note(policy, job, packing.ledger, packing.holders)
                     if note:
                         outcome = dataclasses.replace(outcome, reason=f"{outcome.reason}; {note}")
+                    if (
+                        shape is not None
+                        and not preempted_here
+                        and job.key not in outcome.reason
+                        and job.key not in outcome.constraint
+                    ):
+                        waits[shape] = (packing.version, outcome)
                 outcomes[job.key] = outcome
             retry.extend(preempted_here)
 

@@ -21,8 +21,9 @@ from collections import defaultdict
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, replace
 
+from gitsched.engine.model import Job
 from gitsched.engine.placement.check import check_plan
-from gitsched.engine.placement.constraints import NodeFree
+from gitsched.engine.placement.constraints import NodeFree, eligible_flavors
 from gitsched.engine.placement.explain import attribution
 from gitsched.engine.placement.formulation import (
     BuildOptions,
@@ -33,7 +34,7 @@ from gitsched.engine.placement.formulation import (
     job_columns,
 )
 from gitsched.engine.placement.fragmentation import NodeScorer
-from gitsched.engine.placement.greedy import GreedyPlacer, Packing, priority_key
+from gitsched.engine.placement.greedy import GreedyPlacer, Packing, claim_shape, priority_key
 from gitsched.engine.placement.incremental import incremental_start
 from gitsched.engine.placement.levels import solve_levels
 from gitsched.engine.placement.linear import LinearModel, LinearSolution, SolveLimits, solve
@@ -53,11 +54,17 @@ from gitsched.engine.placement.plan import (
     PlacementPlan,
     SolveStats,
 )
-from gitsched.engine.placement.preemption import Rights, Rule, borrowing_reclaimable
+from gitsched.engine.placement.preemption import (
+    Rights,
+    Rule,
+    borrowing_reclaimable,
+    wait_order,
+)
 from gitsched.engine.placement.realise import PACKING_ORDERS, best_realisation, realise
 from gitsched.engine.placement.running import keep_problem
 from gitsched.engine.placement.topology import gang_topology
 from gitsched.engine.placement.warmstart import warm_values
+from gitsched.engine.units import GPU_MILLI
 
 # Instances up to this size get the node-exact model (every node that runs a movable
 # job is its own class, every job gets per-class columns, no domain is pruned).
@@ -136,7 +143,14 @@ class MilpPlacer:
         schedulable = sum(1 for n in instance.nodes if n.schedulable)
         small = schedulable <= SMALL_NODES and len(instance.jobs) <= SMALL_JOBS
         options = BuildOptions(small=small, keep_all=self.mode == "incremental")
-        return self._solve(instance, instance, greedy, options, {})
+        tail = beyond_reach(instance, greedy)
+        if not tail:
+            return self._solve(instance, instance, greedy, options, {})
+        sub = replace(
+            instance, jobs=tuple(j for j in instance.jobs if j.key not in tail), basis=instance
+        )
+        waiting = tuple(o for o in greedy.outcomes if o.job in tail)
+        return self._solve(instance, sub, greedy, options, {"waiting": waiting})
 
     def solve_incremental(
         self, instance: PlacementInstance, changed: Collection[str]
@@ -304,7 +318,9 @@ class MilpPlacer:
             # Small enough to solve outright (a small instance's incremental solve too): its
             # MIP bound is the bound; relax-and-fix would report the LP relaxation's, a
             # "gap" of 20-30% on a plan that is optimal.
-            limits = SolveLimits(left(), policy.gap_tolerance, node_limit=policy.node_limit)
+            limits = SolveLimits(
+                left(), policy.gap_tolerance, node_limit=policy.node_limit, quick_root=True
+            )
             # Its MIP bound is the solve's: level by level only where the weights are
             # lexicographic, so that the bound with level 1 held bounds the one objective.
             outright = self._level1 if weights(sub).lexicographic else ()
@@ -743,6 +759,60 @@ class MilpPlacer:
             ),
             broken_soft=broken_soft_constraints(instance, outcomes),
         )
+
+
+def beyond_reach(instance: PlacementInstance, greedy: PlacementPlan) -> frozenset[str]:
+    """Waiting jobs no plan can start, left out of the model: those past the first K of
+    their shape (`claim_shape`: the same queue, priority and placement fields), where K
+    jobs of the shape would take every GPU of its flavors that is free or held by a running
+    job some rule may stop (or whose place went away). Jobs of one shape have the same
+    columns and rows and differ in the objective only by their place in wait order
+    (objective.wait_order_bonus: the earlier scores higher), so every optimal plan starts
+    a prefix of them, never longer than K: the model without the rest has the same optima.
+    A backlog of hundreds of alike jobs then costs the model the few that could start.
+    They wait for the reason greedy gave (greedy left them pending: only those are left out)."""
+    pending = {o.job for o in greedy.outcomes if o.status is OutcomeStatus.PENDING}
+    groups: dict[tuple[object, ...], list[Job]] = defaultdict(list)
+    for job in sorted(instance.jobs, key=wait_order):
+        if job.key in instance.current or job.resources.gpu_milli <= 0:
+            continue
+        shape = claim_shape(job)
+        if shape is not None:
+            groups[shape].append(job)
+    if not any(len(members) > 1 for members in groups.values()):
+        return frozenset()
+    jobs = jobs_by_key(instance)
+    nodes = {n.name: n for n in instance.nodes}
+    queues = {q.name: q for q in instance.queues}
+    room: dict[str | None, int] = defaultdict(int)  # milli-GPU per flavor
+    for n in instance.nodes:
+        if n.schedulable:
+            room[n.flavor] += n.gpus * GPU_MILLI
+    rights = Rights(instance)
+    # What running jobs nobody may stop hold, with the flavors they may use: counted against
+    # a shape only when those all are the shape's (a move keeps it within them).
+    fixed: list[tuple[frozenset[str | None], int]] = []
+    for key in sorted(instance.current):
+        runs = jobs.get(key)
+        placement = instance.current[key]
+        if runs is None or rights.anyone_may(runs):
+            continue
+        if keep_problem(instance, runs, placement, nodes) is not None:
+            continue
+        held = sum(
+            r.gpu_milli * len(r.gpus)
+            for r in placement.replicas
+            if r.node in nodes and nodes[r.node].schedulable
+        )
+        fixed.append((frozenset(eligible_flavors(runs, queues.get(runs.queue))), held))
+    out: list[str] = []
+    for members in groups.values():
+        first = members[0]
+        flavors = frozenset(eligible_flavors(first, queues.get(first.queue)))
+        avail = sum(room[f] for f in flavors) - sum(h for fl, h in fixed if fl <= flavors)
+        reach = max(0, avail) // (first.smallest_gang * first.resources.gpu_milli)
+        out.extend(j.key for j in members[reach:] if j.key in pending)
+    return frozenset(out)
 
 
 def _starts_earlier(

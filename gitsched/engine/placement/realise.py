@@ -13,7 +13,7 @@ from gitsched.engine.model import Job, Node, Placement, ReplicaPlacement
 from gitsched.engine.placement.constraints import node_rejection, quota_charge
 from gitsched.engine.placement.explain import attribution, explain_outcomes
 from gitsched.engine.placement.formulation import Formulation, JobVars
-from gitsched.engine.placement.greedy import Fit, Packing, priority_order
+from gitsched.engine.placement.greedy import Fit, Packing, claim_shape, priority_order
 from gitsched.engine.placement.moves import voluntary_moves_left
 from gitsched.engine.placement.objective import lost_gpu_seconds, plan_objective
 from gitsched.engine.placement.plan import JobOutcome, OutcomeStatus, PlacementInstance
@@ -366,8 +366,14 @@ def pack_solution(
         if st is OutcomeStatus.MOVED
         and keep_problem(instance, jobs[key], instance.current[key]) is None
     )
+    # A waiting job that finds no room leaves the packing as it was: the next of its shape
+    # finds none either while nothing is committed (a backlog of hundreds, a few looks).
+    misses: dict[tuple[object, ...], int] = {}
     for job in priority_order(j for j in instance.jobs if j.key not in status):
         placement = instance.current.get(job.key)
+        shape = claim_shape(job) if placement is None else None
+        if shape is not None and misses.get(shape) == packing.version:
+            continue
         if (
             placement is not None
             and keep_problem(instance, job, placement) is None
@@ -387,6 +393,8 @@ def pack_solution(
             commit(job, result, kept=False)
             status[job.key] = OutcomeStatus.MOVED if placement else OutcomeStatus.PLACED
             notes[job.key] = "placed by repair after the solve"
+        elif shape is not None:
+            misses[shape] = packing.version
 
     return Packed(packing, status, notes)
 
