@@ -869,8 +869,14 @@ def _solve_cpsat(model: LinearModel, limits: SolveLimits, warm: Sequence[float] 
     clock_stopped = not proved and spent < 0.99 * work
     bound: float | None = None
     if priced and status in ("OPTIMAL", "FEASIBLE") and im.exact:
-        raw_bound = float(solver.best_objective_bound)
-        if math.isfinite(raw_bound):
+        # From CP-SAT's own integer (its inner objective, minimised), not the float it also
+        # reports: past 2^53 that float was seen to differ in its last bit between two runs
+        # of one solve (plan and reconcile then disagree on the bound).
+        objective_proto: Any = cp.proto.objective
+        inner = int(solver.response_proto.inner_objective_lower_bound)
+        if abs(inner) < 2**62:
+            scaling = float(objective_proto.scaling_factor) or 1.0  # 0 reads as 1 (the proto)
+            raw_bound = scaling * (inner + float(objective_proto.offset))
             bound = raw_bound / im.objective_scale + im.constant + model.offset + im.slack
     elif not priced and status == "OPTIMAL":
         bound = im.constant + model.offset
