@@ -160,8 +160,18 @@ def test_plan_predicts_the_events_reconcile_appends(
     event(f"incremental solves: {'some' if incremental.call_count else 'none'}")
 
 
-# The Policy's solver block is `{name: <this>}`: the last case solves level by level.
-@pytest.mark.parametrize("solver", ["highs", "cpsat", "highs, levels: sequential"])
+# The Policy's solver block is `{name: <this>}`: the last cases solve level by level, with
+# every engine.
+@pytest.mark.parametrize(
+    "solver",
+    [
+        "highs",
+        "cpsat",
+        "highs, levels: sequential",
+        "cbc, levels: sequential",
+        "cpsat, levels: sequential",
+    ],
+)
 def test_plan_predicts_an_incremental_solve_and_a_withdrawal(tmp_path: Path, solver: str) -> None:
     """The incremental path (one job of eight added) and a full re-solve after a withdrawal,
     each planned first: the step the prediction runs is the one reconcile runs, with HiGHS

@@ -9,6 +9,8 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gitsched.engine.model import Policy
 from gitsched.engine.placement.check import check_plan
@@ -20,7 +22,7 @@ from gitsched.engine.placement.levels import (
     level_value,
     solve_levels,
 )
-from gitsched.engine.placement.linear import LinearModel, SolveLimits, solve
+from gitsched.engine.placement.linear import LinearModel, SolveLimits, integer_model, solve
 from gitsched.engine.placement.milp import MilpPlacer
 from gitsched.engine.placement.objective import plan_objective, weights
 from gitsched.engine.placement.plan import PlacementInstance
@@ -92,6 +94,69 @@ def test_the_held_row_is_the_level_and_the_model_is_left_as_it_was() -> None:
     assert level1_tolerance(1e8) < 1000.0  # far below one GPU's step of level 1
 
 
+def held_at_start(
+    weights: list[float], quotas: list[int], used: list[int]
+) -> tuple[LinearModel, list[float]]:
+    """Level 1 as the formulation writes it (a nominal column per priority class, continuous,
+    in GPUs, worth a weight that is no round number), held at the value of a plan that uses
+    `used` milli-GPUs of each class."""
+    m = LinearModel()
+    cols = [
+        m.var(f"nominal__q__h100__{i}", 0, quota, cost=w, integer=False)
+        for i, (w, quota) in enumerate(zip(weights, quotas, strict=True))
+    ]
+    start = [u / 1000 for u in used]
+    reached = level_value(m, cols, start)
+    return holding_level(m, cols, reached - level1_tolerance(reached)), start
+
+
+def held_row_admits(held: LinearModel, start: list[float]) -> bool:
+    """Whether CP-SAT's integer model of the held row admits the plan it holds."""
+    im = integer_model(held)
+    (row,) = [r for r in im.rows if r.name == LEVEL1_ROW]
+    y = [round(v * s) for v, s in zip(start, im.scale, strict=True)]
+    assert row.lower is not None
+    return sum(c * y[j] for j, c in zip(row.index, row.coef, strict=True)) >= row.lower
+
+
+def test_cpsat_takes_the_held_row_so_that_the_plan_it_holds_meets_it() -> None:
+    """The reclaim scenario's level 1 (tests/acceptance/test_reclaim.py): CP-SAT rounded the
+    held row's coefficients down at 2^20 of the largest, which took 0.0045 from level 1's
+    value, 112 times the tolerance: no plan with level 1 at its optimum was left, the second
+    solve was infeasible, and the plan of level 1 alone was kept. Now the row is rounded
+    finely enough to be exact to its slack, and CP-SAT's bound is a bound."""
+    weights = [592.8663228788859, 195.3366686036328, 196.31335194665098]
+    held, start = held_at_start(weights, [8, 8, 16], [0, 4000, 16000])
+    assert held.violations(start) == []
+    assert held_row_admits(held, start)
+    assert integer_model(held).exact
+    limits = SolveLimits(time_limit_s=600.0, gap=0.0, node_limit=100)
+    answer = solve(held, "cpsat", limits, start)
+    assert answer.status == "optimal" and answer.bound is not None
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.floats(1.0, 1e4, allow_nan=False),  # a priority class's weight
+            st.integers(1, 512),  # its nominal quota, GPUs
+            st.floats(0.0, 1.0, allow_nan=False),  # the share of it the plan uses
+        ),
+        min_size=1,
+        max_size=12,
+    )
+)
+def test_the_held_row_admits_the_plan_it_holds_in_cpsats_integers(
+    classes: list[tuple[float, int, float]],
+) -> None:
+    weights = [w for w, _, _ in classes]
+    quotas = [q for _, q, _ in classes]
+    used = [round(q * 1000 * share) for _, q, share in classes]
+    held, start = held_at_start(weights, quotas, used)
+    assert held_row_admits(held, start)
+
+
 def test_the_policy_names_the_mode_and_the_default_is_one_weighted_objective() -> None:
     assert Policy().levels == "weighted"
     assert policy_of({"solver": {"name": "highs", "levels": "sequential"}}).levels == "sequential"
@@ -128,7 +193,7 @@ def gangs_and_singles(levels: str) -> PlacementInstance:
     )
 
 
-@pytest.mark.parametrize("backend", ["highs", "cbc"])
+@pytest.mark.parametrize("backend", ["highs", "cbc", "cpsat"])
 def test_where_the_weights_are_lexicographic_the_bound_with_level_1_held_bounds_the_weighted_plan(
     backend: str,
 ) -> None:

@@ -23,7 +23,9 @@ LEVEL1_SHARE = 0.5
 # Level 1 is held at `>= value - tolerance`, never `== value`: the second solve may still
 # raise level 1 when the first stopped short of its optimum (its budget), so the levels'
 # values only go up. The tolerance absorbs the engines' row feasibility (HiGHS: 1e-7
-# absolute; CP-SAT's rounding of the row), far below one replica's step of level 1.
+# absolute), far below one replica's step of level 1. CP-SAT takes the row in integers,
+# rounded outward finely enough that the first solve's plan meets it (linear.integer_model;
+# at 2^20 of its largest coefficient it did not: tests/unit/test_levels.py).
 LEVEL1_RELATIVE_TOLERANCE = 1e-8
 LEVEL1_ABSOLUTE_TOLERANCE = 1e-6
 LEVEL1_ROW = "levels__nominal"
@@ -143,7 +145,7 @@ def solve_levels(
         values = tuple(start)
     # Level 1 is proved when its engine says optimal: optimal within the solve's gap, the
     # same standard a weighted solve's status has (CBC through PuLP reports no dual bound,
-    # only that; CP-SAT's outward rounding of the held row gives no exact one).
+    # only that).
     proved = first.status == "optimal"
     return LinearSolution(
         status=second.status if second.values is not None and proved else "feasible",

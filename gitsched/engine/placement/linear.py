@@ -496,7 +496,6 @@ CPSAT_RESOLUTION = 1000
 # any other is rounded outward.
 CPSAT_DENOMINATOR = 10**10
 CPSAT_MULTIPLIER = 10**12
-CPSAT_INEXACT_SCALE = 2**20  # an inexact row's largest coefficient, once scaled and rounded
 # An unbounded column: CP-SAT's domains are finite. Far above any count or GPU total here.
 CPSAT_UNBOUNDED = 10**9
 # CP-SAT rejects a row whose activity may overflow int64; ours stay far below this.
@@ -657,17 +656,28 @@ def _on_grid(model: LinearModel, fixed: Sequence[float | None]) -> list[bool]:
     (coefficient +-1, the row's only continuous column) by a multiple of 1/1000 once the
     integer columns are set (their coefficients and the row's bounds are such multiples), so
     its best value, an end of the interval its rows and bounds leave, lies on the grid (the
-    nominal-quota and quota-excess columns: usage in milli-GPU)."""
+    nominal-quota and quota-excess columns: usage in milli-GPU). A row that only ever gains
+    as a column moves the way its cost pulls it (`levels__nominal`: level 1 >= a value, over
+    columns that cost) does not move that end, and is passed over for the column."""
     ok = [
         not integer and _lattice(lo) and _lattice(hi)
         for integer, lo, hi in zip(model.col_integer, model.col_lower, model.col_upper, strict=True)
     ]
     for i, (idx, val) in enumerate(zip(model.row_index, model.row_value, strict=True)):
-        continuous = [j for j in idx if not model.col_integer[j] and fixed[j] is None]
+        moving = [
+            (j, a)
+            for j, a in zip(idx, val, strict=True)
+            if not model.col_integer[j] and fixed[j] is None
+        ]
+        continuous = [
+            j
+            for j, a in moving
+            if not _with_the_cost(model.col_cost[j] * a, model.row_lower[i], model.row_upper[i])
+        ]
         if not continuous:
             continue
         fits = (
-            len(continuous) == 1
+            len(moving) == 1
             and _lattice(model.row_lower[i])
             and _lattice(model.row_upper[i])
             and all(
@@ -681,6 +691,13 @@ def _on_grid(model: LinearModel, fixed: Sequence[float | None]) -> list[bool]:
             for j in continuous:
                 ok[j] = False
     return ok
+
+
+def _with_the_cost(pull: float, lower: float, upper: float) -> bool:
+    """Whether a row only gains as a column moves the way its cost pulls it: `pull` is the
+    column's cost times its coefficient in the row (> 0: the row's activity rises as the
+    objective does), the row bounded only on the other side."""
+    return (pull > 0 and upper == INF) or (pull < 0 and lower == -INF)
 
 
 def _implied_upper(model: LinearModel) -> list[float]:
@@ -729,25 +746,46 @@ def _integer_rows(
         exact = multiplier <= CPSAT_MULTIPLIER
     coef = tuple(int(f * multiplier) for f in fractions) if exact else ()
     if exact and _reach(index, coef, lower, upper) <= CPSAT_MAX_ACTIVITY:
-        out = [_bounded(name, index, coef, lo, hi, float(multiplier), True, lower, upper)]
+        out = [_bounded(name, index, coef, lo, hi, float(multiplier), 0.0, lower, upper)]
     else:
         # Outward: every integer solution of the rounded row satisfies the row. Over a
-        # column >= 0, a <= row takes each coefficient rounded up, a >= row rounded down.
+        # column >= 0, a <= row takes each coefficient rounded up, a >= row rounded down;
+        # as finely as 64 bits allow (2x headroom for the rounding), so that what the
+        # rounding takes from the row is at most one unit of each column's range.
         if any(lower[j] < 0 for j in index):
             raise SolverFailed(
                 f"cpsat cannot take row {name}: fractional coefficients over a column that "
                 "may be negative cannot be rounded soundly"
             )
-        top = max(abs(a) for _, a in terms)
-        m = float(2 ** max(0, math.floor(math.log2(CPSAT_INEXACT_SCALE / top))))
+        reach = max(
+            sum(abs(a) * max(abs(lower[j]), abs(upper[j])) for j, a in terms),
+            max(abs(a) for _, a in terms),
+        )
+        m = float(2 ** max(0, math.floor(math.log2(CPSAT_MAX_ACTIVITY / (2 * reach)))))
         out = []
         if hi != INF:
             up = tuple(math.ceil(a * m) for _, a in terms)
-            out.append(_bounded(name, index, up, -INF, hi, m, False, lower, upper))
+            loss = _loss(index, up, terms, m, upper)
+            out.append(_bounded(name, index, up, -INF, hi, m, loss, lower, upper))
         if lo != -INF:
             down = tuple(math.floor(a * m) for _, a in terms)
-            out.append(_bounded(name, index, down, lo, INF, m, False, lower, upper))
+            loss = _loss(index, down, terms, m, upper)
+            out.append(_bounded(name, index, down, lo, INF, m, loss, lower, upper))
     return out
+
+
+def _loss(
+    index: tuple[int, ...],
+    coef: tuple[int, ...],
+    terms: list[tuple[int, float]],
+    multiplier: float,
+    upper: list[int],
+) -> float:
+    """The most an outward-rounded row's integer activity differs from the row's own (times
+    `multiplier`), over non-negative columns."""
+    return sum(
+        abs(c - a * multiplier) * upper[j] for j, c, (_, a) in zip(index, coef, terms, strict=True)
+    )
 
 
 def _bounded(
@@ -757,21 +795,29 @@ def _bounded(
     lo: float,
     hi: float,
     multiplier: float,
-    exact: bool,
+    loss: float,
     lower: list[int],
     upper: list[int],
 ) -> IntegerRow:
+    """The row with integer bounds. `loss`: what outward rounding may take from the row's
+    activity (0 for a row multiplied out exactly). Every row's bounds get 10^-6 of slack
+    for float noise (the tolerance HiGHS works to); an outward-rounded row whose loss fits
+    in that slack loses no plan the exact row would keep, and counts as exact: CP-SAT's
+    bound is then a bound of the linear model (the rows' slack is the one approximation)."""
     if _reach(index, coef, lower, upper) > CPSAT_MAX_ACTIVITY:
         raise SolverFailed(f"cpsat cannot take row {name}: its activity may overflow 64 bits")
     # Integer activity: a bound a float sum misses by rounding noise is taken at its integer.
     lo_s, hi_s = lo * multiplier, hi * multiplier
+    lo_slack, hi_slack = 1e-6 * max(1.0, abs(lo_s)), 1e-6 * max(1.0, abs(hi_s))
     return IntegerRow(
         name,
         index,
         coef,
-        None if lo == -INF else math.ceil(lo_s - 1e-6 * max(1.0, abs(lo_s))),
-        None if hi == INF else math.floor(hi_s + 1e-6 * max(1.0, abs(hi_s))),
-        exact,
+        None if lo == -INF else math.ceil(lo_s - lo_slack),
+        None if hi == INF else math.floor(hi_s + hi_slack),
+        # An integer activity within `loss` of one that meets the row meets the slackened
+        # bound too (the bound's rounding to an integer is inward of every such activity).
+        loss == 0.0 or loss <= (lo_slack if hi == INF else hi_slack),
     )
 
 
@@ -849,8 +895,14 @@ def _solve_cpsat(model: LinearModel, limits: SolveLimits, warm: Sequence[float] 
     clock_stopped = not proved and spent < 0.99 * work
     bound: float | None = None
     if priced and status in ("OPTIMAL", "FEASIBLE") and im.exact:
-        raw_bound = float(solver.best_objective_bound)
-        if math.isfinite(raw_bound):
+        # From CP-SAT's own integer (its inner objective, minimised), not the float it also
+        # reports: past 2^53 that float was seen to differ in its last bit between two runs
+        # of one solve (plan and reconcile then disagree on the bound).
+        objective_proto: Any = cp.proto.objective
+        inner = int(solver.response_proto.inner_objective_lower_bound)
+        if abs(inner) < 2**62:
+            scaling = float(objective_proto.scaling_factor) or 1.0  # 0 reads as 1 (the proto)
+            raw_bound = scaling * (inner + float(objective_proto.offset))
             bound = raw_bound / im.objective_scale + im.constant + model.offset + im.slack
     elif not priced and status == "OPTIMAL":
         bound = im.constant + model.offset
