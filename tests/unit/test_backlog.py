@@ -4,6 +4,7 @@ start leave the MILP's model without changing its plan (milp.beyond_reach)."""
 
 from __future__ import annotations
 
+import random
 from dataclasses import replace
 
 import pytest
@@ -122,7 +123,7 @@ def test_quick_root_stands_only_where_it_proves_the_gap(monkeypatch: pytest.Monk
 
     def watched(highspy):  # type: ignore[no-untyped-def]
         h = new(highspy)
-        set_option = h.setOptionValue
+        runs.append("whole")
 
         class Watched:
             def __getattr__(self, name):  # type: ignore[no-untyped-def]
@@ -130,8 +131,8 @@ def test_quick_root_stands_only_where_it_proves_the_gap(monkeypatch: pytest.Monk
 
             def setOptionValue(self, option, value):  # type: ignore[no-untyped-def]
                 if option == "presolve":
-                    runs.append(value)
-                return set_option(option, value)
+                    runs[-1] = "quick"
+                return h.setOptionValue(option, value)
 
         return Watched()
 
@@ -140,15 +141,28 @@ def test_quick_root_stands_only_where_it_proves_the_gap(monkeypatch: pytest.Monk
     cols = [easy.var(f"take__{i}", 0, 1, cost=10) for i in range(6)]
     easy.row("capacity__bag", [(c, 1.0) for c in cols], upper=3)
     start = [1.0, 1.0, 1.0, 0.0, 0.0, 0.0]
-    quick = solve(easy, "highs", SolveLimits(60, 0.0, quick_root=True), start)
+    quick = solve(easy, "highs", SolveLimits(60, 0.01, quick_root=True), start)
     assert quick.status == "optimal" and quick.objective == pytest.approx(30.0)
-    assert runs == ["off"]  # the root proved it: no second solve
+    assert runs == ["quick"]  # the root proved it: no second solve
     runs.clear()
-    # A knapsack whose root LP is fractional: the root alone proves nothing at gap 0.
+    # Three knapsack rows over 60 items from a poor start, within 0.001%: the root alone
+    # proves nothing, the whole solve runs and finds what it finds without the root.
+    rng = random.Random(7)
     hard = LinearModel()
-    cols = [hard.var(f"take__{i}", 0, 1, cost=v) for i, v in enumerate((10, 13, 7, 8, 9))]
-    hard.row("capacity__bag", zip(cols, (5.0, 6.0, 3.0, 4.0, 4.0), strict=True), upper=10)
-    limits = SolveLimits(60, 0.0)
-    answer = solve(hard, "highs", replace(limits, quick_root=True), [1, 0, 0, 0, 0])
-    assert answer.status == "optimal" and answer.objective == pytest.approx(22.0)
-    assert runs[0] == "off" and len(runs) == 1  # the whole solve sets no presolve option
+    cols = [hard.var(f"take__{i}", 0, 1, cost=rng.randint(10, 60)) for i in range(60)]
+    for name in ("one", "two", "three"):
+        weights = [float(rng.randint(10, 60)) for _ in cols]
+        hard.row(f"capacity__{name}", zip(cols, weights, strict=True), upper=300)
+    poor = [1.0 if i == 0 else 0.0 for i in range(60)]
+    limits = SolveLimits(60, 1e-5)
+    answer = solve(hard, "highs", replace(limits, quick_root=True), poor)
+    assert runs == ["quick", "whole"]
+    runs.clear()
+    alone = solve(hard, "highs", limits, poor)
+    assert runs == ["whole"]
+    assert answer.status == alone.status == "optimal"
+    assert answer.objective == pytest.approx(alone.objective)
+    # A gap of 0 needs the search: no quick root at all.
+    runs.clear()
+    solve(hard, "highs", replace(limits, gap=0.0, quick_root=True), poor)
+    assert runs == ["whole"]
