@@ -34,6 +34,7 @@ from gitsched.simulation.replay import (
     time_limits,
     wait_cdf,
 )
+from gitsched.simulation.tail import tail_report
 
 COLUMNS = (
     ("policy", "POLICY", "{}"),
@@ -57,11 +58,13 @@ COLUMNS = (
 
 
 def _one(
-    args: tuple[list[TraceJob], ReplayCluster, ReplayPolicy, dict[int, int] | None],
+    args: tuple[list[TraceJob], ReplayCluster, ReplayPolicy, dict[int, int] | None, bool],
 ) -> dict[str, Any]:
-    jobs, cluster, rp, limits = args
-    result = replay(jobs, cluster, rp, limits)
+    jobs, cluster, rp, limits, tail = args
+    result = replay(jobs, cluster, rp, limits, record=tail)
     out = figures(result)
+    if tail:
+        out["tail"] = tail_report(result).as_dict()
     out["wait_cdf_s"] = wait_cdf(result)
     out["busy_gpus"] = result.busy
     return out
@@ -106,6 +109,12 @@ def _one(
     default=None,
     help="Write utilisation.png and wait-cdf.png here (needs matplotlib: gitsched[plots]).",
 )
+@click.option(
+    "--tail",
+    is_flag=True,
+    help="Also say what made the wait tail: for the worst 1% of jobs by total wait, "
+    "who started ahead of them and their preemptions (keeps every decision: more memory).",
+)
 @format_option("text", "json")
 def command(
     trace_path: Path,
@@ -117,6 +126,7 @@ def command(
     only: tuple[str, ...],
     workers: int,
     plot_dir: Path | None,
+    tail: bool,
     fmt: str,
 ) -> None:
     """Waits and utilisation over time: a trace replayed through gitsched's own step,
@@ -139,10 +149,10 @@ def command(
     chosen = [p for p in policies(builtin) if not only or p.name in only]
     if not chosen:
         fail(f"no such policy: {', '.join(only)}")
-    runs: list[tuple[list[TraceJob], ReplayCluster, ReplayPolicy, dict[int, int] | None]] = []
+    runs: list[tuple[list[TraceJob], ReplayCluster, ReplayPolicy, dict[int, int] | None, bool]] = []
     for known in (True, False) if limits == "both" else (limits == "known",):
         for rp in chosen:
-            runs.append((jobs, cluster, rp, time_limits(jobs, seed) if known else None))
+            runs.append((jobs, cluster, rp, time_limits(jobs, seed) if known else None, tail))
     if workers > 1:
         with ProcessPoolExecutor(max_workers=workers) as pool:
             results = list(pool.map(_one, runs))
@@ -177,6 +187,23 @@ def command(
         for r in results
     ]
     click.echo(table([h for _, h, _ in COLUMNS] + ["LIMITS"], rows))
+    for r in results:
+        if "tail" in r:
+            t = r["tail"]
+            limits_text = "limits known" if r["limits_known"] else "limits unknown"
+            click.echo(
+                f"tail of {r['policy']} ({limits_text}): the worst {t['jobs']} jobs waited"
+                f" {t['mean_total_wait_s']:.0f} s on average in all;"
+                f" {t['preempted_jobs']} were preempted"
+                f" ({t['rewait_share']:.1%} of their queue time after a preemption);"
+                f" younger jobs started {t['younger_started']} times while they waited,"
+                f" where they fitted: {_counts(t['passed_over_fitting'])};"
+                f" held by: {_counts(t['constraint_when_passed'])}"
+            )
+
+
+def _counts(counts: dict[str, int]) -> str:
+    return ", ".join(f"{k} {v}" for k, v in counts.items()) or "none"
 
 
 def _plots(results: list[dict[str, Any]], gpus: int, where: Path) -> list[str]:

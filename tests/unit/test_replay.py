@@ -312,3 +312,33 @@ def test_the_total_wait_counts_the_wait_after_a_preemption() -> None:
     tail = tail_report(result, share=0.5)
     assert (tail.jobs, tail.preempted_jobs, tail.rewait_share) == (1, 1, 1.0)
     assert dict(tail.preempted_by) == {"reclaim": 1}
+
+
+def test_bench_trace_tail_says_what_passed_the_worst_jobs(tmp_path: Path) -> None:
+    """`--tail`: per policy, the worst 1% of jobs by total wait and who started ahead of
+    them, in the JSON document and in one line of text per policy. One 8-GPU node: an
+    8-GPU job waits behind the first, while a younger 1-GPU job that fits starts."""
+    path = _csv(
+        tmp_path,
+        [
+            "2017-10-02 00:00:00,4000,4,16000,a",
+            "2017-10-02 00:00:10,600,8,4800,a",
+            "2017-10-02 00:00:20,600,1,600,b",
+        ],
+    )
+    args = ["bench", "trace", "--trace", str(path), "--policy", "best-effort-fifo"]
+    result = CliRunner().invoke(
+        main, [*args, "--limits", "unknown", "--load", "100", "--tail", "--format", "json"]
+    )
+    assert result.exit_code == 0, result.output
+    [p] = json.loads(result.output)["policies"]
+    tail = p["tail"]
+    assert tail["jobs"] == 1 and tail["mean_total_wait_s"] == pytest.approx(3990.0)
+    assert tail["younger_started"] == 1
+    text = CliRunner().invoke(main, [*args, "--limits", "unknown", "--load", "100", "--tail"])
+    assert text.exit_code == 0, text.output
+    assert (
+        "tail of best-effort-fifo (limits unknown): the worst 1 jobs waited 3990 s" in text.output
+    )
+    plain = CliRunner().invoke(main, [*args, "--limits", "unknown", "--format", "json"])
+    assert "tail" not in json.loads(plain.output)["policies"][0]
