@@ -4,17 +4,12 @@ start leave the MILP's model without changing its plan (milp.beyond_reach)."""
 
 from __future__ import annotations
 
-import random
-from dataclasses import replace
-
 import pytest
 
 import gitsched.engine.placement.greedy as greedy_module
-import gitsched.engine.placement.linear as linear
 import gitsched.engine.placement.milp as milp
 from gitsched.engine.model import Placement, ReplicaPlacement
 from gitsched.engine.placement.greedy import GreedyPlacer
-from gitsched.engine.placement.linear import LinearModel, SolveLimits, solve
 from gitsched.engine.placement.milp import MilpPlacer, beyond_reach
 from gitsched.engine.placement.objective import plan_objective
 from gitsched.engine.placement.plan import OutcomeStatus, PlacementInstance
@@ -113,56 +108,3 @@ def test_greedy_asks_once_per_shape_while_nothing_changes(
     assert [(o.job, o.status, o.reason, o.constraint) for o in remembered.outcomes] == [
         (o.job, o.status, o.reason, o.constraint) for o in asked.outcomes
     ]
-
-
-def test_quick_root_stands_only_where_it_proves_the_gap(monkeypatch: pytest.MonkeyPatch) -> None:
-    """HiGHS first tries the root without presolve; where that does not prove the gap the
-    whole solve runs, and the answer is the whole solve's either way."""
-    runs: list[str] = []
-    new = linear._new_highs
-
-    def watched(highspy):  # type: ignore[no-untyped-def]
-        h = new(highspy)
-        runs.append("whole")
-
-        class Watched:
-            def __getattr__(self, name):  # type: ignore[no-untyped-def]
-                return getattr(h, name)
-
-            def setOptionValue(self, option, value):  # type: ignore[no-untyped-def]
-                if option == "presolve":
-                    runs[-1] = "quick"
-                return h.setOptionValue(option, value)
-
-        return Watched()
-
-    monkeypatch.setattr(linear, "_new_highs", watched)
-    easy = LinearModel()
-    cols = [easy.var(f"take__{i}", 0, 1, cost=10) for i in range(6)]
-    easy.row("capacity__bag", [(c, 1.0) for c in cols], upper=3)
-    start = [1.0, 1.0, 1.0, 0.0, 0.0, 0.0]
-    quick = solve(easy, "highs", SolveLimits(60, 0.01, quick_root=True), start)
-    assert quick.status == "optimal" and quick.objective == pytest.approx(30.0)
-    assert runs == ["quick"]  # the root proved it: no second solve
-    runs.clear()
-    # Three knapsack rows over 60 items from a poor start, within 0.001%: the root alone
-    # proves nothing, the whole solve runs and finds what it finds without the root.
-    rng = random.Random(7)
-    hard = LinearModel()
-    cols = [hard.var(f"take__{i}", 0, 1, cost=rng.randint(10, 60)) for i in range(60)]
-    for name in ("one", "two", "three"):
-        weights = [float(rng.randint(10, 60)) for _ in cols]
-        hard.row(f"capacity__{name}", zip(cols, weights, strict=True), upper=300)
-    poor = [1.0 if i == 0 else 0.0 for i in range(60)]
-    limits = SolveLimits(60, 1e-5)
-    answer = solve(hard, "highs", replace(limits, quick_root=True), poor)
-    assert runs == ["quick", "whole"]
-    runs.clear()
-    alone = solve(hard, "highs", limits, poor)
-    assert runs == ["whole"]
-    assert answer.status == alone.status == "optimal"
-    assert answer.objective == pytest.approx(alone.objective)
-    # A gap of 0 needs the search: no quick root at all.
-    runs.clear()
-    solve(hard, "highs", replace(limits, gap=0.0, quick_root=True), poor)
-    assert runs == ["whole"]

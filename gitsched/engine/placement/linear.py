@@ -181,9 +181,6 @@ class SolveLimits:
     threads: int = 1
     relax: bool = False  # solve the LP relaxation only
     extra: tuple[tuple[str, float | int | bool | str], ...] = ()  # backend options, by name
-    # HiGHS, a MIP with a start and a gap above 0: first the root alone without presolve
-    # (QUICK_ROOT); its answer stands when it proves the gap, else the whole solve runs.
-    quick_root: bool = False
 
 
 def solve(
@@ -221,31 +218,6 @@ def solve(
 
 # status, values, objective, bound, and whether the wall clock stopped the solve
 _Result = tuple[str, tuple[float, ...] | None, float | None, float | None, bool]
-
-
-# An online re-solve is mostly a start (the greedy plan) that the root's bound already
-# proves within the gap: HiGHS's presolve, whose dominated-column search is quadratic in
-# the long rows a backlog of alike waiting jobs makes, then costs ten times the rest (a
-# Philly backlog of ~500 waiting jobs: 0.3-0.5 s presolve, 0.03 s without; the same
-# objective and bound). Where the root does not prove the gap, the whole solve follows
-# as before, so a hard model loses the root's time: a gap of 0 (the synthetic S
-# benchmark's) needs the search, and gets no quick root. The node budget of one stops
-# it, not the clock: deterministic.
-QUICK_ROOT: tuple[tuple[str, float | int | bool | str], ...] = (
-    ("presolve", "off"),
-    ("mip_max_nodes", 1),
-)
-
-
-def _within_gap(info: Any, values: Any, gap: float) -> bool:
-    """Whether a maximising MIP's plan is proved within `gap` of its bound (HiGHS's relative
-    gap: the difference over the plan's objective)."""
-    if values is None:
-        return False
-    objective, bound = float(info.objective_function_value), float(info.mip_dual_bound)
-    if not (math.isfinite(objective) and math.isfinite(bound)) or abs(bound) >= 1e30:
-        return False
-    return bound - objective <= gap * max(abs(objective), 1e-9)
 
 
 def _new_highs(highspy: Any) -> Any:
@@ -347,40 +319,27 @@ def _solve_highs(model: LinearModel, limits: SolveLimits, warm: Sequence[float] 
         start = highspy.HighsSolution()
         start.col_value = list(np.asarray(warm, dtype=np.float64)[free] if reduced else warm)
         start.value_valid = True
-
-    def run(options: tuple[tuple[str, float | int | bool | str], ...]) -> tuple[Any, Any, Any]:
-        try:
-            h = _new_highs(highspy)
-            h.setOptionValue("time_limit", max(0.05, float(limits.time_limit_s)))
-            h.setOptionValue("mip_rel_gap", float(limits.gap))
-            h.setOptionValue("threads", int(limits.threads))
-            h.setOptionValue("random_seed", 0)
-            if limits.node_limit is not None and mip:
-                h.setOptionValue("mip_max_nodes", max(1, int(limits.node_limit)))
-            for option, setting in (*limits.extra, *options):
-                h.setOptionValue(option, setting)
-            h.passModel(lp)
-            if start is not None:
-                h.setSolution(start)
-            h.run()
-            status: Any = h.getModelStatus()
-            info: Any = h.getInfo()
-            has_values = int(info.primal_solution_status) == 2  # kSolutionStatusFeasible
-            return status, info, h.getSolution().col_value if has_values else None
-        except _highs_errors(highspy) as e:
-            raise SolverFailed(f"HiGHS failed: {e}") from e
-
+    try:
+        h = _new_highs(highspy)
+        h.setOptionValue("time_limit", max(0.05, float(limits.time_limit_s)))
+        h.setOptionValue("mip_rel_gap", float(limits.gap))
+        h.setOptionValue("threads", int(limits.threads))
+        h.setOptionValue("random_seed", 0)
+        if limits.node_limit is not None and mip:
+            h.setOptionValue("mip_max_nodes", max(1, int(limits.node_limit)))
+        for option, setting in limits.extra:
+            h.setOptionValue(option, setting)
+        h.passModel(lp)
+        if start is not None:
+            h.setSolution(start)
+        h.run()
+        status: Any = h.getModelStatus()
+        info: Any = h.getInfo()
+        has_values = int(info.primal_solution_status) == 2  # kSolutionStatusFeasible
+        col_value = h.getSolution().col_value if has_values else None
+    except _highs_errors(highspy) as e:
+        raise SolverFailed(f"HiGHS failed: {e}") from e
     ms = highspy.HighsModelStatus
-    found = None
-    if mip and start is not None and limits.quick_root and limits.gap > 0:
-        found = run(QUICK_ROOT)
-        if found[0] != ms.kOptimal and _within_gap(found[1], found[2], limits.gap):
-            # The node budget of one ends the pass with its status, the gap met or not.
-            found = (ms.kOptimal, found[1], found[2])
-        if found[0] != ms.kOptimal:
-            found = None  # not proved at the root: the whole solve, presolve and all
-    status, info, col_value = found if found is not None else run(())
-    has_values = col_value is not None
     values: tuple[float, ...] | None = None
     if has_values:
         solved = np.asarray(col_value, dtype=np.float64)

@@ -318,9 +318,7 @@ class MilpPlacer:
             # Small enough to solve outright (a small instance's incremental solve too): its
             # MIP bound is the bound; relax-and-fix would report the LP relaxation's, a
             # "gap" of 20-30% on a plan that is optimal.
-            limits = SolveLimits(
-                left(), policy.gap_tolerance, node_limit=policy.node_limit, quick_root=True
-            )
+            limits = SolveLimits(left(), policy.gap_tolerance, node_limit=policy.node_limit)
             # Its MIP bound is the solve's: level by level only where the weights are
             # lexicographic, so that the bound with level 1 held bounds the one objective.
             outright = self._level1 if weights(sub).lexicographic else ()
