@@ -57,9 +57,12 @@ COLUMNS = (
 )
 
 
-def _one(
-    args: tuple[list[TraceJob], ReplayCluster, ReplayPolicy, dict[int, int] | None, bool],
-) -> dict[str, Any]:
+# One replay: the trace, the cluster, the policy, the limits (None: unknown), whether to
+# keep every decision for the tail's diagnosis.
+Run = tuple[list[TraceJob], ReplayCluster, ReplayPolicy, dict[int, int] | None, bool]
+
+
+def _one(args: Run) -> dict[str, Any]:
     jobs, cluster, rp, limits, tail = args
     result = replay(jobs, cluster, rp, limits, record=tail)
     out = figures(result)

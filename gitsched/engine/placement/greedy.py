@@ -698,10 +698,7 @@ class GreedyPlacer:
             result = packing.find(job)
             preempted_here: list[Job] = []
             if isinstance(result, Miss) and policy.preemption_enabled:
-                version = packing.version
                 chosen = self._victims(packing, job, jobs)
-                if chosen is None:
-                    packing.version = version  # every victim tried was given back
                 if chosen is not None:
                     result, victims = chosen
                     for victim, rule, flavor in victims:
@@ -817,6 +814,7 @@ class GreedyPlacer:
         if queue is None:
             return None
         flavors = eligible_flavors(job, queue)
+        version = packing.version
         # Reclaim comes first on every flavor the job may use, then its own queue's
         # lower-priority jobs (victim_order across flavors: borrowers first).
         for reclaim_only in (True, False):
@@ -824,6 +822,8 @@ class GreedyPlacer:
                 found = GreedyPlacer._victims_on(packing, job, jobs, flavor, reclaim_only)
                 if found is not None:
                     return found
+        # Every victim tried was given back: the packing is as it was (`Packing.version`).
+        packing.version = version
         return None
 
     @staticmethod

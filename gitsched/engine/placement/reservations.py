@@ -23,9 +23,9 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from gitsched.engine.model import Isolation, Job, Reservation
+from gitsched.engine.model import Job, Reservation
 from gitsched.engine.placement.constraints import NodeFree, eligible_flavors
-from gitsched.engine.placement.greedy import Fit, Miss, Packing, priority_key
+from gitsched.engine.placement.greedy import Fit, Miss, Packing, claim_shape, priority_key
 from gitsched.engine.placement.plan import (
     JobOutcome,
     OutcomeStatus,
@@ -371,9 +371,7 @@ class _Misses:
 
     @staticmethod
     def shape(job: Job) -> tuple[object, ...] | None:
-        if not job.preemptible or job.isolation is not Isolation.SHARED:
-            return None
-        return (job.queue, *job.placement_fields())
+        return claim_shape(job)
 
     def get(self, job: Job, around: tuple[Reservation, ...], look: str) -> Miss | None:
         shape = self.shape(job)
