@@ -50,6 +50,29 @@ def test_backends_solve_a_knapsack_and_its_relaxation(backend: str) -> None:
     assert lp.violations(list(exact.values or ())) == []
 
 
+@pytest.mark.parametrize(("threads", "flag"), [(1, None), (2, "2")])
+def test_cbc_on_one_thread_searches_in_its_main_thread(
+    monkeypatch: pytest.MonkeyPatch, threads: int, flag: str | None
+) -> None:
+    """CBC's `-threads 1` adds a worker thread, and PuLP's CBC 2.10.3 sometimes deadlocks
+    handing it the root: the CI run of 2026-11-28 waited out a 10 s limit on a 16-column
+    model (1 run in ~150). One thread is CBC's serial search, with no `-threads` at all."""
+    import subprocess
+
+    seen: list[list[str]] = []
+    popen = subprocess.Popen
+
+    def spy(args: list[str], *a: object, **k: object) -> object:
+        seen.append(list(args))
+        return popen(args, *a, **k)  # type: ignore[call-overload]
+
+    monkeypatch.setattr(subprocess, "Popen", spy)
+    got = solve(knapsack(), "cbc", SolveLimits(60, 0.0, threads=threads), warm=[1, 0, 0, 0, 0])
+    assert got.status == "optimal" and got.objective == pytest.approx(22.0)
+    (args,) = [a for a in seen if "-solve" in a]
+    assert (args[args.index("-threads") + 1] if "-threads" in args else None) == flag
+
+
 def test_a_solve_stops_at_its_objective_target_with_the_plan_it_found() -> None:
     """Two knapsack rows over 60 items: asked for 90% of the optimum, HiGHS stops early and
     the stop reads as a feasible plan with its bound, not as an error."""

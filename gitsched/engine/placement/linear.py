@@ -423,7 +423,11 @@ def _run_cbc(
         maxNodes=None if limits.node_limit is None else max(1, int(limits.node_limit)),
         gapRel=float(limits.gap),
         warmStart=use_warm,
-        threads=int(limits.threads),
+        # CBC's `-threads 1` starts one worker thread beside the main one, and CBC 2.10.3
+        # (PuLP's bundled build) sometimes deadlocks handing it the root: the main thread
+        # waits out the whole time limit on a 16-column model (1 run in ~150, measured).
+        # Without `-threads` CBC searches serially in the main thread, as one thread should.
+        threads=int(limits.threads) if limits.threads > 1 else None,
         mip=not limits.relax,
     )
     began = time.perf_counter()
