@@ -189,6 +189,52 @@ def test_a_move_whose_cpu_went_to_an_admitted_job_made_room() -> None:
     assert found is not None and found[0] is MoveReason.MAKES_ROOM and "q/c" in found[1]
 
 
+def half(key: str, node_name: str) -> Placement:
+    return Placement(key, "h100", (ReplicaPlacement(node_name, (0,), 500),), started_at=STARTED)
+
+
+def shared_gpu():  # type: ignore[no-untyped-def]
+    """One GPU on n1 shared by two half-GPU jobs; `grow` (elastic, 1 to 2 replicas) may run
+    only on n1 (its residency), so it grows only if `other` leaves for n2."""
+    nodes = [node("n1", gpus=1), node("n2", gpus=1, region="us")]
+    jobs = [
+        job("other", gpu=0.5, priority=100),
+        job("grow", gpu=0.5, replicas=2, min_replicas=1, priority=900, residency=("eu",)),
+    ]
+    current = {"q/other": half("q/other", "n1"), "q/grow": half("q/grow", "n1")}
+    return instance(nodes, [queue("q")], jobs, current)
+
+
+def test_a_move_that_lets_an_elastic_job_grow_on_a_gpu_it_shares_made_room() -> None:
+    """Hypothesis found it (tests/contract/test_solvers.py): the grown replica takes more of
+    a GPU the job already shared, which read as no arrival there, so `other`'s move was
+    undone and put it back beside both replicas: that GPU 150% full."""
+    inst = shared_gpu()
+    grown = (ReplicaPlacement("n1", (0,), 500), ReplicaPlacement("n1", (0,), 500))
+    outcomes = (
+        JobOutcome("q/other", OutcomeStatus.MOVED, "h100", (ReplicaPlacement("n2", (0,), 500),)),
+        JobOutcome("q/grow", OutcomeStatus.MOVED, "h100", grown),
+    )
+    found = move_reasons(inst, outcomes)["q/other"]
+    assert found is not None and found[0] is MoveReason.MAKES_ROOM and "q/grow" in found[1]
+    settled = settle_moves(inst, outcomes)
+    assert [o.status for o in settled] == [OutcomeStatus.MOVED, OutcomeStatus.MOVED]
+    assert check_plan(inst, PlacementPlan(settled, SolveStats("test", "optimal", 0.0))) == []
+
+
+@pytest.mark.parametrize("solver", ["highs", "cbc"])
+def test_an_elastic_job_grows_on_its_shared_gpu_with_the_milp(solver: str) -> None:
+    """(Greedy grows no running job: it keeps it as it is.)"""
+    inst = shared_gpu()
+    placer = SOLVERS[solver]
+    plan = placer.solve(inst)
+    assert check_plan(inst, plan) == []
+    report = getattr(placer, "last_report", None)
+    assert report is None or report.problems == ()
+    assert len(plan.outcome("q/grow").replicas) == 2  # type: ignore[union-attr]
+    assert plan.outcome("q/other").status is OutcomeStatus.MOVED  # type: ignore[union-attr]
+
+
 def test_plan_says_why_a_job_moved_and_what_it_loses() -> None:
     from gitsched.reconciler.plan import Action, JobEffect
     from gitsched.render_plan import effect_detail

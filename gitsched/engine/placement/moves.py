@@ -82,12 +82,13 @@ def move_reasons(
     placed = {o.job for o in outcomes if o.status is OutcomeStatus.PLACED}
     final = {o.job: o for o in outcomes}
     # Who takes each GPU anew (node, index): admitted jobs, and moved jobs on GPUs they did
-    # not hold; a job without GPUs takes the node ((node, -1)).
+    # not hold or hold more of (an elastic job's new share on a GPU it shared already); a
+    # job without GPUs takes the node ((node, -1)).
     arrivals: dict[tuple[str, int], list[str]] = defaultdict(list)
     for o in outcomes:
         if o.status is OutcomeStatus.PLACED or o.job in moved:
-            before = _held(instance.current[o.job]) if o.job in moved else set()
-            for spot in sorted(_held_replicas(o.replicas) - before):
+            before = instance.current[o.job].replicas if o.job in moved else ()
+            for spot in _arrived(before, o.replicas):
                 arrivals[spot].append(o.job)
 
     def admits(key: str) -> bool:
@@ -116,12 +117,26 @@ def move_reasons(
 
 
 def _held(placement: Placement) -> set[tuple[str, int]]:
-    return _held_replicas(placement.replicas)
+    """The GPUs (node, index) a placement holds; a replica without GPUs holds (node, -1)."""
+    return {(r.node, g) for r in placement.replicas for g in (r.gpus or (-1,))}
 
 
-def _held_replicas(replicas: Sequence[ReplicaPlacement]) -> set[tuple[str, int]]:
-    """The GPUs (node, index) the replicas hold; a replica without GPUs holds (node, -1)."""
-    return {(r.node, g) for r in replicas for g in (r.gpus or (-1,))}
+def _arrived(
+    before: Sequence[ReplicaPlacement], after: Sequence[ReplicaPlacement]
+) -> list[tuple[str, int]]:
+    """The GPUs (node, index) a job takes anew going from `before` to `after`: those it did
+    not hold, and those it holds more of (an elastic job's new share on a GPU it already
+    shared); a replica without GPUs takes one of (node, -1)."""
+
+    def taken(replicas: Sequence[ReplicaPlacement]) -> dict[tuple[str, int], int]:
+        out: dict[tuple[str, int], int] = defaultdict(int)
+        for r in replicas:
+            for g in r.gpus or (-1,):
+                out[(r.node, g)] += r.gpu_milli if g >= 0 else 1
+        return out
+
+    was, now = taken(before), taken(after)
+    return sorted(spot for spot, amount in now.items() if amount > was.get(spot, 0))
 
 
 def _makes_room(node: str, by: str, admitted: bool) -> tuple[MoveReason, str]:
@@ -254,8 +269,8 @@ def _beneficiary(
     for o in outcomes:
         if o.job == key or not o.running:
             continue
-        before = _held(instance.current[o.job]) if o.job in instance.current else set()
-        if (_held_replicas(o.replicas) - before) & left:
+        before = instance.current[o.job].replicas if o.job in instance.current else ()
+        if left.intersection(_arrived(before, o.replicas)):
             takers.append(o.job)
     return min(takers) if takers else None
 
