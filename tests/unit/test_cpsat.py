@@ -159,8 +159,10 @@ def test_cpsat_finds_highs_optimum_and_its_bound_holds(m: LinearModel) -> None:
     assert cpsat.values is not None and m.violations(cpsat.values) == []
     # HiGHS meets a row to 10^-7 (its feasibility tolerance): a nominal column worth up to
     # 100 may read up to 10^-5 above the optimum (seen: 266.75000171781306 for 266.75).
+    # So HiGHS's optimum bounds CP-SAT's bound from above by as much (seen: 473.000002,
+    # 2e-6 over CP-SAT's exact bound 473).
     assert cpsat.objective == pytest.approx(highs.objective, rel=1e-9, abs=1e-5)
-    assert cpsat.bound is not None and cpsat.bound >= highs.objective - 1e-6
+    assert cpsat.bound is not None and cpsat.bound >= highs.objective - 1e-5
 
 
 def test_a_deterministic_budget_stops_the_solve_and_not_the_clock() -> None:
