@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import json
 from concurrent.futures import ProcessPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import click
 
+from gitsched.bench.synth import ENGINES
 from gitsched.options import fail, format_option
 from gitsched.policies.policy import default_policy
 from gitsched.reconciler.specs import policy_of
@@ -103,6 +105,13 @@ def _one(args: Run) -> dict[str, Any]:
 )
 @click.option("--policy", "only", multiple=True, help="Run only these policies (by name).")
 @click.option(
+    "--solver",
+    "engine",
+    type=click.Choice(ENGINES),
+    default=None,
+    help="The built-in policy's MILP engine (solver.name); default: the built-in Policy's.",
+)
+@click.option(
     "--jobs", "workers", default=1, show_default=True, help="Policies run in parallel processes."
 )
 @click.option(
@@ -127,6 +136,7 @@ def command(
     seed: int,
     limits: str,
     only: tuple[str, ...],
+    engine: str | None,
     workers: int,
     plot_dir: Path | None,
     tail: bool,
@@ -149,6 +159,8 @@ def command(
     except (TraceError, OSError) as e:
         fail(str(e))
     builtin = policy_of(default_policy())
+    if engine is not None:
+        builtin = replace(builtin, solver=engine)
     chosen = [p for p in policies(builtin) if not only or p.name in only]
     if not chosen:
         fail(f"no such policy: {', '.join(only)}")
@@ -171,6 +183,7 @@ def command(
         "offered_load": round(cluster.offered_load, 4),
         "overestimate_range": list(OVERESTIMATE),
         "seed": seed,
+        "solver": builtin.solver,
         "policies": [
             {k: v for k, v in r.items() if k not in ("wait_cdf_s", "busy_gpus")} for r in results
         ],
@@ -182,7 +195,8 @@ def command(
         return
     click.echo(
         f"{trace_path.name}: {len(jobs)} jobs from {start or 'the start'} over {days:g} days;"
-        f" {len(cluster.nodes)} nodes, {cluster.gpus} GPUs, offered load {cluster.offered_load:.2f}"
+        f" {len(cluster.nodes)} nodes, {cluster.gpus} GPUs, offered load {cluster.offered_load:.2f};"
+        f" the built-in policy solves with {builtin.solver}"
     )
     rows = [
         [fmt_.format(r[key]) for key, _, fmt_ in COLUMNS]

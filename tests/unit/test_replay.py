@@ -165,6 +165,30 @@ def test_bench_trace_prints_one_json_document_per_run(tmp_path: Path) -> None:
         )
 
 
+@pytest.mark.parametrize("engine", ["cbc", "cpsat"])
+def test_bench_trace_runs_the_built_in_policy_on_the_engine_asked(
+    tmp_path: Path, engine: str
+) -> None:
+    """Issue 29: the time replay per engine. The decisions say which engine made them."""
+    path = _csv(
+        tmp_path,
+        [
+            "2017-10-02 00:00:00,600,8,4800,a",
+            "2017-10-02 00:01:00,300,1,300,b",
+            "2017-10-02 00:03:00,1200,2,2400,a",
+        ],
+    )
+    args = ["bench", "trace", "--trace", str(path), "--start", "2017-10-02", "--days", "1"]
+    args += ["--policy", "gitsched", "--limits", "known", "--solver", engine, "--format", "json"]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.output)
+    assert doc["solver"] == engine
+    (run,) = doc["policies"]
+    assert run["jobs"] == 3 and run["jobs_never_started"] == 0
+    assert set(run["solvers"]) <= {engine, "greedy"} and engine in run["solvers"]
+
+
 def test_bench_trace_stops_at_a_malformed_row(tmp_path: Path) -> None:
     path = _csv(tmp_path, ["2017-10-02 00:00:00,600,eight,4800,a"])
     result = CliRunner().invoke(main, ["bench", "trace", "--trace", str(path)])
