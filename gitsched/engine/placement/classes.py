@@ -239,6 +239,10 @@ class ClassRows:
     slot_use: dict[int, Terms] = field(default_factory=lambda: defaultdict(list))  # by kept jobs
     holds: Terms = field(default_factory=list)
     gpu_used: Terms = field(default_factory=list)  # in GPUs, for fragmentation
+    # Dedicated jobs with GPUs: the nodes they hold and the GPUs they use there. A held node
+    # is touched whatever share of it the job uses (no other job may use the rest).
+    held_nodes: Terms = field(default_factory=list)
+    held_used: Terms = field(default_factory=list)
     fractional: bool = False
     # Whether a job may be placed anew on the class: rows over kept jobs alone hold anyway
     # (what runs now fits together), so a class without new placements gets no rows.
@@ -260,10 +264,16 @@ def share_sizes(rows: ClassRows) -> list[int]:
 
 
 def add_replicas(
-    rows: ClassRows, r: Resources, col: int, count: float = 1.0, items: bool = True
+    rows: ClassRows,
+    r: Resources,
+    col: int,
+    count: float = 1.0,
+    items: bool = True,
+    dedicated: bool = False,
 ) -> None:
     """`count` replicas of shape `r`, times column `col`, on the rows of one class
-    (`items` False: a kept job, whose whole-GPU slots and shares count per node)."""
+    (`items` False: a kept job, whose whole-GPU slots and shares count per node;
+    `dedicated`: a job that holds its nodes whole, `hold_nodes` counts them)."""
     if r.gpu_milli:
         if r.fractional:
             rows.fractional = True
@@ -279,10 +289,19 @@ def add_replicas(
                 rows.items[r.whole_gpus].append((col, count))
         rows.milli.append((col, gpus_from_milli(count * r.gpu_milli)))
         rows.gpu_used.append((col, gpus_from_milli(count * r.gpu_milli)))
+        if dedicated:
+            rows.held_used.append((col, gpus_from_milli(count * r.gpu_milli)))
     if r.cpu_milli:
         rows.cpu.append((col, cores_from_milli(count * r.cpu_milli)))
     if r.memory_mib:
         rows.memory.append((col, gib_from_mib(count * r.memory_mib)))
+
+
+def hold_nodes(rows: ClassRows, r: Resources, col: int, nodes: float) -> None:
+    """A dedicated job holds `nodes` nodes of the class, times column `col`."""
+    rows.holds.append((col, nodes))
+    if r.gpu_milli:
+        rows.held_nodes.append((col, nodes))
 
 
 def emit_class_rows(
@@ -314,14 +333,21 @@ def emit_class_rows(
     if frag_weight and cls.node_gpus and rows.gpu_used:
         g = cls.node_gpus
         fixed_used, touched_fixed = cls.fixed_use()
-        # Touched nodes T >= used / GPUs per node; the stranded share is T - used / GPUs per node.
+        # Touched nodes T >= used / GPUs per node, a node a dedicated job holds counting whole
+        # (T >= held nodes + the others' use / GPUs per node); the stranded share is
+        # T - used / GPUs per node, as objective.node_fragmentation measures a plan.
+        touched = [
+            *rows.gpu_used,
+            *((c, -v) for c, v in rows.held_used),
+            *((c, v * g) for c, v in rows.held_nodes),
+        ]
         t = lp.var(f"touched__{tag}", touched_fixed, cls.count, cost=-frag_weight)
         lp.row(
             f"touched__{tag}",
-            [(t, float(g)), *((c, -v) for c, v in rows.gpu_used)],
+            [(t, float(g)), *((c, -v) for c, v in touched)],
             lower=fixed_used,
         )
         for c, v in rows.gpu_used:
             lp.add_cost(c, frag_weight * v / g)
         lp.offset += frag_weight * fixed_used / g
-        aux.append((t, rows.gpu_used, fixed_used, "touched", float(g)))
+        aux.append((t, touched, fixed_used, "touched", float(g)))

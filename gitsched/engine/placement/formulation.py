@@ -25,6 +25,7 @@ from gitsched.engine.placement.classes import (
     Terms,
     add_replicas,
     emit_class_rows,
+    hold_nodes,
     node_classes,
     topology_levels,
 )
@@ -333,9 +334,10 @@ class Builder:
                     cls = self.classes[cid]
                     targets = [self.fine_rows[cid], self.coarse_rows[cls.coarse]]
                     for rows in targets:
-                        add_replicas(rows, job.resources, jv.keep, len(nodes), items=False)
-                        if job.isolation is Isolation.DEDICATED:
-                            rows.holds.append((jv.keep, float(len(set(nodes)))))
+                        dedicated = job.isolation is Isolation.DEDICATED
+                        add_replicas(rows, job.resources, jv.keep, len(nodes), False, dedicated)
+                        if dedicated:
+                            hold_nodes(rows, job.resources, jv.keep, float(len(set(nodes))))
                 whole_on: dict[str, int] = defaultdict(int)
                 for replica in rj.placement.replicas:
                     if job.resources.fractional and replica.node in self.residual:
@@ -523,7 +525,9 @@ class Builder:
             for e in entries:
                 for rows in self.rows_of(e):
                     rows.fresh = True
-                    add_replicas(rows, r, e.col, e.mult, items=not e.single)
+                    add_replicas(
+                        rows, r, e.col, e.mult, not e.single, job.isolation is Isolation.DEDICATED
+                    )
                 if job.isolation is Isolation.DEDICATED and flavor is not None:
                     # Charged the nodes it holds, not its replicas' GPUs (quota_charge).
                     holds = self._dedicated(jv, e)
@@ -797,7 +801,7 @@ class Builder:
         h = lp.var(f"holds__{job.key}__{cls.name}", 0, cls.count)
         jv.holds[-1 - cls.id if e.coarse else cls.id] = h
         for rows in self.rows_of(e):
-            rows.holds.append((h, 1.0))
+            hold_nodes(rows, r, h, 1.0)
         for name, need, part in (
             ("gpus", r.gpu_milli, "milli" if r.fractional else "whole"),
             ("cpu", r.cpu_milli, "cpu"),
