@@ -38,6 +38,7 @@ from gitsched.engine.placement.plan import (
     PlacementPlan,
     SolveStats,
 )
+from gitsched.engine.placement.preemption import borrowing_reclaimable
 from gitsched.engine.placement.solvers import placer
 from gitsched.engine.placement.topology import GangSpan, gang_spans
 from gitsched.engine.units import gpus_from_milli
@@ -484,6 +485,9 @@ def _greedy(instance: PlacementInstance) -> PlacementPlan:
     (greedy over the whole takes jobs x nodes: minutes on XL)."""
     if not should_decompose(instance):
         return GreedyPlacer().solve(instance)
+    # The rules' view of the whole instance first, as DecomposedPlacer takes it: a part
+    # alone cannot judge which non-preemptible jobs its queue's nominal quota protects.
+    instance = borrowing_reclaimable(instance)
     cut = partition(instance, DecomposedPlacer("greedy").parts_for(instance))
     outcomes = tuple(o for part in cut.parts for o in GreedyPlacer().solve(part).outcomes)
     stats = SolveStats("greedy/parts", "heuristic", plan_objective(instance, outcomes))
