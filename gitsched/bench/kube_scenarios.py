@@ -14,6 +14,7 @@ the bench triggers `--run-seconds` after each pod is seen Running), so the daemo
 
 from __future__ import annotations
 
+import logging
 import random
 import subprocess
 import tempfile
@@ -28,8 +29,9 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from kubernetes.client.exceptions import ApiException
 
-from gitsched.cluster.api import ClusterUnavailable, KubeApi, Obj, WatchExpired, release
+from gitsched.cluster.api import KubeApi, Obj, WatchExpired, release
 from gitsched.cluster.controller import Controller
 from gitsched.cluster.inventory import InventoryConfig
 from gitsched.cluster.pods import JOB_ANNOTATION, PLACEMENT_LABEL, SELECTOR
@@ -45,6 +47,8 @@ GPUS_PER_NODE = 8
 # scripts/kube's kwok stage: a Running pod with this annotation ends Succeeded.
 OUTCOME_ANNOTATION = "gitsched.io/test-outcome"
 PASS_PAUSE_S = 0.2  # between the daemon's passes (serve waits up to --poll-seconds)
+
+log = logging.getLogger("gitsched.bench")
 
 
 @dataclass
@@ -114,7 +118,12 @@ class _Pod:
     bound_at: float | None = None
     running_at: float | None = None
     ended_at: float | None = None
+    deleted_at: float | None = None  # preempted or stopped at its limit: it ends no other way
     end_asked: bool = False
+
+    @property
+    def over(self) -> bool:
+        return self.ended_at is not None or self.deleted_at is not None
 
 
 class _PodClock:
@@ -136,7 +145,7 @@ class _PodClock:
         for t in self._threads:
             t.start()
 
-    def _see(self, pod: Obj) -> None:
+    def _see(self, pod: Obj, deleted: bool = False) -> None:
         meta = pod["metadata"]
         if meta.get("namespace") != self.namespace:
             return
@@ -157,22 +166,30 @@ class _PodClock:
                 seen.running_at = now
             if phase == "Succeeded" and seen.ended_at is None:
                 seen.ended_at = now
+            if deleted and seen.deleted_at is None:
+                seen.deleted_at = now
 
     def _watch(self) -> None:
+        # The clock must never go blind: a pod it stops seeing never ends, and the run
+        # waits out its timeout. Whatever ends a watch, it lists again and goes on.
         while not self._stop.is_set():
             try:
+                if not self._rv:
+                    listed = self.api.list("pods", SELECTOR)
+                    for pod in listed.items:
+                        self._see(pod)
+                    self._rv = listed.resource_version
                 for kind, pod in self.api.watch("pods", self._rv, SELECTOR, timeout_s=30):
                     self._rv = pod.get("metadata", {}).get("resourceVersion") or self._rv
-                    if kind in ("ADDED", "MODIFIED"):
-                        self._see(pod)
+                    if kind in ("ADDED", "MODIFIED", "DELETED"):
+                        self._see(pod, deleted=kind == "DELETED")
                     if self._stop.is_set():
                         return
             except WatchExpired:
-                listed = self.api.list("pods", SELECTOR)
-                for pod in listed.items:
-                    self._see(pod)
-                self._rv = listed.resource_version
-            except ClusterUnavailable:
+                self._rv = ""
+            except Exception as e:  # any failure: back off, list, watch again
+                log.warning("bench pod clock: %s; listing again", e)
+                self._rv = ""
                 self._stop.wait(0.5)
 
     def _ender(self) -> None:
@@ -193,11 +210,39 @@ class _PodClock:
                 try:
                     release(
                         self.api.core.patch_namespaced_pod(
-                            name, self.namespace, body, _preload_content=False
+                            name,
+                            self.namespace,
+                            body,
+                            _preload_content=False,
+                            _request_timeout=10,
                         )
                     )
-                except Exception:  # a pod deleted meanwhile: nothing to end
-                    continue
+                except ApiException as e:
+                    if e.status != 404:  # 404: deleted meanwhile, nothing to end
+                        self._retry(name, e)
+                except Exception as e:  # a timeout, a dropped connection
+                    self._retry(name, e)
+
+    def _retry(self, name: str, error: Exception) -> None:
+        """Ask again on the next tick: a pod whose end was lost would run to its limit."""
+        log.warning("bench pod clock: ending pod %s: %s; retrying", name, error)
+        with self.lock:
+            self.pods[name].end_asked = False
+
+    def progress(self) -> str:
+        """What the pods are doing, for a run that ran out of time."""
+        with self.lock:
+            pods = list(self.pods.values())
+        waiting = sum(1 for p in pods if p.bound_at is None and not p.over)
+        running = [p for p in pods if p.running_at is not None and not p.over]
+        late = sum(1 for p in running if p.end_asked)
+        bound = sum(1 for p in pods if p.bound_at is not None and p.running_at is None)
+        return (
+            f"pods: {len(pods)} seen, {waiting} unbound, {bound} bound not Running, "
+            f"{len(running)} Running ({late} asked to end), "
+            f"{sum(1 for p in pods if p.ended_at)} Succeeded, "
+            f"{sum(1 for p in pods if p.deleted_at and not p.ended_at)} deleted"
+        )
 
     def snapshot(self) -> dict[str, _Pod]:
         with self.lock:
@@ -410,7 +455,8 @@ def _drive(
                     def check_deadline() -> None:
                         if time.monotonic() > deadline:
                             raise TimeoutError(
-                                f"the {scenario.__name__} run took over {timeout_s}s"
+                                f"the {scenario.__name__} run took over {timeout_s}s; "
+                                f"{_jobs_progress(controller, team)}; {clock.progress()}"
                             )
 
                     result = scenario(controller, root, jobs, clock, check_deadline)
@@ -457,6 +503,21 @@ def _seconds(a: str, b: str) -> float:
         datetime.fromisoformat(b.replace("Z", "+00:00"))
         - datetime.fromisoformat(a.replace("Z", "+00:00"))
     ).total_seconds()
+
+
+def _jobs_progress(controller: Controller, team: str) -> str:
+    """The run's jobs as the daemon's log has them, for a run that ran out of time."""
+    state = controller.step().state
+    mine = [j for j in state.jobs if j.startswith(f"{team}/")]
+    pending = [j for j in mine if j in state.pending]
+    running = [j for j in mine if j in state.placements]
+    ended = [j for j in state.ended if j.startswith(f"{team}/")]
+    said = "; ".join(f"{j}: {state.pending[j].reason}" for j in sorted(pending)[:3])
+    return (
+        f"jobs: {len(running)} running, {len(pending)} pending"
+        + (f" ({said})" if said else "")
+        + f", {len(ended)} ended"
+    )
 
 
 def _step(controller: Controller, namespace: str, replicas: dict[str, int], seen: _Run) -> Any:
@@ -519,7 +580,7 @@ def gang_burst(
             state = _step(controller, team, replicas, seen)
             if all(job in state.ended for job in replicas):
                 pods = clock.snapshot()
-                if len(pods) >= sum(sizes) and all(p.ended_at for p in pods.values()):
+                if len(pods) >= sum(sizes) and all(p.over for p in pods.values()):
                     break
             check()
             time.sleep(PASS_PAUSE_S)
@@ -638,7 +699,7 @@ def starvation(
             observe(state)
             if all(j in state.ended for j in all_jobs):
                 pods = clock.snapshot()
-                if all(p.ended_at for p in pods.values()):
+                if all(p.over for p in pods.values()):
                     break
             check()
             time.sleep(PASS_PAUSE_S)

@@ -6,10 +6,14 @@ bound, every job finished, the starved gang started before the stream ended. The
 from __future__ import annotations
 
 import os
-from typing import Any
+import threading
+from typing import Any, cast
 
 import pytest
+import urllib3
 
+from gitsched.bench import kube_scenarios
+from gitsched.bench.kube_scenarios import OUTCOME_ANNOTATION
 from gitsched.cluster.api import KubeApi
 from gitsched.policies.policy import default_policy
 from gitsched.reconciler.specs import policy_of
@@ -107,3 +111,55 @@ def test_starvation_the_gang_gets_a_reservation_and_starts_before_the_stream_end
     assert r["jobs_timed_out"] == 0
     assert _nodes(kube_api) <= before
     assert _bench_pods(kube_api) <= pods_before
+
+
+class _Flaky:
+    """The real API, but every thread's first watch breaks, and the first request to end
+    each pod (the bench's kwok annotation) is lost: what a loaded CI machine does to a run."""
+
+    def __init__(self, api: KubeApi) -> None:
+        self._api = api
+        self._watched: set[int] = set()
+        self._ended: set[str] = set()
+        self.broken_watches = 0
+        self.lost_ends = 0
+        self.core = _FlakyCore(self)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._api, name)
+
+    def watch(self, *args: Any, **kwargs: Any) -> Any:
+        thread = threading.get_ident()
+        if thread not in self._watched:
+            self._watched.add(thread)
+            self.broken_watches += 1
+            raise urllib3.exceptions.ProtocolError("connection broken: the test's doing")
+        return self._api.watch(*args, **kwargs)
+
+
+class _FlakyCore:
+    def __init__(self, flaky: _Flaky) -> None:
+        self._flaky = flaky
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._flaky._api.core, name)
+
+    def patch_namespaced_pod(self, name: str, namespace: str, body: Any, **kw: Any) -> Any:
+        annotations = (body.get("metadata") or {}).get("annotations") or {}
+        if OUTCOME_ANNOTATION in annotations and name not in self._flaky._ended:
+            self._flaky._ended.add(name)
+            self._flaky.lost_ends += 1
+            raise urllib3.exceptions.ReadTimeoutError(None, "/", "the test's doing")
+        return self._flaky._api.core.patch_namespaced_pod(name, namespace, body, **kw)
+
+
+def test_a_run_survives_broken_watches_and_lost_requests_to_end_a_pod(kube_api: KubeApi) -> None:
+    # Seen in CI: a run that waited out its timeout. A pod whose end request was lost ran
+    # on to its time limit and was deleted, and the run waited for it to succeed.
+    flaky = _Flaky(kube_api)
+    r = kube_scenarios.gang_burst(
+        cast(KubeApi, flaky), nodes=2, rounds=1, run_s=3, limit_minutes=1, seed=1, timeout_s=50
+    )
+    assert flaky.broken_watches >= 2 and flaky.lost_ends == r.pods > 0
+    assert r.jobs_finished == r.jobs and r.jobs_timed_out == 0
+    assert r.makespan_s < 50
