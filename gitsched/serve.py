@@ -10,6 +10,7 @@ because every pass starts from the log and the cluster.
 
 from __future__ import annotations
 
+import faulthandler
 import functools
 import logging
 import os
@@ -49,6 +50,9 @@ log = logging.getLogger("gitsched.serve")
 # on its own period): look for it this often, for this long, before leaving it to the poll.
 PUSH_LOOK_S = 0.2
 PUSH_WAIT_S = 60.0
+# How long a stop waits for the console's threads (a plan in flight): the Lease is given
+# back before, and the whole stop must end inside Kubernetes' 30 s termination grace.
+CONSOLE_STOP_S = 5.0
 
 
 class Daemon:
@@ -407,6 +411,9 @@ def serve(
 
             signal.signal(signal.SIGTERM, stop)
             signal.signal(signal.SIGINT, stop)
+            # `kill -USR1` prints every thread's stack to stderr: what a daemon that does not
+            # stop, or a pass that does not end, is doing (docs/kubernetes.md).
+            faulthandler.register(signal.SIGUSR1, all_threads=True)
             mounted = (
                 console_app(
                     path,
@@ -430,7 +437,8 @@ def serve(
             finally:
                 server.stop()
                 if mounted is not None and mounted.source is not None:
-                    mounted.source.stop()
+                    # Inside Kubernetes' 30 s grace with the rest of the stop.
+                    mounted.source.stop(timeout_s=CONSOLE_STOP_S)
 
 
 def _autoscaler(url: str | None, interval_s: float) -> Autoscaler | None:

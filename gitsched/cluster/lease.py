@@ -53,6 +53,9 @@ class LeaderElector:
         # client-go's defaults (15 s, 10 s, 2 s) in proportion.
         self.renew_deadline_s = renew_deadline_s or lease_duration_s * 2 / 3
         self.retry_period_s = retry_period_s or lease_duration_s / 5
+        # A round that outlasts the renew deadline is lost anyway (client-go bounds it the
+        # same way), and a request without a bound could hold a clean stop for good.
+        self.request_timeout_s = self.renew_deadline_s
         if not 0 < self.renew_deadline_s < lease_duration_s:
             raise ValueError("the renew deadline must be shorter than the lease")
         self.clock = clock  # only for the times written into the Lease, for people to read
@@ -157,7 +160,10 @@ class LeaderElector:
     def _read(self) -> dict[str, Any] | None:
         try:
             resp = self.api.coordination.read_namespaced_lease(
-                self.name, self.namespace, _preload_content=False
+                self.name,
+                self.namespace,
+                _preload_content=False,
+                _request_timeout=self.request_timeout_s,
             )
         except ApiException as e:
             if e.status == 404:
@@ -186,7 +192,10 @@ class LeaderElector:
         try:
             release(
                 self.api.coordination.create_namespaced_lease(
-                    self.namespace, body, _preload_content=False
+                    self.namespace,
+                    body,
+                    _preload_content=False,
+                    _request_timeout=self.request_timeout_s,
                 )
             )
         except ApiException as e:
@@ -201,7 +210,11 @@ class LeaderElector:
         try:
             release(
                 self.api.coordination.replace_namespaced_lease(
-                    self.name, self.namespace, lease, _preload_content=False
+                    self.name,
+                    self.namespace,
+                    lease,
+                    _preload_content=False,
+                    _request_timeout=self.request_timeout_s,
                 )
             )
         except ApiException as e:

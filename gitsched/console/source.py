@@ -16,6 +16,7 @@ import contextlib
 import logging
 import subprocess
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -145,12 +146,21 @@ class ConsoleSource:
         with self._changed:
             self._changed.notify_all()
 
-    def stop(self) -> None:
+    def stop(self, timeout_s: float = 10.0) -> None:
+        """Stop the threads, waiting `timeout_s` in all for them (a plan or a catch-up in
+        flight finishes first); one still busy then is left to the process's exit, and
+        what it reads stays open for it."""
         self._stop.set()
         with self._changed:
             self._changed.notify_all()
+        deadline = time.monotonic() + timeout_s
         for thread in self._threads:
-            thread.join(timeout=30)
+            thread.join(timeout=max(0.0, deadline - time.monotonic()))
+        if busy := [t.name for t in self._threads if t.is_alive()]:
+            log.warning(
+                "console: %s still busy after %.0fs; not waiting", ", ".join(busy), timeout_s
+            )
+            return
         for closing in (self._log,):
             if closing is not None:
                 closing.close()

@@ -13,7 +13,6 @@ Chromium is installed by scripts/chromium; without it these tests fail, never sk
 from __future__ import annotations
 
 import os
-import signal
 import socket
 import subprocess
 import urllib.error
@@ -26,7 +25,7 @@ from gitsched.engine import events as ev
 from tests.support.browser import Page, chromium
 from tests.support.cluster_repo import H, start_gitsched
 from tests.support.console import HOSTILE, HOSTILE_NAME
-from tests.support.kube import ENV_VAR, KubeWorld, serve_args, wait_for
+from tests.support.kube import ENV_VAR, KubeWorld, serve_args, stop_serve, wait_for
 
 pytestmark = [pytest.mark.kube, pytest.mark.browser, pytest.mark.slow]
 
@@ -72,14 +71,7 @@ class Serve:
 
     def stop(self) -> None:
         exited = self.process.poll() is not None
-        if not exited:
-            self.process.send_signal(signal.SIGTERM)
-        try:
-            _, stderr = self.process.communicate(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            _, stderr = self.process.communicate()
-            pytest.fail(f"gitsched serve ignored SIGTERM for 30 s: {stderr[-2000:]}")
+        stderr = stop_serve(self.process, "gitsched serve")
         assert not exited, f"gitsched serve exited {self.process.returncode}: {stderr[-4000:]}"
         assert "Traceback" not in stderr, stderr[-4000:]
 

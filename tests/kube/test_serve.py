@@ -24,7 +24,7 @@ from gitsched.eventlog import open_log
 from gitsched.eventlog.codec import decode
 from gitsched.eventlog.envelope import StoredEvent
 from tests.support.cluster_repo import PRIYA, git, start_gitsched
-from tests.support.kube import ENV_VAR, KubeWorld, job_yaml, serve_args, wait_for
+from tests.support.kube import ENV_VAR, KubeWorld, job_yaml, serve_args, stop_serve, wait_for
 
 pytestmark = pytest.mark.kube
 
@@ -92,14 +92,7 @@ class Daemon:
         return _metric(self.port, "gitsched_leader") == 1.0
 
     def stop(self) -> tuple[int, str]:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-        try:
-            _, stderr = self.process.communicate(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            _, stderr = self.process.communicate()
-            pytest.fail(f"daemon {self.identity} ignored SIGTERM for 30s: {stderr}")
+        stderr = stop_serve(self.process, f"daemon {self.identity}")
         return self.process.returncode, stderr
 
 
@@ -192,8 +185,18 @@ def test_serve_waits_for_the_branchs_first_commit_and_says_so(world: KubeWorld) 
         world.submit("one", replicas=1)
         running = _wait_or_none(lambda: len(_job_pods(world, "one")) == 1, timeout_s=120)
         ready = _metric(daemon.port, READY_MAIN)
+        # What a daemon is doing, asked of it without stopping it (docs/kubernetes.md).
+        daemon.process.send_signal(signal.SIGUSR1)
+        assert _wait_or_none(lambda: daemon.leader(), timeout_s=10)
     finally:
         code, stderr = daemon.stop()
+    assert "Current thread" in stderr and "most recent call first" in stderr, stderr[-3000:]
+    # The rest, less the stacks (their lines name functions, not faults):
+    stderr = "\n".join(
+        line
+        for line in stderr.splitlines()
+        if not line.startswith(("Thread 0x", "Current thread 0x", '  File "'))
+    )
     assert running, f"one's pod not Running within 120s; serve said: {stderr[-3000:]}"
     assert ready == 1.0
     assert code == 0, stderr

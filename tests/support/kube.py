@@ -50,6 +50,24 @@ TEST_LABEL = "gitsched.io/test-run"
 T = TypeVar("T")
 
 
+def stop_serve(process: subprocess.Popen[str], name: str, timeout_s: float = 30.0) -> str:
+    """SIGTERM a `gitsched serve` and its stderr once it exits. One that has not exited in
+    `timeout_s` (Kubernetes' default termination grace) is asked for its threads' stacks
+    (SIGUSR1: faulthandler) before it is killed, and the test fails with them."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+    try:
+        return process.communicate(timeout=timeout_s)[1]
+    except subprocess.TimeoutExpired:
+        process.send_signal(signal.SIGUSR1)
+        time.sleep(2)
+        process.kill()
+        stderr = process.communicate()[1]
+        pytest.fail(
+            f"{name} ignored SIGTERM for {timeout_s:g}s; its threads then:\n{stderr[-8000:]}"
+        )
+
+
 def wait_for(what: str, probe: Callable[[], T | None], timeout_s: float = 30.0) -> T:
     """Poll until `probe` returns something truthy; fail naming `what` after timeout_s."""
     deadline = time.monotonic() + timeout_s
