@@ -27,7 +27,7 @@ from gitsched.engine.core import placement_instance
 from gitsched.engine.model import Policy
 from gitsched.engine.placement import solvers
 from gitsched.engine.placement.check import check_plan
-from gitsched.engine.placement.decompose import DecomposedPlacer, partition, should_decompose
+from gitsched.engine.placement.decompose import DecomposedPlacer, should_decompose
 from gitsched.engine.placement.greedy import GreedyPlacer
 from gitsched.engine.placement.levels import LEVELS
 from gitsched.engine.placement.milp import MilpPlacer
@@ -38,7 +38,6 @@ from gitsched.engine.placement.plan import (
     PlacementPlan,
     SolveStats,
 )
-from gitsched.engine.placement.preemption import borrowing_reclaimable
 from gitsched.engine.placement.solvers import placer
 from gitsched.engine.placement.topology import GangSpan, gang_spans
 from gitsched.engine.units import gpus_from_milli
@@ -485,10 +484,8 @@ def _greedy(instance: PlacementInstance) -> PlacementPlan:
     (greedy over the whole takes jobs x nodes: minutes on XL)."""
     if not should_decompose(instance):
         return GreedyPlacer().solve(instance)
-    # The rules' view of the whole instance first, as DecomposedPlacer takes it: a part
-    # alone cannot judge which non-preemptible jobs its queue's nominal quota protects.
-    instance = borrowing_reclaimable(instance)
-    cut = partition(instance, DecomposedPlacer("greedy").parts_for(instance))
+    # The parts DecomposedPlacer solves, with their shares of the move cap.
+    instance, cut = DecomposedPlacer("greedy").cut(instance)
     outcomes = tuple(o for part in cut.parts for o in GreedyPlacer().solve(part).outcomes)
     stats = SolveStats("greedy/parts", "heuristic", plan_objective(instance, outcomes))
     return PlacementPlan(outcomes, stats)

@@ -8,7 +8,7 @@ from dataclasses import replace
 import pytest
 
 from gitsched.engine.model import Job, Node, NodeState, Placement, Policy, Queue
-from gitsched.engine.placement import decompose, solvers
+from gitsched.engine.placement import decompose, preemption, solvers
 from gitsched.engine.placement.check import check_plan
 from gitsched.engine.placement.decompose import (
     DecomposedPlacer,
@@ -19,8 +19,14 @@ from gitsched.engine.placement.decompose import (
 )
 from gitsched.engine.placement.greedy import GreedyPlacer
 from gitsched.engine.placement.milp import MilpPlacer
-from gitsched.engine.placement.objective import weights
-from gitsched.engine.placement.plan import JobOutcome, OutcomeStatus, PlacementInstance
+from gitsched.engine.placement.objective import plan_objective, weights
+from gitsched.engine.placement.plan import (
+    JobOutcome,
+    OutcomeStatus,
+    PlacementInstance,
+    PlacementPlan,
+    SolveStats,
+)
 from gitsched.simulation.synth import CLUSTER, NOW, synth_jobs, synth_nodes, synth_queues
 from tests.support.factories import instance as factory_instance
 from tests.support.factories import job, node, queue
@@ -258,3 +264,46 @@ def test_high_priority_work_follows_the_nominal_its_queue_holds_with_running_job
     parts = [fluid_bound(replace(p, basis=held)) for p in cut.parts]
     assert whole is not None and all(b is not None for b in parts)
     assert sum(b for b in parts if b is not None) == pytest.approx(whole, rel=1e-9)
+
+
+def _synth_m(seed: int) -> PlacementInstance:
+    """synth M as `bench synth` builds it: non-preemptible jobs running, a move cap."""
+    from gitsched.engine.core import placement_instance
+    from gitsched.policies.policy import default_policy
+    from gitsched.reconciler.specs import policy_of
+    from gitsched.simulation.synth import folded_state, synth_instance
+
+    policy = replace(policy_of(default_policy()), time_limit_s=5.0)
+    return placement_instance(folded_state(synth_instance("M", seed, policy)), NOW)
+
+
+def test_a_part_reads_the_quota_facts_of_its_running_jobs_as_the_whole_does() -> None:
+    """A queue's running jobs, non-preemptible ones too, find in their part the nominal
+    quota they hold in the whole: a part that reads a cut quota where the whole reads none
+    moves them (a move no rule of the whole allows), and lets its queue's other parts admit
+    non-preemptible work past the nominal quota (seen on XL: 218 of 217 GPUs)."""
+    instance = _synth_m(1)
+    whole = preemption.start_ledger(instance)
+    jobs = {j.key: j for j in instance.jobs}
+    assert any(not jobs[k].preemptible for k in instance.current)
+    _, cut = DecomposedPlacer("highs", parts=4).cut(instance)
+    for part in cut.parts:
+        ledger = preemption.start_ledger(part)
+        for key, run in part.current.items():
+            queue = jobs[key].queue
+            if not preemption.over_limits(whole, queue, run.flavor):
+                assert not preemption.over_limits(ledger, queue, run.flavor), (key, run.flavor)
+
+
+def test_greedy_in_the_parts_keeps_every_rule_of_the_whole() -> None:
+    """The cut bench synth's greedy baseline and DecomposedPlacer both solve: the merged
+    plan is checked against the whole instance (moves and their cap included)."""
+    instance = _synth_m(1)
+    _, cut = DecomposedPlacer("greedy", parts=4).cut(instance)
+    assert sum(p.policy.max_moves_per_solve or 0 for p in cut.parts) == (
+        instance.policy.max_moves_per_solve
+    )
+    outcomes = tuple(o for part in cut.parts for o in GreedyPlacer().solve(part).outcomes)
+    assert any(o.status is OutcomeStatus.MOVED for o in outcomes)
+    stats = SolveStats("greedy/parts", "heuristic", plan_objective(instance, outcomes))
+    assert check_plan(instance, PlacementPlan(outcomes, stats)) == []

@@ -103,30 +103,45 @@ class DecomposedPlacer:
         schedulable = sum(1 for n in instance.nodes if n.schedulable)
         return max(2, math.ceil(schedulable / PART_NODES))
 
-    def solve(self, instance: PlacementInstance) -> PlacementPlan:
-        started = time.perf_counter()
+    def cut(self, instance: PlacementInstance) -> tuple[PlacementInstance, Partition]:
+        """The instance as the rules view it whole, and its parts, each with its share of
+        the Policy's maxMovesPerSolve: what every solver in parts solves (bench synth's
+        greedy baseline too), so that each part's plan is judged by the whole's rules."""
+        # The rules' view of the whole first: a part alone cannot judge which
+        # non-preemptible jobs its queue's nominal quota protects.
         instance = borrowing_reclaimable(instance)
-        phases: list[tuple[str, float]] = []
         count = self.parts_for(instance)
         cut = partition(instance, count)
+        policy = instance.policy
+        parts = tuple(
+            replace(p, policy=replace(p.policy, max_moves_per_solve=_move_share(policy, count, i)))
+            for i, p in enumerate(cut.parts)
+        )
+        return instance, replace(cut, parts=parts)
+
+    def solve(self, instance: PlacementInstance) -> PlacementPlan:
+        started = time.perf_counter()
+        phases: list[tuple[str, float]] = []
+        instance, cut = self.cut(instance)
+        count = len(cut.parts)
         phases.append(("partition", round(time.perf_counter() - started, 3)))
         policy = instance.policy
         # The clock sizes only the backstop (it depends on the workers, so on the machine);
         # the node budget, split by size, decides.
         budget = policy.time_limit_s * (1 - MERGE_RESERVE_S) - (time.perf_counter() - started)
         rounds = math.ceil(count / max(1, self.workers))
-        part_policy = replace(
-            policy,
-            time_limit_s=max(1.0, budget / rounds),
-            gap_tolerance=policy.gap_tolerance * PART_GAP_SHARE,
-        )
         # Each part is a MILP solve of its own, with the policy's node budget: a count,
         # so the machine's cores and clock do not change what a part may explore.
         subs = [
             replace(
-                p, policy=replace(part_policy, max_moves_per_solve=_move_share(policy, count, i))
+                p,
+                policy=replace(
+                    p.policy,
+                    time_limit_s=max(1.0, budget / rounds),
+                    gap_tolerance=policy.gap_tolerance * PART_GAP_SHARE,
+                ),
             )
-            for i, p in enumerate(cut.parts)
+            for p in cut.parts
         ]
         plans, bound = self._run(
             [(s, self.backend, "full", None) for s in subs],
@@ -151,8 +166,11 @@ class DecomposedPlacer:
         active = list(cut.active)
         phases.append(("partition", round(time.perf_counter() - started, 3)))
         args: list[tuple[PlacementInstance, str, str, tuple[str, ...] | None]] = []
-        for k in active:
+        for i, k in enumerate(active):
+            # The move cap is shared by the parts re-solved (the others move nothing).
             sub = cut.parts[k]
+            share = _move_share(instance.policy, len(active), i)
+            sub = replace(sub, policy=replace(sub.policy, max_moves_per_solve=share))
             mine = tuple(key for key in fresh if cut.job_part.get(key) == k)
             args.append((sub, self.backend, "incremental", mine))
         # Here, one after the other: a few parts of ~50 jobs take a few hundred ms each,

@@ -39,7 +39,7 @@ from gitsched.engine.placement.objective import (
     nodes_by_name,
     quota_exempt,
 )
-from gitsched.engine.placement.plan import JobOutcome, OutcomeStatus, PlacementInstance
+from gitsched.engine.placement.plan import JobOutcome, PlacementInstance
 from gitsched.engine.placement.topology import Tree
 from gitsched.engine.units import GPU_MILLI
 
@@ -427,7 +427,11 @@ def partition(
             continue
         k = min(homes)
         job_part[key] = k
-        if placement.flavor is not None and not quota_exempt(job, OutcomeStatus.KEPT):
+        # Every running job counts, as the rules' facts count it (preemption.start_ledger;
+        # a kept non-preemptible job is in its queue's no_borrow rows, though exempt from
+        # its limits): a part short of nominal quota for what runs there reads as a cut
+        # quota, and moves or stops jobs the whole instance leaves alone.
+        if placement.flavor is not None:
             held = _usage(job, placement, nodes_by_name(instance))
             running_use[(job.queue, placement.flavor)][k] += held
             running_by_priority[job.priority].append(((job.queue, placement.flavor), k, held))
