@@ -36,7 +36,9 @@ from gitsched.cluster.controller import Controller
 from gitsched.cluster.inventory import InventoryConfig
 from gitsched.cluster.pods import JOB_ANNOTATION, PLACEMENT_LABEL, SELECTOR
 from gitsched.engine import events as ev
+from gitsched.eventlog.base import EventLog
 from gitsched.eventlog.codec import decode
+from gitsched.eventlog.replay import replay
 from gitsched.eventlog.sqlite import SQLiteEventLog
 from gitsched.reconciler.git import GitRepo
 from gitsched.reconciler.loop import Reconciler
@@ -456,7 +458,7 @@ def _drive(
                         if time.monotonic() > deadline:
                             raise TimeoutError(
                                 f"the {scenario.__name__} run took over {timeout_s}s; "
-                                f"{_jobs_progress(controller, team)}; {clock.progress()}"
+                                f"{_jobs_progress(event_log, team)}; {clock.progress()}"
                             )
 
                     result = scenario(controller, root, jobs, clock, check_deadline)
@@ -505,9 +507,9 @@ def _seconds(a: str, b: str) -> float:
     ).total_seconds()
 
 
-def _jobs_progress(controller: Controller, team: str) -> str:
+def _jobs_progress(event_log: EventLog, team: str) -> str:
     """The run's jobs as the daemon's log has them, for a run that ran out of time."""
-    state = controller.step().state
+    state = replay(event_log).state
     mine = [j for j in state.jobs if j.startswith(f"{team}/")]
     pending = [j for j in mine if j in state.pending]
     running = [j for j in mine if j in state.placements]
