@@ -22,9 +22,10 @@ from gitsched.engine.model import (
     ReplicaPlacement,
 )
 from gitsched.engine.placement.check import check_plan
-from gitsched.engine.placement.plan import OutcomeStatus, PlacementInstance
+from gitsched.engine.placement.greedy import GreedyPlacer
+from gitsched.engine.placement.plan import OutcomeStatus, PlacementInstance, PlacementPlan
 from gitsched.engine.placement.solvers import solve, solve_changed
-from gitsched.engine.placement.strict_fifo import STRICT_FIFO
+from gitsched.engine.placement.strict_fifo import STRICT_FIFO, with_strict_fifo
 from tests.support.factories import CLUSTER, job, node, queue
 
 NOW = "2026-11-22T12:00:00.000000Z"
@@ -90,7 +91,9 @@ def test_strict_fifo_the_head_blocks_its_queue_not_the_others(solver: str) -> No
     assert held is not None and held.status is OutcomeStatus.PENDING
     assert held.constraint == STRICT_FIFO
     assert held.reason == "queue q is StrictFIFO and q/head waits ahead of it"
-    assert status(plan, "q/later") is OutcomeStatus.PENDING  # r/other took the room
+    later = plan.outcome("q/later")  # behind the head too, whether it would fit or not
+    assert later is not None and later.status is OutcomeStatus.PENDING
+    assert (later.constraint, later.reason) == (STRICT_FIFO, held.reason)
     placed = plan.outcome("r/other")
     assert placed is not None and placed.status is OutcomeStatus.PLACED
     assert {r.node for r in placed.replicas} == {"n2"}
@@ -150,3 +153,24 @@ def test_strict_fifo_under_backfill_the_head_holds_its_reservation(solver: str) 
     held = plan.outcome("q/small")
     assert held is not None and held.status is OutcomeStatus.PENDING
     assert held.constraint == STRICT_FIFO
+
+
+def test_a_long_queue_behind_a_head_costs_one_more_solve() -> None:
+    """Every job behind the head is held at once: the decision is two solves however many
+    of them would fit (it was one more solve per round of jobs started behind a head, and
+    ~3 s a decision in a strict-FIFO replay with long queues)."""
+    small = tuple(
+        job(f"s{i:02d}", gpu=1, submitted_at=f"2026-11-22T11:{10 + i:02d}:00Z") for i in range(12)
+    )
+    instance = scene("greedy", QueueingStrategy.STRICT_FIFO, (HEAD, *small, OTHER))
+    solves: list[int] = []
+
+    def counted(part: PlacementInstance) -> PlacementPlan:
+        solves.append(len(part.jobs))
+        return GreedyPlacer().solve(part)
+
+    plan = with_strict_fifo(instance, counted)
+    assert plan is not None and check_plan(instance, plan) == []
+    assert len(solves) == 2 and solves[1] == solves[0] - len(small)
+    assert all(plan.outcome(j.key).constraint == STRICT_FIFO for j in small)  # type: ignore[union-attr]
+    assert status(plan, "r/other") is OutcomeStatus.PLACED

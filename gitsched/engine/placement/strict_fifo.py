@@ -39,8 +39,9 @@ def with_strict_fifo(
 ) -> PlacementPlan | None:
     """`solve(instance)`, with no job of a StrictFIFO queue started while a job ahead of it
     in that queue waits. A head that can never run on this cluster (its reason says so)
-    blocks nobody: it would block its queue for good. The jobs held behind a head wait for
-    the next decision even where the solve without them starts the head."""
+    blocks nobody: it would block its queue for good. Every job behind a head waits, with
+    the head as its reason, for the next decision, even where the solve without them
+    starts the head."""
     strict = strict_queues(instance)
     if not strict:
         return solve(instance)
@@ -51,27 +52,38 @@ def with_strict_fifo(
     if not any(len(jobs) > 1 for jobs in waiting.values()):
         return solve(instance)  # no queue has a job behind another: nothing to hold
     held: dict[str, Job] = {}  # held job -> the head it waits behind
+    never_runs: set[str] = set()  # blocks nobody
     part = instance
     while True:
         plan = solve(part)
         if plan is None:
             return None
         outcomes = {o.job: o for o in tell_never_runs(part, plan).outcomes}
+        # Every job behind a head is held, started or not: none may start in this
+        # decision, so none is a candidate (Kueue does not try them). When one did
+        # start, the rest is solved again without them all: one more solve, over the
+        # heads and the other queues, however long the queues behind the heads are.
         behind: dict[str, Job] = {}
+        started_behind = False
         for queue in sorted(waiting):
             head: Job | None = None
             for job in waiting[queue]:
-                outcome = None if job.key in held else outcomes.get(job.key)
-                started = outcome is not None and outcome.running
+                outcome = outcomes.get(job.key)
+                if outcome is None:
+                    continue  # held already
+                started = outcome.running
+                never = outcome.constraint.startswith(NEVER_RUNS)
+                if never:
+                    never_runs.add(job.key)
                 if head is None:
-                    never = outcome is not None and outcome.constraint.startswith(NEVER_RUNS)
                     if not started and not never:
                         head = job
-                elif started:
+                elif not never:
                     behind[job.key] = head
-        if not behind:
-            break
+                    started_behind = started_behind or started
         held.update(behind)
+        if not started_behind:
+            break
         part = dataclasses.replace(
             instance, jobs=tuple(j for j in instance.jobs if j.key not in held)
         )
@@ -80,7 +92,9 @@ def with_strict_fifo(
     running = {o.job for o in plan.outcomes if o.running}
     extra = []
     for key, head in sorted(held.items()):
-        ahead = [j.key for j in waiting[head.queue] if j.key not in running]
+        ahead = [
+            j.key for j in waiting[head.queue] if j.key not in running and j.key not in never_runs
+        ]
         first = ahead[0] if ahead and ahead[0] != key else None
         reason = (
             f"queue {head.queue} is StrictFIFO and {first} waits ahead of it"
@@ -92,7 +106,7 @@ def with_strict_fifo(
     jobs = {j.key: j for j in instance.jobs}
     ordered = tuple(
         sorted(
-            (*plan.outcomes, *extra),
+            (*(o for o in plan.outcomes if o.job not in held), *extra),
             key=lambda o: wait_order(jobs[o.job]) if o.job in jobs else (0, 0, "", o.job),
         )
     )
