@@ -87,6 +87,22 @@ def release(resp: Any) -> None:
     resp.release_conn()
 
 
+# Every request is bounded unless it names its own bound (a watch does): (connect, read)
+# seconds, the read bound being the longest silence between bytes. The API server answers
+# a slow request itself within its --request-timeout (1 min); this bounds what it never
+# answers (a connection dropped on the way), which would hold a pass, and a stop, for good.
+REQUEST_TIMEOUT_S = (10.0, 30.0)
+
+
+class _BoundedApiClient(client.ApiClient):
+    request_timeout: float | tuple[float, float] = REQUEST_TIMEOUT_S
+
+    def call_api(self, *args: Any, **kwargs: Any) -> Any:
+        if kwargs.get("_request_timeout") is None:
+            kwargs["_request_timeout"] = self.request_timeout
+        return super().call_api(*args, **kwargs)
+
+
 class KubeApi:
     """One connection to one API server."""
 
@@ -96,11 +112,21 @@ class KubeApi:
         self.coordination: Any = client.CoordinationV1Api(api_client)
 
     @classmethod
-    def connect(cls, kubeconfig: str | None = None) -> KubeApi:
-        """From a kubeconfig file; without one, the in-cluster service account, then ~/.kube/config."""
+    def connect(
+        cls,
+        kubeconfig: str | None = None,
+        request_timeout_s: float | tuple[float, float] = REQUEST_TIMEOUT_S,
+    ) -> KubeApi:
+        """From a kubeconfig file; without one, the in-cluster service account, then
+        ~/.kube/config. Every request is bounded by `request_timeout_s` (connect, read)
+        unless it names its own bound."""
         try:
             configuration = client.Configuration()
             configuration.connection_pool_maxsize = POOL_SIZE
+            # A connection refused or reset is tried again; a request sent and not answered
+            # in time is not (the read bound is the caller's whole bound, not a quarter of
+            # it): the pass retries it, as every ClusterUnavailable.
+            configuration.retries = urllib3.Retry(total=3, read=0, status=0, redirect=0)
             if kubeconfig:
                 config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
             else:
@@ -108,7 +134,9 @@ class KubeApi:
                     config.load_incluster_config(client_configuration=configuration)
                 except config.ConfigException:
                     config.load_kube_config(client_configuration=configuration)
-            return cls(client.ApiClient(configuration))
+            api_client = _BoundedApiClient(configuration)
+            api_client.request_timeout = request_timeout_s
+            return cls(api_client)
         except (config.ConfigException, OSError, ValueError) as e:
             raise ClusterRefused(f"cannot read the Kubernetes configuration: {e}") from e
 

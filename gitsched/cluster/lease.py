@@ -53,9 +53,10 @@ class LeaderElector:
         # client-go's defaults (15 s, 10 s, 2 s) in proportion.
         self.renew_deadline_s = renew_deadline_s or lease_duration_s * 2 / 3
         self.retry_period_s = retry_period_s or lease_duration_s / 5
-        # A round that outlasts the renew deadline is lost anyway (client-go bounds it the
-        # same way), and a request without a bound could hold a clean stop for good.
-        self.request_timeout_s = self.renew_deadline_s
+        # A round that outlasts the renew deadline is lost anyway: its requests share that
+        # bound, as client-go's round shares one context deadline (and a request without
+        # a bound could hold a clean stop for good).
+        self._round_ends = 0.0
         if not 0 < self.renew_deadline_s < lease_duration_s:
             raise ValueError("the renew deadline must be shorter than the lease")
         self.clock = clock  # only for the times written into the Lease, for people to read
@@ -105,6 +106,7 @@ class LeaderElector:
         """One round: True when this replica holds the Lease after it."""
         with self._lock:
             started = self.monotonic()
+            self._round_ends = started + self.renew_deadline_s
             try:
                 won = self._round(started)
                 self.reached_api = True
@@ -121,6 +123,7 @@ class LeaderElector:
         self.stop()
         if not self.is_leader:
             return
+        self._round_ends = self.monotonic() + self.renew_deadline_s
         try:
             lease = self._read()
             if lease is not None and lease["spec"].get("holderIdentity") == self.identity:
@@ -157,13 +160,18 @@ class LeaderElector:
         spec["renewTime"] = now.strftime(MICROTIME)
         return self._replace(lease)
 
+    def _time_left(self) -> float:
+        """A request's bound: what is left of the round's renew deadline (`release` is a
+        round of its own)."""
+        return max(0.1, self._round_ends - self.monotonic())
+
     def _read(self) -> dict[str, Any] | None:
         try:
             resp = self.api.coordination.read_namespaced_lease(
                 self.name,
                 self.namespace,
                 _preload_content=False,
-                _request_timeout=self.request_timeout_s,
+                _request_timeout=self._time_left(),
             )
         except ApiException as e:
             if e.status == 404:
@@ -195,7 +203,7 @@ class LeaderElector:
                     self.namespace,
                     body,
                     _preload_content=False,
-                    _request_timeout=self.request_timeout_s,
+                    _request_timeout=self._time_left(),
                 )
             )
         except ApiException as e:
@@ -214,7 +222,7 @@ class LeaderElector:
                     self.namespace,
                     lease,
                     _preload_content=False,
-                    _request_timeout=self.request_timeout_s,
+                    _request_timeout=self._time_left(),
                 )
             )
         except ApiException as e:
