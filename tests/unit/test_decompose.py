@@ -277,16 +277,19 @@ def _synth_m(seed: int) -> PlacementInstance:
     return placement_instance(folded_state(synth_instance("M", seed, policy)), NOW)
 
 
-def test_a_part_reads_the_quota_facts_of_its_running_jobs_as_the_whole_does() -> None:
+@pytest.mark.parametrize(("seed", "parts"), [(1, 4), (2, 8), (3, 8)])
+def test_a_part_reads_the_quota_facts_of_its_running_jobs_as_the_whole_does(
+    seed: int, parts: int
+) -> None:
     """A queue's running jobs, non-preemptible ones too, find in their part the nominal
     quota they hold in the whole: a part that reads a cut quota where the whole reads none
     moves them (a move no rule of the whole allows), and lets its queue's other parts admit
     non-preemptible work past the nominal quota (seen on XL: 218 of 217 GPUs)."""
-    instance = _synth_m(1)
+    instance = _synth_m(seed)
     whole = preemption.start_ledger(instance)
     jobs = {j.key: j for j in instance.jobs}
     assert any(not jobs[k].preemptible for k in instance.current)
-    _, cut = DecomposedPlacer("highs", parts=4).cut(instance)
+    _, cut = DecomposedPlacer("highs", parts=parts).cut(instance)
     for part in cut.parts:
         ledger = preemption.start_ledger(part)
         for key, run in part.current.items():

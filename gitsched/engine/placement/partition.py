@@ -276,9 +276,9 @@ def split_quotas(
 ) -> list[list[Queue]]:
     """Each queue's quotas over `count` parts: `running[(queue, flavor)]` is what its running
     jobs use in each part (charged to quota), `share[(queue, flavor)]` how the rest is dealt."""
-    out: list[list[Queue]] = [[] for _ in range(count)]
+    dealt: dict[str, dict[str, list[FlavorQuota]]] = {}
     for q in queues:
-        per_part: list[list[FlavorQuota]] = [[] for _ in range(count)]
+        dealt[q.name] = {}
         for fq in q.quotas:
             used = running.get((q.name, fq.flavor), [0] * count)
             weight = share.get((q.name, fq.flavor), [1.0] * count)
@@ -289,22 +289,101 @@ def split_quotas(
             )
             lending: list[int | None] = [None] * count
             if fq.lending_limit is not None:
-                guaranteed = _split(fq.guaranteed, [0] * count, [float(n) for n in nominal])
+                # What the queue keeps for itself goes first where it runs: a part where it
+                # runs past its share of that, beside one where its share lies unused,
+                # would draw on the cohort's pool there more than the whole instance does.
+                held = [min(u, n) for u, n in zip(used, nominal, strict=True)]
+                guaranteed = _split(fq.guaranteed, held, [float(n) for n in nominal])
                 guaranteed = [min(g, n) for g, n in zip(guaranteed, nominal, strict=True)]
                 extra = _split(max(0, fq.lending_limit - fq.nominal), [0] * count, weight)
                 lending = [n - g + e for n, g, e in zip(nominal, guaranteed, extra, strict=True)]
-            for k in range(count):
-                per_part[k].append(
-                    FlavorQuota(
-                        fq.flavor,
-                        nominal[k],
-                        None if borrowing is None else borrowing[k],
-                        lending[k],
-                    )
+            dealt[q.name][fq.flavor] = [
+                FlavorQuota(
+                    fq.flavor,
+                    nominal[k],
+                    None if borrowing is None else borrowing[k],
+                    lending[k],
                 )
+                for k in range(count)
+            ]
+    _cover_cohort_pools(queues, dealt, running, count)
+    out: list[list[Queue]] = [[] for _ in range(count)]
+    for q in queues:
         for k in range(count):
-            out[k].append(replace(q, quotas=tuple(per_part[k])))
+            quotas = tuple(dealt[q.name][fq.flavor][k] for fq in q.quotas)
+            out[k].append(replace(q, quotas=quotas))
     return out
+
+
+def _cover_cohort_pools(
+    queues: Sequence[Queue],
+    dealt: dict[str, dict[str, list[FlavorQuota]]],
+    running: dict[tuple[str, str], list[int]],
+    count: int,
+) -> None:
+    """Where a cohort's running jobs draw more from a part's pool than its queues' quotas
+    there put in (QuotaLedger: the sum of usage over guaranteed against the sum of nominal
+    over guaranteed), move lendable nominal quota that a queue does not use from parts with
+    room to spare: the whole instance's pool covers what runs, so must each part's, or a
+    part reads a cut quota the whole does not, and moves or stops jobs for it. Only unused
+    quota moves (a queue keeps at least what it runs there), with its lending limit, so
+    what each queue guarantees itself in each part is unchanged."""
+    members: dict[str, list[Queue]] = defaultdict(list)
+    for q in queues:
+        if q.cohort is not None:
+            members[q.cohort].append(q)
+    for cohort in sorted(members):
+        mates = sorted(members[cohort], key=lambda q: q.name)
+        for flavor in sorted({fq.flavor for q in mates for fq in q.quotas}):
+            have = [q for q in mates if flavor in dealt[q.name]]
+            _cover_pool(have, flavor, dealt, running, count)
+
+
+def _cover_pool(
+    have: list[Queue],
+    flavor: str,
+    dealt: dict[str, dict[str, list[FlavorQuota]]],
+    running: dict[tuple[str, str], list[int]],
+    count: int,
+) -> None:
+    """`_cover_cohort_pools` for one cohort's queues `have` and one flavor."""
+    used = {q.name: running.get((q.name, flavor), [0] * count) for q in have}
+
+    def spare(k: int) -> int:
+        pool = draw = 0
+        for q in have:
+            fq = dealt[q.name][flavor][k]
+            pool += fq.nominal - fq.guaranteed
+            draw += max(0, used[q.name][k] - fq.guaranteed)
+        return pool - draw
+
+    for short in range(count):
+        need = -spare(short)
+        for k in range(count):
+            if need <= 0:
+                break
+            if k == short:
+                continue
+            for q in have:
+                room = spare(k)
+                if need <= 0 or room <= 0:
+                    break
+                fq = dealt[q.name][flavor][k]
+                lendable = fq.nominal if fq.lending_limit is None else fq.lending_limit
+                free = fq.nominal - max(used[q.name][k], fq.guaranteed)
+                moved = min(need, room, free, lendable)
+                if moved <= 0:
+                    continue
+                dealt[q.name][flavor][k] = _shifted(fq, -moved)
+                dealt[q.name][flavor][short] = _shifted(dealt[q.name][flavor][short], moved)
+                need -= moved
+
+
+def _shifted(fq: FlavorQuota, amount: int) -> FlavorQuota:
+    """`fq` with `amount` more nominal quota, all of it lendable (its lending limit moves
+    with it, so what the queue guarantees itself stays)."""
+    lending = None if fq.lending_limit is None else fq.lending_limit + amount
+    return replace(fq, nominal=fq.nominal + amount, lending_limit=lending)
 
 
 def _fill(
