@@ -275,7 +275,9 @@ def split_quotas(
     count: int,
 ) -> list[list[Queue]]:
     """Each queue's quotas over `count` parts: `running[(queue, flavor)]` is what its running
-    jobs use in each part (charged to quota), `share[(queue, flavor)]` how the rest is dealt."""
+    jobs use in each part (every running job, as the rules' facts count it), `share[(queue,
+    flavor)]` how the rest is dealt. Each part's quotas hold what runs there wherever the
+    whole's do, the cohorts' pools included (`_cover_cohort_pools`)."""
     dealt: dict[str, dict[str, list[FlavorQuota]]] = {}
     for q in queues:
         dealt[q.name] = {}
