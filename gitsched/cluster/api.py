@@ -95,7 +95,9 @@ REQUEST_TIMEOUT_S = (10.0, 30.0)
 
 
 class _BoundedApiClient(client.ApiClient):
-    request_timeout: float | tuple[float, float] = REQUEST_TIMEOUT_S
+    def __init__(self, configuration: Any, request_timeout: float | tuple[float, float]) -> None:
+        super().__init__(configuration)
+        self.request_timeout = request_timeout
 
     def call_api(self, *args: Any, **kwargs: Any) -> Any:
         if kwargs.get("_request_timeout") is None:
@@ -134,9 +136,7 @@ class KubeApi:
                     config.load_incluster_config(client_configuration=configuration)
                 except config.ConfigException:
                     config.load_kube_config(client_configuration=configuration)
-            api_client = _BoundedApiClient(configuration)
-            api_client.request_timeout = request_timeout_s
-            return cls(api_client)
+            return cls(_BoundedApiClient(configuration, request_timeout_s))
         except (config.ConfigException, OSError, ValueError) as e:
             raise ClusterRefused(f"cannot read the Kubernetes configuration: {e}") from e
 

@@ -197,24 +197,25 @@ class KafkaReader:
                 # The events read are kept, so the collector would only walk them.
                 with collector_paused():
                     while True:
-                        while (position := self._position(consumer)) < end:
-                            if time.monotonic() >= deadline:
-                                raise _AppendTimeout(f"reading {self._topic} up to offset {end}")
-                            # consume() waits until it has `wanted` records or its timeout
-                            # ends; commit markers take offsets but give no record, so the
-                            # short timeout is what ends the last call of a catch-up.
-                            wanted = min(10_000, end - position)
-                            self._ingest(
-                                consumer.consume(wanted, timeout=min(_s_left(deadline), 0.02))
-                            )
-                        if self._last_offset < end:
-                            break
-                        # A fetch went past `end`: into a transaction committed since `end`
-                        # was asked, and `wanted` may have cut it after its first records.
-                        # A tail there would be half an append (a state no writer left).
-                        # The broker hands a read_committed reader only records below the
-                        # stable offset, so that offset now lies past the whole of it.
-                        end = self.end_offset(deadline)
+                        position = self._position(consumer)
+                        if position >= end:
+                            if self._last_offset < end:
+                                break
+                            # A fetch went past `end`: into a transaction committed since
+                            # `end` was asked, and `wanted` may have cut it after its first
+                            # records. A tail there would be half an append (a state no
+                            # writer left). The broker hands a read_committed reader only
+                            # records below the stable offset, so that offset now lies past
+                            # the whole of it: read on to it.
+                            end = self.end_offset(deadline)
+                            continue
+                        if time.monotonic() >= deadline:
+                            raise _AppendTimeout(f"reading {self._topic} up to offset {end}")
+                        # consume() waits until it has `wanted` records or its timeout
+                        # ends; commit markers take offsets but give no record, so the
+                        # short timeout is what ends the last call of a catch-up.
+                        wanted = min(10_000, end - position)
+                        self._ingest(consumer.consume(wanted, timeout=min(_s_left(deadline), 0.02)))
             finally:
                 # Idle, the reader fetches nothing: a long-polling fetch would hold up
                 # the offset queries queued behind it on the same connection.
